@@ -3,7 +3,6 @@ into the skippy library; no git or cmake command line is written here."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import nox

@@ -131,13 +131,15 @@ class Repo:
     ) -> proc.Result:
         """A hermetic git command in this repository."""
         argv = ["git", *config_args(), "-C", str(self.path), *map(str, args)]
+        if self.echo is not None and _is_noteworthy(args):
+            # the hermetic -c options are the same every time: show the command a human would type
+            self.echo("$ git -C " + " ".join(proc.quote(str(a)) for a in (self.path, *args)))
         return proc.run(
             argv,
             env=self._env(env),
             check=check,
             input=input,
             on_line=on_line,
-            echo=self.echo if _is_noteworthy(args) else None,
             what=what or f"git {args[0]}",
             next_step=next_step,
             timeout=timeout,
@@ -154,9 +156,7 @@ class Repo:
         env = base_env(self.env)
         env["GIT_CEILING_DIRECTORIES"] = str(self.ceiling)
         argv = ["git", "-c", "core.hooksPath=" + os.devnull, "-C", str(self.path), *map(str, args)]
-        return proc.run(
-            argv, env=env, check=check, echo=self.echo, what=what or f"git {args[0]}", timeout=timeout
-        )
+        return proc.run(argv, env=env, check=check, echo=self.echo, what=what or f"git {args[0]}", timeout=timeout)
 
     def out(self, *args: str | Path) -> str:
         return self.git(*args).stdout.strip()

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import shutil
+import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -83,7 +83,7 @@ def run(
             next_step=f"install {args[0]} or put it on PATH",
         )
     if echo is not None:
-        echo("$ " + " ".join(_quote(a) for a in args))
+        echo("$ " + " ".join(quote(a) for a in args))
     out: list[str] = []
     err: list[str] = []
 
@@ -182,7 +182,7 @@ def _text(data: bytes | str | None) -> str:
     return data
 
 
-def _quote(arg: str) -> str:
+def quote(arg: str) -> str:
     if arg and all(c.isalnum() or c in "-_./=:+@%,^" for c in arg):
         return arg
     return "'" + arg.replace("'", "'\\''") + "'"

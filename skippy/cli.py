@@ -1,0 +1,106 @@
+"""Glue between the entry points (tasks.py, noxfile.py, scripts/) and the library.
+
+Errors are caught once, here: rendered for humans (stderr) or as JSON
+(stdout, with ``--json``), and turned into the error's exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from skippy.errors import SettingsError, SkippyError
+from skippy.settings import Settings, find_root
+from skippy.ui import Console, print_json
+
+
+def load(root: Path | None, env: Mapping[str, str]) -> Settings:
+    return Settings.load(root if root is not None else find_root(Path.cwd()), env)
+
+
+def guarded(
+    action: Callable[[], dict[str, Any]],
+    *,
+    console: Console,
+    as_json: bool,
+) -> int:
+    """Run ``action``; print its report as JSON when asked; map SkippyError to its exit code."""
+    try:
+        report = action()
+    except SkippyError as exc:
+        if as_json:
+            print_json({"ok": False, **exc.as_dict()})
+        console.error(exc.render())
+        return exc.exit_code
+    except KeyboardInterrupt:
+        console.error("interrupted: the next run recognizes and recovers what this one left")
+        return 130
+    if as_json:
+        print_json({"ok": True, **report})
+    return 0
+
+
+def prepare_main(
+    env: Mapping[str, str],
+    *,
+    root: Path | None = None,
+    pinned: bool = False,
+    latest: bool = False,
+    sha: str = "",
+    force: bool = False,
+    offline: bool = False,
+    as_json: bool = False,
+    verbose: bool = False,
+) -> int:
+    console = Console(env=env, verbose=verbose)
+
+    def action() -> dict[str, Any]:
+        from skippy.prepare import Target, prepare
+
+        chosen = [name for name, on in (("--pinned", pinned), ("--latest", latest), ("--sha", bool(sha))) if on]
+        if len(chosen) > 1:
+            raise SettingsError(
+                f"choose one of --pinned, --latest, --sha (got {' and '.join(chosen)})",
+                untouched="everything",
+                next_step="invoke prepare --pinned",
+            )
+        target = Target.latest() if latest else Target.at(sha) if sha else Target.pinned()
+        settings = load(root, env)
+        report = prepare(settings, target, console=console, force=force, offline=offline)
+        verb = {
+            "noop": "up to date",
+            "cloned": "cloned and patched",
+            "applied": "patched",
+        }.get(report.action, report.action)
+        extra = f", {report.changed_files} file(s) rewritten" if report.changed_files else ""
+        console.info(
+            f"{settings.relative(report.workdir)}: {verb} at {report.patched_sha[:12]} "
+            f"(upstream {report.upstream_sha[:12]}, queue {report.queue_digest[:12]}{extra}) "
+            f"in {report.seconds:.2f} s"
+        )
+        for note in report.notes:
+            console.info(f"note: {note}")
+        return report.as_dict()
+
+    return guarded(action, console=console, as_json=as_json)
+
+
+def status_main(env: Mapping[str, str], *, root: Path | None = None, as_json: bool = False) -> int:
+    console = Console(env=env)
+
+    def action() -> dict[str, Any]:
+        from skippy.status import compute_status
+
+        status = compute_status(load(root, env))
+        if not as_json:
+            print(status.render())
+        return status.as_dict()
+
+    return guarded(action, console=console, as_json=as_json)
+
+
+def exit_with(code: int) -> None:
+    if code:
+        sys.exit(code)
