@@ -140,9 +140,7 @@ def _load_core(patch_dir: Path, violations: list[Violation]) -> list[Patch]:
     for path in files:
         match = _NUMBERED.match(path.name)
         if not path.is_file():
-            violations.append(
-                Violation(Lane.CORE, path, None, "is not a regular file", "replace it with a patch file")
-            )
+            violations.append(Violation(Lane.CORE, path, None, "is not a regular file", "replace it with a patch file"))
             continue
         if match is None:
             violations.append(
@@ -181,9 +179,7 @@ def _load_series_lane(patch_dir: Path, lane: Lane, violations: list[Violation]) 
     if not folder.exists():
         return []
     if not folder.is_dir():
-        violations.append(
-            Violation(lane, folder, None, "is not a directory", "remove it or make it a lane folder")
-        )
+        violations.append(Violation(lane, folder, None, "is not a directory", "remove it or make it a lane folder"))
         return []
     on_disk = {p.name for p in folder.iterdir() if p.name.endswith(".patch")}
     series = folder / "series"
@@ -206,13 +202,7 @@ def _load_series_lane(patch_dir: Path, lane: Lane, violations: list[Violation]) 
         entry = raw.rstrip("\r").strip()
         if not entry or entry.startswith("#"):
             continue
-        if (
-            entry.startswith("/")
-            or "/" in entry
-            or "\\" in entry
-            or entry in (".", "..")
-            or ".." in entry.split("/")
-        ):
+        if entry.startswith("/") or "/" in entry or "\\" in entry or entry in (".", "..") or ".." in entry.split("/"):
             violations.append(
                 Violation(
                     lane,
