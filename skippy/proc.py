@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sh
 
@@ -99,7 +100,7 @@ def run(
     command = sh.Command(exe)
     # Line callbacks cost sh a polling thread (~0.1 s a call): use them only
     # when the caller wants output as it arrives.
-    streaming: dict[str, object] = {}
+    streaming: dict[str, Any] = {}
     if on_line is not None:
         streaming = {"_out": sink(out), "_err": sink(err)}
     running = command(

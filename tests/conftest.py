@@ -114,7 +114,9 @@ def queued_project(project: Project) -> Project:
     """A project whose queue has patches in all three lanes, pinned to the second upstream commit."""
     base = project.upstream.commits[1]
     model = project.upstream.read("src/llama-model.cpp", base)
-    p1 = project.patch(base, "core: add a hook point", {"src/llama-model.cpp": model.replace("line 5\n", "line 5\nHOOK\n")})
+    p1 = project.patch(
+        base, "core: add a hook point", {"src/llama-model.cpp": model.replace("line 5\n", "line 5\nHOOK\n")}
+    )
     project.add_patch("core", "0001-core-add-a-hook-point.patch", p1)
     p2 = project.patch(base, "core: add provenance", {"src/provenance.h": "#define SKIPPY 1\n"})
     project.add_patch("core", "0002-core-add-provenance.patch", p2)

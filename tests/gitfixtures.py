@@ -127,8 +127,9 @@ def make_patch(
 
 
 def pyproject(upstream_url: str, extra: str = "") -> str:
-    return textwrap.dedent(
-        f"""\
+    return (
+        textwrap.dedent(
+            f"""\
         [project]
         name = "downstream-fixture"
         version = "0"
@@ -143,4 +144,6 @@ def pyproject(upstream_url: str, extra: str = "") -> str:
         network_backoff = 0.0
         lock_timeout = 5
         """
-    ) + extra
+        )
+        + extra
+    )
