@@ -124,6 +124,9 @@ def run(
         else:
             try:
                 running.wait(timeout=timeout)
+                # sh's timed wait only polls the pid: join its output threads
+                # too, or the tail of stdout/stderr can be lost
+                running.process.wait()
             except sh.TimeoutException:
                 _stop(running, grace)
                 if on_line is None:
