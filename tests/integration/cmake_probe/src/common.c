@@ -1,0 +1,1 @@
+int probe_answer(void) { return 42; }

@@ -1,0 +1,3 @@
+#include <cstdio>
+extern "C" int probe_answer(void);
+int main() { std::printf("rpc server stand-in %d\n", probe_answer()); return 0; }

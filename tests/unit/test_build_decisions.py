@@ -1,0 +1,259 @@
+"""Pure pieces of the build: the configure decision, CMake output parsing,
+cache assertions, compiler-cache statistics, toolchain parsers, session args
+and the skip-unavailable rule."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skippy.backends import Backend
+from skippy.build import (
+    BuildPlan,
+    cache_mismatches,
+    ccache_counts,
+    decide_configure,
+    parse_cmake_cache,
+    parse_session_args,
+    parse_unused_variables,
+    plan_build,
+    run_build_session,
+    sccache_counts,
+)
+from skippy.errors import BuildError, ToolchainMissing
+from skippy.settings import Settings
+from skippy.toolchain import (
+    Tool,
+    Toolchain,
+    TreeInfo,
+    check_tree_needs,
+    host_platform,
+    parse_amdgpu_targets,
+    parse_cmake_languages,
+    parse_cmake_options,
+    parse_cuda_compute_caps,
+    parse_ninja_targets,
+    parse_os_release,
+    parse_rpc_target,
+    parse_vulkan_header,
+    probe_toolchain,
+)
+from skippy.ui import Console
+
+
+def _plan(tmp_path: Path) -> BuildPlan:
+    tc = Toolchain(
+        backend=Backend.CPU,
+        system="Linux",
+        cmake=Tool("cmake", "/t/cmake", "3.30"),
+        ninja=Tool("ninja", "/t/ninja", "1.12"),
+    )
+    tree = TreeInfo(tmp_path / "src", frozenset(), frozenset({"C", "CXX"}), "ggml-rpc-server")
+    return plan_build(Backend.CPU, Settings.from_table(tmp_path, {}, {}), tree=tree, toolchain=tc, patched_sha="b" * 40)
+
+
+def _cache(plan: BuildPlan, **over: str) -> dict[str, str]:
+    base = {
+        "CMAKE_GENERATOR": "Ninja",
+        "CMAKE_HOME_DIRECTORY": str(plan.source_dir),
+        "CMAKE_COMMAND": "/t/cmake",
+        "CMAKE_MAKE_PROGRAM": "/t/ninja",
+    }
+    base.update(over)
+    return base
+
+
+def _decide(
+    plan: BuildPlan, stamp: Mapping[str, Any] | None, cache: Mapping[str, str] | None, ninja: bool = True
+) -> tuple[bool, bool, str]:
+    d = decide_configure(plan, stamp=stamp, cache=cache, has_build_ninja=ninja, exists=lambda p: p.startswith("/t/"))
+    return d.needed, d.wipe, d.reason
+
+
+def test_configure_decision(tmp_path: Path) -> None:
+    p = _plan(tmp_path)
+    stamp = dict(p.stamp)
+    assert _decide(p, None, None) == (True, False, "new build directory")
+    assert _decide(p, stamp, _cache(p)) == (False, False, "up to date")
+    needed, wipe, reason = _decide(p, stamp, _cache(p, CMAKE_GENERATOR="Unix Makefiles"))
+    assert (needed, wipe) == (True, True)
+    assert "generator mismatch" in reason
+    assert "Unix Makefiles" in reason
+    assert "cmake this dir was configured with is gone" in _decide(p, stamp, _cache(p, CMAKE_COMMAND="/old/cmake"))[2]
+    assert "ninja" in _decide(p, stamp, _cache(p, CMAKE_MAKE_PROGRAM="/old/ninja"))[2]
+    assert "another source tree" in _decide(p, stamp, _cache(p, CMAKE_HOME_DIRECTORY="/x"))[2]
+    assert _decide(p, stamp, _cache(p), ninja=False)[:2] == (True, True)
+    assert "outside skippy" in _decide(p, None, _cache(p))[2]
+    moved_sha = {**stamp, "patched_sha": "c" * 40}
+    assert _decide(p, moved_sha, _cache(p)) == (True, True, "the patched tree changed")
+    new_tools = {**stamp, "tools": {"cmake": {"path": "/t/cmake", "version": "3.31"}}}
+    assert _decide(p, new_tools, _cache(p))[2] == "the tools changed"
+    both = {**moved_sha, "configure_args": []}
+    assert _decide(p, both, _cache(p))[2] == "the configure arguments changed; the patched tree changed"
+
+
+CMAKE_OUTPUT = """-- Configuring done (0.3s)
+-- Generating done (0.0s)
+CMake Warning:
+  Manually-specified variables were not used by the project:
+
+    GGML_TYPO
+    LLAMA_GONE
+
+
+-- Build files have been written to: /b
+"""
+
+
+def test_parse_unused_variables() -> None:
+    assert parse_unused_variables(CMAKE_OUTPUT) == ["GGML_TYPO", "LLAMA_GONE"]
+    assert parse_unused_variables("-- Configuring done\n-- Generating done\n") == []
+
+
+def test_parse_cmake_cache_and_mismatches() -> None:
+    cache = parse_cmake_cache(
+        "# comment\n//help text\nGGML_RPC:BOOL=ON\nGGML_CUDA_FA_ALL_QUANTS:BOOL=FALSE\n"
+        "CMAKE_CUDA_ARCHITECTURES:STRING=86;89\nEMPTY:STRING=\n"
+    )
+    assert cache == {
+        "GGML_RPC": "ON",
+        "GGML_CUDA_FA_ALL_QUANTS": "FALSE",
+        "CMAKE_CUDA_ARCHITECTURES": "86;89",
+        "EMPTY": "",
+    }
+    assert cache_mismatches({"GGML_RPC": "ON", "CMAKE_CUDA_ARCHITECTURES": "86;89"}, cache) == {}
+    wrong = cache_mismatches({"GGML_CUDA_FA_ALL_QUANTS": "ON", "MISSING": "1", "GGML_RPC": "TRUE"}, cache)
+    assert wrong == {"GGML_CUDA_FA_ALL_QUANTS": ("ON", "FALSE"), "MISSING": ("1", "<unset>")}
+
+
+def test_sccache_and_ccache_counts() -> None:
+    stats = {
+        "stats": {
+            "cache_hits": {"counts": {"C/C++": 7, "CUDA": 2}},
+            "cache_misses": {"counts": {"C/C++": 1}},
+        }
+    }
+    assert sccache_counts(json.dumps(stats)) == (9, 1)
+    assert sccache_counts('{"stats": {}}') == (0, 0)
+    with pytest.raises(ValueError):
+        sccache_counts("sccache: Starting the server...")
+    text = "stats_updated_timestamp\t1700000000\ndirect_cache_hit\t5\npreprocessed_cache_hit\t2\ncache_miss\t3\n"
+    assert ccache_counts(text) == (7, 3)
+
+
+def test_toolchain_parsers() -> None:
+    assert parse_cuda_compute_caps("8.6\n8.9\n8.6\n") == "86;89"
+    assert parse_cuda_compute_caps("No devices were found\n") is None
+    rocminfo = "  Name:                    gfx000\n  Name:                    gfx1100\n  Name: gfx90a\n"
+    assert parse_amdgpu_targets(rocminfo) == "gfx1100;gfx90a"
+    assert parse_amdgpu_targets("") is None
+    header = (
+        "#define VK_HEADER_VERSION 239\n"
+        "#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION(0, 1, 3, VK_HEADER_VERSION)\n"
+        "#define VK_KHR_surface 1\n"
+    )
+    version, features = parse_vulkan_header(header)
+    assert version == "1.3.239"
+    assert "VK_KHR_surface" in features
+    assert "VK_EXT_layer_settings" not in features
+    assert "VK_EXT_layer_settings" in parse_vulkan_header(header + "#define VK_EXT_layer_settings 1\n")[1]
+    assert parse_os_release("ID=ubuntu\nID_LIKE=debian\n") == "debian"
+    assert parse_os_release("ID=arch\n") == "arch"
+    assert parse_os_release("ID=fedora\n") is None
+    assert host_platform("Darwin", None) == "macos"
+    assert parse_rpc_target("set(TARGET rpc-server)\nadd_executable(${TARGET} rpc-server.cpp)\n") == "rpc-server"
+    assert parse_rpc_target("add_executable(ggml-rpc-server rpc-server.cpp)") == "ggml-rpc-server"
+    assert parse_rpc_target("add_executable(other x.cpp)") is None
+    assert parse_cmake_options('option(GGML_RPC "x" OFF)\n  OPTION( LLAMA_CURL "y" ON)') == {"GGML_RPC", "LLAMA_CURL"}
+    assert parse_cmake_languages('project("ggml" C CXX ASM)\nenable_language(CUDA)') == {"C", "CXX", "CUDA"}
+    assert parse_ninja_targets("llama-server: phony\nbin/llama-server: CXX_EXECUTABLE_LINKER\n") == {
+        "llama-server",
+        "bin/llama-server",
+    }
+
+
+def test_vulkan_headers_too_old_for_the_tree_fail_before_configure(tmp_path: Path) -> None:
+    tree = TreeInfo(tmp_path, frozenset(), frozenset(), "ggml-rpc-server", frozenset({"VK_EXT_layer_settings"}))
+    old = Toolchain(
+        backend=Backend.VULKAN,
+        system="Linux",
+        cmake=Tool("cmake", "/t/cmake", "3.30"),
+        ninja=Tool("ninja", "/t/ninja", "1.12"),
+        vulkan_include_dir="/usr/include",
+        vulkan_header_version="1.3.239",
+        vulkan_features=frozenset({"VK_KHR_surface"}),
+    )
+    with pytest.raises(ToolchainMissing) as info:
+        check_tree_needs(tree, old)
+    text = info.value.render()
+    assert "VK_EXT_layer_settings" in text
+    assert "1.3.239" in text
+    assert "-DVulkan_INCLUDE_DIR" in text
+    check_tree_needs(tree, replace(old, vulkan_features=frozenset({"VK_EXT_layer_settings"})))
+    check_tree_needs(tree, replace(old, backend=Backend.CPU))
+
+
+def test_session_args() -> None:
+    a = parse_session_args(["--skip-unavailable", "-j2", "-DGGML_RPC=ON", "--no-spot-check"], {})
+    assert (a.skip_unavailable, a.spot_check, a.jobs, a.cmake_args) == (True, False, 2, ("-DGGML_RPC=ON",))
+    b = parse_session_args(["--jobs", "4"], {"SKIPPY_SKIP_UNAVAILABLE": "1"})
+    assert (b.skip_unavailable, b.spot_check, b.jobs, b.cmake_args) == (True, True, 4, ())
+    assert not parse_session_args([], {"SKIPPY_SKIP_UNAVAILABLE": "0"}).skip_unavailable
+    with pytest.raises(BuildError):
+        parse_session_args(["-j", "zero"], {})
+
+
+def test_metal_on_linux_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    s = Settings.from_table(tmp_path, {}, {"PATH": str(tmp_path)})
+    with pytest.raises(ToolchainMissing) as info:
+        probe_toolchain(Backend.METAL, s, system="Linux", os_release="ID=debian\n")
+    text = info.value.render()
+    assert "needs macOS with Xcode command line tools (this host is Linux)" in text
+    assert "--skip-unavailable" in text
+    assert info.value.exit_code != 0
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.prepared = 0
+        self.checked = 0
+
+    def prepare(self, settings: Settings, console: Console) -> Any:
+        self.prepared += 1
+        raise AssertionError("an unavailable backend must not prepare the tree")
+
+    def spot_check(
+        self,
+        settings: Settings,
+        *,
+        server_binary: Path,
+        console: Console,
+        server_env: Mapping[str, str],
+        extra_server_args: Sequence[str],
+    ) -> object:
+        self.checked += 1
+        return None
+
+
+def test_unavailable_backend_fails_unless_skipping_was_asked(tmp_path: Path) -> None:
+    # no compiler on PATH: every backend is unavailable here, on any machine
+    s = Settings.from_table(tmp_path, {}, {"PATH": str(tmp_path)})
+    console = Console(env={}, stream=io.StringIO())
+    rec = _Recorder()
+    with pytest.raises(ToolchainMissing):
+        run_build_session("rocm", s, console, (), prepare_fn=rec.prepare, spot_check_fn=rec.spot_check)
+    outcome = run_build_session(
+        "rocm", s, console, ("--skip-unavailable",), prepare_fn=rec.prepare, spot_check_fn=rec.spot_check
+    )
+    assert outcome.skipped
+    assert outcome.build is None
+    skip_env = Settings.from_table(tmp_path, {}, {"PATH": str(tmp_path), "SKIPPY_SKIP_UNAVAILABLE": "1"})
+    assert run_build_session("rocm", skip_env, console, prepare_fn=rec.prepare, spot_check_fn=rec.spot_check).skipped
+    assert rec.prepared == 0
+    assert rec.checked == 0

@@ -1,0 +1,287 @@
+"""plan_build is pure: the full plan of every backend, on any machine."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from skippy.backends import DEFAULT_AMDGPU_TARGETS, DEFAULT_CUDA_ARCHITECTURES, Backend
+from skippy.build import BuildOptions, BuildPlan, plan_build, requested_defines, split_cmake_args
+from skippy.errors import BuildError
+from skippy.settings import Settings
+from skippy.toolchain import Tool, Toolchain, TreeInfo
+
+SHA = "a" * 40
+ALL_LANGS = frozenset({"C", "CXX", "CUDA", "HIP"})
+TREE_OPTIONS = frozenset({"LLAMA_OPENSSL", "LLAMA_BUILD_UI", "LLAMA_USE_PREBUILT_UI", "GGML_RPC"})
+
+
+def settings(tmp_path: Path, env: dict[str, str] | None = None, table: dict[str, object] | None = None) -> Settings:
+    return Settings.from_table(tmp_path / "proj", table or {}, env or {})
+
+
+def tree(tmp_path: Path, **kw: object) -> TreeInfo:
+    base = TreeInfo(
+        source_dir=tmp_path / "proj" / ".deps" / "llama.cpp",
+        options=TREE_OPTIONS,
+        languages=ALL_LANGS,
+        rpc_target="ggml-rpc-server",
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]  # test helper: fields by keyword
+
+
+def toolchain(backend: Backend, **kw: object) -> Toolchain:
+    base = Toolchain(
+        backend=backend,
+        system="Linux",
+        cmake=Tool("cmake", "/opt/t/cmake", "cmake version 3.30.0"),
+        ninja=Tool("ninja", "/opt/t/ninja", "1.12.1"),
+        tools=(Tool("cc", "/usr/bin/cc", "gcc 12"), Tool("c++", "/usr/bin/c++", "g++ 12")),
+        launcher=Tool("sccache", "/opt/t/sccache", "sccache 0.16.0"),
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]  # test helper: fields by keyword
+
+
+def plan(
+    tmp_path: Path,
+    backend: Backend,
+    *,
+    args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    table: dict[str, object] | None = None,
+    tc: dict[str, object] | None = None,
+    tr: dict[str, object] | None = None,
+) -> BuildPlan:
+    return plan_build(
+        backend,
+        settings(tmp_path, env, table),
+        tree=tree(tmp_path, **(tr or {})),
+        toolchain=toolchain(backend, **(tc or {})),
+        patched_sha=SHA,
+        options=BuildOptions(cmake_args=args),
+    )
+
+
+def defines(p: BuildPlan) -> dict[str, str]:
+    return {d.name: d.value for d in p.defines}
+
+
+def test_cpu_full_plan(tmp_path: Path) -> None:
+    p = plan(tmp_path, Backend.CPU)
+    root = tmp_path / "proj"
+    assert p.build_dir == root / ".deps" / "llama-build" / f"cpu-{p.digest}"
+    assert len(p.digest) == 10
+    assert defines(p) == {
+        "BUILD_SHARED_LIBS": "OFF",
+        "CMAKE_BUILD_TYPE": "Release",
+        "CMAKE_CXX_COMPILER_LAUNCHER": "/opt/t/sccache",
+        "CMAKE_C_COMPILER_LAUNCHER": "/opt/t/sccache",
+        "CMAKE_MAKE_PROGRAM": "/opt/t/ninja",
+        "GGML_CCACHE": "OFF",
+        "GGML_CUDA": "OFF",
+        "GGML_HIP": "OFF",
+        "GGML_METAL": "OFF",
+        "GGML_RPC": "ON",
+        "GGML_VULKAN": "OFF",
+        "LLAMA_BUILD_UI": "OFF",
+        "LLAMA_OPENSSL": "OFF",
+        "LLAMA_USE_PREBUILT_UI": "OFF",
+    }
+    src = str(root / ".deps" / "llama.cpp")
+    assert p.configure_argv[:7] == ("/opt/t/cmake", "-S", src, "-B", str(p.build_dir), "-G", "Ninja")
+    assert "-DGGML_RPC=ON" in p.configure_argv
+    assert p.build_argv == ("/opt/t/ninja", "-C", str(p.build_dir), "llama-server", "ggml-rpc-server")
+    assert p.targets == ("llama-server", "ggml-rpc-server")
+    assert p.binaries["llama-server"] == p.build_dir / "bin" / "llama-server"
+    # path-valued defines are not asserted in the cache; flags are
+    assert "CMAKE_C_COMPILER_LAUNCHER" not in p.expectations
+    assert p.expectations["GGML_RPC"] == "ON"
+    assert p.spot_check_args == ()
+    assert p.env_overrides == {
+        "SCCACHE_DIR": str(root / ".deps" / "cache" / "sccache"),
+        "SCCACHE_SERVER_UDS": str(root / ".deps" / "cache" / "sccache.sock"),
+    }
+    assert p.stamp["patched_sha"] == SHA
+    assert p.stamp["generator"] == "Ninja"
+    assert p.stamp["tools"]["cmake"] == {"path": "/opt/t/cmake", "version": "cmake version 3.30.0"}
+    assert "-DGGML_RPC=ON" in p.stamp["configure_args"]
+
+
+def test_native_is_off_only_on_ci(tmp_path: Path) -> None:
+    assert "GGML_NATIVE" not in defines(plan(tmp_path, Backend.CPU))
+    on_ci = plan(tmp_path, Backend.CPU, env={"CI": "true"})
+    assert defines(on_ci)["GGML_NATIVE"] == "OFF"
+    assert on_ci.digest != plan(tmp_path, Backend.CPU).digest
+
+
+def test_tree_optional_defines_follow_the_tree(tmp_path: Path) -> None:
+    old = plan(tmp_path, Backend.CPU, tr={"options": frozenset({"LLAMA_CURL"})})
+    d = defines(old)
+    assert d["LLAMA_CURL"] == "OFF"
+    assert "LLAMA_OPENSSL" not in d
+    assert "LLAMA_BUILD_UI" not in d
+
+
+def test_no_launcher_means_no_launcher_defines_and_no_cache_env(tmp_path: Path) -> None:
+    p = plan(tmp_path, Backend.CUDA, tc={"launcher": None})
+    assert not [d for d in p.defines if d.name.endswith("_COMPILER_LAUNCHER")]
+    assert p.env_overrides == {}
+
+
+def test_ccache_launcher_env(tmp_path: Path) -> None:
+    p = plan(tmp_path, Backend.CPU, tc={"launcher": Tool("ccache", "/usr/bin/ccache", "ccache 4.8")})
+    assert defines(p)["CMAKE_CXX_COMPILER_LAUNCHER"] == "/usr/bin/ccache"
+    assert p.env_overrides == {"CCACHE_DIR": str(tmp_path / "proj" / ".deps" / "cache" / "ccache")}
+
+
+def test_metal_plan(tmp_path: Path) -> None:
+    p = plan(tmp_path, Backend.METAL, tc={"system": "Darwin"})
+    d = defines(p)
+    assert d["GGML_METAL"] == "ON"
+    assert d["GGML_CUDA"] == d["GGML_HIP"] == d["GGML_VULKAN"] == "OFF"
+    # the tree does not enable OBJC/OBJCXX: setting their launchers would be "unused"
+    assert "CMAKE_OBJC_COMPILER_LAUNCHER" not in d
+    with_objc = plan(tmp_path, Backend.METAL, tr={"languages": frozenset({"C", "CXX", "OBJC", "OBJCXX"})})
+    assert defines(with_objc)["CMAKE_OBJCXX_COMPILER_LAUNCHER"] == "/opt/t/sccache"
+    assert p.spot_check_args == ("-ngl", "99")
+
+
+def test_cuda_plan_defaults(tmp_path: Path) -> None:
+    p = plan(tmp_path, Backend.CUDA, tc={"cuda_compiler": "/usr/local/cuda/bin/nvcc"})
+    d = defines(p)
+    assert d["GGML_CUDA"] == "ON"
+    assert d["CMAKE_CUDA_ARCHITECTURES"] == DEFAULT_CUDA_ARCHITECTURES
+    assert p.provenance["CMAKE_CUDA_ARCHITECTURES"].startswith("default")
+    assert d["GGML_CUDA_FA_ALL_QUANTS"] == "ON"
+    assert d["CMAKE_CUDA_COMPILER_LAUNCHER"] == "/opt/t/sccache"
+    assert d["CMAKE_CUDA_COMPILER"] == "/usr/local/cuda/bin/nvcc"
+    assert "CMAKE_HIP_COMPILER_LAUNCHER" not in d
+    # the FA value and the architectures are asserted from CMakeCache.txt after configure
+    assert p.expectations["GGML_CUDA_FA_ALL_QUANTS"] == "ON"
+    assert p.expectations["CMAKE_CUDA_ARCHITECTURES"] == DEFAULT_CUDA_ARCHITECTURES
+    assert p.spot_check_args == ("-ngl", "99")
+
+
+def test_cuda_architectures_precedence(tmp_path: Path) -> None:
+    detected = plan(tmp_path, Backend.CUDA, tc={"cuda_architectures": "86;89"})
+    assert defines(detected)["CMAKE_CUDA_ARCHITECTURES"] == "86;89"
+    assert detected.provenance["CMAKE_CUDA_ARCHITECTURES"] == "detected (nvidia-smi)"
+    table = plan(tmp_path, Backend.CUDA, table={"build": {"cuda_architectures": "75"}}, tc={"cuda_architectures": "86"})
+    assert defines(table)["CMAKE_CUDA_ARCHITECTURES"] == "75"
+    env = plan(tmp_path, Backend.CUDA, env={"CUDAARCHS": "80"}, table={"build": {"cuda_architectures": "75"}})
+    assert defines(env)["CMAKE_CUDA_ARCHITECTURES"] == "80"
+    given = plan(tmp_path, Backend.CUDA, args=("-DCMAKE_CUDA_ARCHITECTURES=90",), env={"CUDAARCHS": "80"})
+    assert defines(given)["CMAKE_CUDA_ARCHITECTURES"] == "90"
+    assert given.provenance["CMAKE_CUDA_ARCHITECTURES"] == "given"
+    assert given.expectations["CMAKE_CUDA_ARCHITECTURES"] == "90"
+    assert len({detected.digest, table.digest, env.digest, given.digest}) == 4
+
+
+def test_cuda_fa_all_quants_opt_out(tmp_path: Path) -> None:
+    posarg = plan(tmp_path, Backend.CUDA, args=("-DGGML_CUDA_FA_ALL_QUANTS=OFF",))
+    assert defines(posarg)["GGML_CUDA_FA_ALL_QUANTS"] == "OFF"
+    assert posarg.expectations["GGML_CUDA_FA_ALL_QUANTS"] == "OFF"
+    table = plan(tmp_path, Backend.CUDA, table={"build": {"cuda_fa_all_quants": False}})
+    assert defines(table)["GGML_CUDA_FA_ALL_QUANTS"] == "OFF"
+    assert "GGML_CUDA_FA_ALL_QUANTS" not in defines(plan(tmp_path, Backend.CPU))
+
+
+def test_vulkan_plan(tmp_path: Path) -> None:
+    p = plan(tmp_path, Backend.VULKAN, tc={"vulkan_include_dir": "/opt/vk/include"})
+    d = defines(p)
+    assert d["GGML_VULKAN"] == "ON"
+    assert d["Vulkan_INCLUDE_DIR"] == "/opt/vk/include"
+    assert "Vulkan_INCLUDE_DIR" not in p.expectations
+    assert p.spot_check_env["MESA_SHADER_CACHE_DIR"] == str(tmp_path / "proj" / ".deps" / "cache" / "mesa-shader-cache")
+    assert p.spot_check_env["GGML_VK_VISIBLE_DEVICES"] == "0"
+    assert p.spot_check_args == ("-ngl", "99")
+    # a different header dir is the same flags: same build dir, new stamp
+    other = plan(tmp_path, Backend.VULKAN, tc={"vulkan_include_dir": "/elsewhere/include"})
+    assert other.digest == p.digest
+    assert other.stamp != p.stamp
+
+
+def test_rocm_plan(tmp_path: Path) -> None:
+    p = plan(
+        tmp_path,
+        Backend.ROCM,
+        tc={"hip_compiler": "/opt/rocm/llvm/bin/clang++", "hip_path": "/opt/rocm", "amdgpu_targets": "gfx1100"},
+    )
+    d = defines(p)
+    assert d["GGML_HIP"] == "ON"
+    assert d["CMAKE_POSITION_INDEPENDENT_CODE"] == "ON"
+    assert d["AMDGPU_TARGETS"] == "gfx1100"
+    assert d["CMAKE_HIP_COMPILER"] == "/opt/rocm/llvm/bin/clang++"
+    assert d["CMAKE_HIP_COMPILER_LAUNCHER"] == "/opt/t/sccache"
+    assert "CMAKE_CUDA_COMPILER_LAUNCHER" not in d
+    assert p.env_overrides["HIP_PATH"] == "/opt/rocm"
+    assert p.env["HIP_PATH"] == "/opt/rocm"
+    default = plan(tmp_path, Backend.ROCM)
+    assert defines(default)["AMDGPU_TARGETS"] == DEFAULT_AMDGPU_TARGETS
+    given = plan(tmp_path, Backend.ROCM, args=("-DAMDGPU_TARGETS=gfx90a",), tc={"amdgpu_targets": "gfx1100"})
+    assert defines(given)["AMDGPU_TARGETS"] == "gfx90a"
+    gpu_targets = plan(tmp_path, Backend.ROCM, args=("-DGPU_TARGETS=gfx942",))
+    assert "AMDGPU_TARGETS" not in defines(gpu_targets)
+    assert defines(gpu_targets)["GPU_TARGETS"] == "gfx942"
+
+
+def test_old_tree_rpc_target(tmp_path: Path) -> None:
+    p = plan(tmp_path, Backend.CPU, tr={"rpc_target": "rpc-server"})
+    assert p.targets == ("llama-server", "rpc-server")
+    assert p.build_argv[-1] == "rpc-server"
+    assert p.rpc_target_known
+    unknown = plan(tmp_path, Backend.CPU, tr={"rpc_target": None})
+    assert not unknown.rpc_target_known
+
+
+def test_user_args_override_and_pass_through(tmp_path: Path) -> None:
+    p = plan(tmp_path, Backend.CPU, args=("-DGGML_RPC=OFF", "--log-level=VERBOSE", "-D", "FOO:STRING=bar"))
+    d = defines(p)
+    assert d["GGML_RPC"] == "OFF"
+    assert d["FOO"] == "bar"
+    assert p.configure_argv[-1] == "--log-level=VERBOSE"
+    assert p.extra_args == ("--log-level=VERBOSE",)
+
+
+def test_flags_change_the_build_dir_but_tools_do_not(tmp_path: Path) -> None:
+    base = plan(tmp_path, Backend.CPU)
+    moved = plan(tmp_path, Backend.CPU, tc={"cmake": Tool("cmake", "/new/venv/bin/cmake", "cmake version 3.31")})
+    assert moved.build_dir == base.build_dir
+    assert moved.stamp["tools"] != base.stamp["tools"]
+    flagged = plan(tmp_path, Backend.CPU, args=("-DGGML_CPU_REPACK=OFF",))
+    assert flagged.build_dir != base.build_dir
+    assert plan(tmp_path, Backend.CUDA).build_dir.name.startswith("cuda-")
+
+
+def test_jobs(tmp_path: Path) -> None:
+    p = plan_build(
+        Backend.CPU,
+        settings(tmp_path),
+        tree=tree(tmp_path),
+        toolchain=toolchain(Backend.CPU),
+        patched_sha=SHA,
+        options=BuildOptions(jobs=3),
+    )
+    assert p.build_argv[3:5] == ("-j", "3")
+    from_env = plan(tmp_path, Backend.CPU, env={"SKIPPY_BUILD_JOBS": "2"})
+    assert from_env.build_argv[3:5] == ("-j", "2")
+
+
+def test_build_root_inside_the_tree_is_refused(tmp_path: Path) -> None:
+    s = Settings.from_table(tmp_path / "proj", {"build_root": ".deps/llama.cpp/build"}, {})
+    with pytest.raises(BuildError, match="inside the source tree"):
+        plan_build(Backend.CPU, s, tree=tree(tmp_path), toolchain=toolchain(Backend.CPU), patched_sha=SHA)
+
+
+def test_split_cmake_args() -> None:
+    d, rest = split_cmake_args(["-DA=1", "-DB:BOOL=ON", "-D", "C=x=y", "-Wno-dev", "-DA=2"])
+    assert d == {"A": "2", "B": "ON", "C": "x=y"}
+    assert rest == ("-Wno-dev",)
+
+
+def test_requested_defines_precedence(tmp_path: Path) -> None:
+    s = settings(tmp_path, {"CUDAARCHS": "80"}, {"build": {"cuda_architectures": "75", "vulkan_include_dir": "/v"}})
+    got = requested_defines(s, BuildOptions(cmake_args=("-DAMDGPU_TARGETS=gfx90a",)))
+    assert got == {"CMAKE_CUDA_ARCHITECTURES": "80", "Vulkan_INCLUDE_DIR": "/v", "AMDGPU_TARGETS": "gfx90a"}
