@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
 import signal
 import socket
@@ -394,7 +395,9 @@ def free_port(host: str = HOST) -> int:
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
+    """No process listens on ``port`` (connections in TIME_WAIT do not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -439,6 +442,11 @@ class Server:
         self.exit_code: int | None = None
         self.killed = False
 
+    def _signal_group(self, sig: int) -> None:
+        # the server leads its own session, so its process group id is its pid;
+        # asking sh (os.getpgid) fails once the leader is reaped, children or not
+        os.killpg(self.pid, sig)
+
     def alive(self) -> bool:
         return bool(self._running.process.is_alive()[0])
 
@@ -458,23 +466,27 @@ class Server:
 
     def stop(self, grace: float) -> int:
         """SIGTERM to the process group, SIGKILL after ``grace`` seconds; returns the exit code."""
-        if self.exit_code is not None:
-            return self.exit_code
+        if self.exit_code is None:
+            self._terminate(grace)
+        # the leader may be gone while children linger: the group goes either way
+        with contextlib.suppress(OSError):
+            self._signal_group(signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            self._log.close()
+        return self.exit_code if self.exit_code is not None else -1
+
+    def _terminate(self, grace: float) -> None:
         if self.alive():
             with contextlib.suppress(OSError):
-                self._running.process.signal_group(signal.SIGTERM)
+                self._signal_group(signal.SIGTERM)
             deadline = time.monotonic() + grace
             while self.alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
             if self.alive():
                 self.killed = True
-        # the leader may be gone while children linger: the group goes either way
-        with contextlib.suppress(OSError):
-            self._running.process.signal_group(signal.SIGKILL)
-        code = self._finish()
-        with contextlib.suppress(OSError):
-            self._log.close()
-        return code
+            with contextlib.suppress(OSError):
+                self._signal_group(signal.SIGKILL)
+        self._finish()
 
     def log_lines(self) -> list[str]:
         with contextlib.suppress(OSError, ValueError):
@@ -562,6 +574,16 @@ def ask(port: int, options: Options) -> Answer:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:80] or "model"
+
+
+def _log_name(ref: ModelRef, used: set[str]) -> str:
+    base = _slug(Path(ref.name).name if ref.kind == "path" else ref.label)
+    name, n = base, 1
+    while name in used:
+        n += 1
+        name = f"{base}-{n}"
+    used.add(name)
+    return name + ".log"
 
 
 def log_dir(settings: Settings, server: Path) -> Path:
@@ -668,6 +690,7 @@ def spot_check(
                 details=version_text,
             )
     logs = log_dir(settings, server_binary)
+    used: set[str] = set()
     for ref in refs:
         with console.step(f"spot check {ref.label}"):
             try:
@@ -685,7 +708,7 @@ def spot_check(
                 ref.label,
                 env=env,
                 options=options,
-                log_path=logs / f"{_slug(ref.label)}.log",
+                log_path=logs / _log_name(ref, used),
                 extra_server_args=extra_server_args,
             )
             report.results.append(result)

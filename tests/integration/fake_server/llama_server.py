@@ -1,0 +1,157 @@
+"""A stand-in for llama-server: the same command line and HTTP endpoints, stdlib only.
+
+Behaviour is chosen with environment variables (the spot check passes
+``server_env`` through):
+
+FAKE_LLAMA_MODE     ready (default) | slow | crashing | error-in-log | hanging |
+                    empty | error-answer | stall
+FAKE_LLAMA_LOAD     seconds /health answers 503 before it is ready (default 0.2;
+                    slow: 1.5)
+FAKE_LLAMA_STATE    a directory: the server writes argv.json, pid, child.pid there
+FAKE_LLAMA_CHILD    "1": start a child process that must die with the server
+FAKE_LLAMA_PROVENANCE  "upstream=<sha> queue=<digest>" for --version
+
+Modes: *crashing* exits 3 while loading; *error-in-log* answers fine but logs a
+GGML_ASSERT line; *hanging* never becomes ready and ignores SIGTERM; *empty*
+answers with no token; *error-answer* streams an error chunk; *stall* accepts
+the completion but never answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+MODE = os.environ.get("FAKE_LLAMA_MODE", "ready")
+STATE = Path(os.environ["FAKE_LLAMA_STATE"]) if os.environ.get("FAKE_LLAMA_STATE") else None
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class Handler(BaseHTTPRequestHandler):
+    ready_at = 0.0
+    model = ""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log("srv  log_server_r: " + format % args)
+
+    def _json(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            if time.monotonic() < self.ready_at:
+                self._json(503, {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}})
+            else:
+                self._json(200, {"status": "ok"})
+        elif self.path == "/props":
+            self._json(200, {"model_path": self.model, "build_info": "b1-fake"})
+        else:
+            self._json(404, {"error": {"code": 404, "message": "File Not Found"}})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        request = json.loads(self.rfile.read(length) or b"{}")
+        if self.path != "/v1/chat/completions":
+            self._json(404, {"error": {"code": 404, "message": "File Not Found"}})
+            return
+        if MODE == "stall":
+            time.sleep(3600)
+        words = [] if MODE == "empty" else ["O", "K", "!"][: int(request.get("max_tokens", 5))]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+
+        def event(body: dict[str, Any] | str) -> None:
+            payload = body if isinstance(body, str) else json.dumps(body)
+            self.wfile.write(f"data: {payload}\n\n".encode())
+            self.wfile.flush()
+
+        event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]})
+        if MODE == "error-answer":
+            event({"error": {"code": 500, "message": "The model produced output that does not match"}})
+            return
+        for word in words:
+            time.sleep(0.01)
+            event({"choices": [{"index": 0, "delta": {"content": word}}]})
+        event({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+        event(
+            {
+                "choices": [],
+                "usage": {"completion_tokens": len(words), "prompt_tokens": 4, "total_tokens": 4 + len(words)},
+                "timings": {"predicted_n": len(words)},
+            }
+        )
+        if MODE == "error-in-log":
+            log("/src/ggml/src/ggml-cpu/ops.cpp:42: GGML_ASSERT(ne0 % 32 == 0) failed")
+        event("[DONE]")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--version", action="store_true")
+    parser.add_argument("-m", "--model")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    args, _rest = parser.parse_known_args()
+    if args.version:
+        log("version: 1 (fake)")
+        log("built with python for testing")
+        if os.environ.get("FAKE_LLAMA_PROVENANCE"):
+            log("skippy: " + os.environ["FAKE_LLAMA_PROVENANCE"])
+        return 0
+    if STATE is not None:
+        STATE.mkdir(parents=True, exist_ok=True)
+        (STATE / "argv.json").write_text(json.dumps(sys.argv[1:]))
+        (STATE / "pid").write_text(str(os.getpid()))
+    if os.environ.get("FAKE_LLAMA_CHILD") == "1":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        if STATE is not None:
+            (STATE / "child.pid").write_text(str(child.pid))
+    if MODE == "hanging":
+        signal.signal(signal.SIGTERM, lambda *_: log("ignoring SIGTERM"))
+    else:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    log(f"srv    load_model: loading model '{args.model}'")
+    if MODE == "crashing":
+        time.sleep(0.2)
+        log("llama_model_loader: unexpected end of tensor data")
+        return 3
+    load = float(os.environ.get("FAKE_LLAMA_LOAD", "1.5" if MODE == "slow" else "0.2"))
+    Handler.ready_at = float("inf") if MODE == "hanging" else time.monotonic() + load
+    Handler.model = args.model or ""
+    httpd = ThreadingHTTPServer((args.host, args.port), Handler)
+    httpd.daemon_threads = True
+    log(f"srv  llama_server: listening on http://{args.host}:{args.port}")
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        while True:
+            time.sleep(0.1)
+            if time.monotonic() >= Handler.ready_at and MODE != "hanging":
+                log("srv  llama_server: model loaded")
+                Handler.ready_at = 0.0
+                while True:
+                    time.sleep(3600)
+    finally:
+        httpd.server_close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
