@@ -122,7 +122,7 @@ class LlamaTestbed:
         return tag_for(version)
 
 
-def testbed_key(sources: Sequence[SdistSource]) -> str:
+def cache_key(sources: Sequence[SdistSource]) -> str:
     """Cache key: the schema and, in order, each version, digest and folder."""
     text = "\n".join([SCHEMA, *(f"{s.version} {s.sha256} {s.folder} {s.upstream_sha}" for s in sources)])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -154,7 +154,7 @@ def build_testbed(
         raise ValueError("a test-bed needs at least one source")
     cache_dir.mkdir(parents=True, exist_ok=True)
     downloads = archive_cache or cache_dir / "archives"
-    key = testbed_key(sources)
+    key = cache_key(sources)
     final = cache_dir / f"upstream-{key}.git"
     try:
         with filelock.FileLock(str(cache_dir / f"upstream-{key}.lock"), timeout=lock_timeout):
@@ -221,7 +221,7 @@ def _build(
     repo.git("symbolic-ref", "HEAD", f"refs/heads/{BRANCH}")
     manifest = {
         "schema": SCHEMA,
-        "key": testbed_key(sources),
+        "key": cache_key(sources),
         "branch": BRANCH,
         "versions": [
             {"version": v, "commit": commits[v], "upstream": upstream[v], "sha256": s.sha256}
@@ -266,7 +266,7 @@ def _load(path: Path, ctx: archives.FetchContext) -> LlamaTestbed | None:
     return LlamaTestbed(path=path, commits=commits, upstream=upstream, key=str(data.get("key", "")))
 
 
-def testbed_for(settings: Settings, console: Console, *, python: str | None = None) -> LlamaTestbed:
+def project_testbed(settings: Settings, console: Console, *, python: str | None = None) -> LlamaTestbed:
     """The project's test-bed: built under ``<cache_dir>/testbed``, downloads shared with archive imports."""
     ctx = archives.FetchContext.from_settings(settings, console, python=python)
     return build_testbed(
