@@ -349,10 +349,14 @@ def launcher_env(kind: str, cache_dir: Path) -> dict[str, str]:
     """Environment for the compiler cache: its store under ``cache_dir``."""
     if kind == "sccache":
         env = {"SCCACHE_DIR": str(cache_dir / "sccache")}
+        # a server of our own, so SCCACHE_DIR is honoured and the stats are ours
         sock = cache_dir / "sccache.sock"
         if len(str(sock)) <= _UDS_MAX:
-            # a server of our own, so SCCACHE_DIR is honoured and stats are ours
             env["SCCACHE_SERVER_UDS"] = str(sock)
+        else:
+            # too long for a Unix socket: a loopback port derived from the cache dir
+            seed = int(hashlib.sha256(str(cache_dir).encode()).hexdigest()[:8], 16)
+            env["SCCACHE_SERVER_PORT"] = str(20000 + seed % 20000)
         return env
     if kind == "ccache":
         return {"CCACHE_DIR": str(cache_dir / "ccache")}
@@ -589,6 +593,12 @@ class _CacheProbe:
             self.console.warn(f"could not read {launcher.name} statistics: {exc}")
             return None
         return CacheStats(launcher.name, hits, misses)
+
+
+def stop_cache_server(plan: BuildPlan) -> None:
+    """Stop the sccache server a build of ``plan`` started (tests, benchmarks)."""
+    if plan.launcher is not None and plan.launcher.name == "sccache":
+        proc.run([plan.launcher.path, "--stop-server"], env=plan.env, check=False, timeout=60)
 
 
 def read_stamp(path: Path) -> dict[str, Any] | None:

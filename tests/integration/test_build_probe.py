@@ -1,0 +1,249 @@
+"""Real CMake + Ninja against tests/integration/cmake_probe: the -D values the
+project receives, unused-variable detection, cache assertions, stamps
+(skip / reconfigure), generator mismatch and moved-tool recovery, RPC target
+detection, and the compiler cache."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from skippy import proc
+from skippy.backends import Backend
+from skippy.build import (
+    BuildOptions,
+    BuildPlan,
+    BuildReport,
+    execute_plan,
+    parse_cmake_cache,
+    plan_build,
+    stop_cache_server,
+)
+from skippy.errors import BuildError
+from skippy.settings import Settings
+from skippy.toolchain import Tool, Toolchain, inspect_tree, probe_toolchain, tool_version
+from skippy.ui import Console
+
+pytestmark = pytest.mark.integration
+
+PROBE = Path(__file__).parent / "cmake_probe"
+SHA = "1" * 40
+
+
+class Env:
+    def __init__(self, tmp_path: Path) -> None:
+        self.src = tmp_path / "src"
+        shutil.copytree(PROBE, self.src)
+        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path / "home")}
+        self.settings = Settings.from_table(tmp_path / "proj", {}, env)
+        self.toolchain = probe_toolchain(Backend.CPU, self.settings)
+        self.out = io.StringIO()
+        self.console = Console(env={}, stream=self.out)
+        self.plans: list[BuildPlan] = []
+
+    def plan(self, *args: str, sha: str = SHA, toolchain: Toolchain | None = None) -> BuildPlan:
+        p = plan_build(
+            Backend.CPU,
+            self.settings,
+            tree=inspect_tree(self.src),
+            toolchain=toolchain or self.toolchain,
+            patched_sha=sha,
+            options=BuildOptions(cmake_args=args),
+        )
+        self.plans.append(p)
+        return p
+
+    def run(self, plan: BuildPlan) -> BuildReport:
+        return execute_plan(plan, self.console)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    e = Env(tmp_path)
+    yield e
+    for p in e.plans[-1:]:
+        stop_cache_server(p)
+
+
+def values(plan: BuildPlan) -> dict[str, str]:
+    text = (plan.build_dir / "probe-values.txt").read_text(encoding="utf-8")
+    return dict(line.split("=", 1) for line in text.splitlines())
+
+
+def test_configure_passes_our_values_and_builds_both_binaries(env: Env) -> None:
+    plan = env.plan()
+    report = env.run(plan)
+    got = values(plan)
+    assert got["GGML_RPC"] == "ON"
+    assert got["BUILD_SHARED_LIBS"] == "OFF"
+    assert got["GGML_CCACHE"] == "OFF"
+    assert got["LLAMA_OPENSSL"] == "OFF"
+    assert got["LLAMA_BUILD_UI"] == "OFF"
+    assert got["GGML_CUDA"] == got["GGML_METAL"] == got["GGML_HIP"] == got["GGML_VULKAN"] == "OFF"
+    assert got["CMAKE_BUILD_TYPE"] == "Release"
+    assert report.configured
+    assert report.compiled == 3
+    assert not plan.build_dir.is_relative_to(env.src)
+    for name in ("llama-server", "ggml-rpc-server"):
+        out = proc.run([report.binaries[name]], env=env.settings.env)
+        assert "stand-in 42" in out.stdout
+    cache = parse_cmake_cache((plan.build_dir / "CMakeCache.txt").read_text(encoding="utf-8"))
+    assert cache["CMAKE_GENERATOR"] == "Ninja"
+    if env.toolchain.launcher is not None:
+        assert got["CMAKE_CXX_COMPILER_LAUNCHER"] == env.toolchain.launcher.path
+        assert report.cache is not None
+        assert report.cache.requests == 3
+    assert plan.stamp_path.is_file()
+
+
+def test_unchanged_stamp_skips_configure(env: Env) -> None:
+    plan = env.plan()
+    env.run(plan)
+    cache_file = plan.build_dir / "CMakeCache.txt"
+    before = cache_file.stat().st_mtime_ns
+    again = env.run(env.plan())
+    assert not again.configured
+    assert again.configure_reason == "up to date"
+    assert again.compiled == 0
+    assert cache_file.stat().st_mtime_ns == before
+
+
+def test_changed_patched_sha_reconfigures_fresh_in_the_same_dir(env: Env) -> None:
+    first = env.plan()
+    env.run(first)
+    moved = env.plan(sha="2" * 40)
+    assert moved.build_dir == first.build_dir
+    report = env.run(moved)
+    assert report.configured
+    assert report.configure_reason == "the patched tree changed"
+    assert "reconfiguring" in env.out.getvalue()
+    if report.cache is not None and report.compiled:
+        # objects under the wiped CMakeFiles/ came back from the compiler cache
+        assert report.cache.hits == report.compiled
+
+
+def test_changed_flags_get_a_new_dir(env: Env) -> None:
+    first = env.plan()
+    env.run(first)
+    other = env.plan("-DGGML_NATIVE=OFF")
+    assert other.build_dir != first.build_dir
+    report = env.run(other)
+    assert report.configure_reason == "new build directory"
+    assert values(other)["GGML_NATIVE"] == "OFF"
+    assert values(first)["GGML_NATIVE"] == "ON"  # the project's default: not set locally
+
+
+def test_unused_variable_fails_the_build(env: Env) -> None:
+    plan = env.plan("-DSKIPPY_NOT_A_VARIABLE=1")
+    with pytest.raises(BuildError, match="SKIPPY_NOT_A_VARIABLE") as info:
+        env.run(plan)
+    assert "did not use" in info.value.what
+    assert not plan.stamp_path.exists()
+    assert not (plan.build_dir / "bin" / "llama-server").exists()
+
+
+def test_a_value_clobbered_by_the_project_fails_the_build(env: Env) -> None:
+    plan = env.plan("-DPROBE_CLOBBER_RPC=ON")
+    with pytest.raises(BuildError) as info:
+        env.run(plan)
+    assert "did not keep" in info.value.what
+    assert "GGML_RPC: wanted 'ON', CMakeCache.txt has 'OFF'" in (info.value.details or "")
+
+
+def test_configure_error_is_a_build_error_with_cmake_output(env: Env) -> None:
+    with pytest.raises(BuildError) as info:
+        env.run(env.plan("-DGGML_BOGUS=ON"))
+    assert "configure failed" in info.value.what
+    assert "cmake_probe: unknown option GGML_BOGUS" in (info.value.details or "")
+
+
+def test_generator_mismatch_is_recovered(env: Env) -> None:
+    if proc.which("make", env.settings.env) is None:
+        pytest.skip("make is not installed: cannot make a Makefiles build dir")
+    plan = env.plan()
+    plan.build_dir.mkdir(parents=True)
+    proc.run(
+        [env.toolchain.cmake.path, "-S", env.src, "-B", plan.build_dir, "-G", "Unix Makefiles"],
+        env=env.settings.env,
+    )
+    report = env.run(plan)
+    assert report.configured
+    assert "generator mismatch" in report.configure_reason
+    assert "Unix Makefiles" in report.configure_reason
+    assert (plan.build_dir / "bin" / "llama-server").is_file()
+
+
+def test_a_cmake_that_moved_is_recovered(env: Env) -> None:
+    plan = env.plan()
+    env.run(plan)
+    cache_file = plan.build_dir / "CMakeCache.txt"
+    text = cache_file.read_text(encoding="utf-8")
+    old = parse_cmake_cache(text)["CMAKE_COMMAND"]
+    cache_file.write_text(text.replace(f"CMAKE_COMMAND:INTERNAL={old}", "CMAKE_COMMAND:INTERNAL=/gone/bin/cmake"))
+    report = env.run(env.plan())
+    assert report.configured
+    assert "is gone" in report.configure_reason
+    assert parse_cmake_cache(cache_file.read_text(encoding="utf-8"))["CMAKE_COMMAND"] != "/gone/bin/cmake"
+
+
+def test_another_cmake_reconfigures(env: Env) -> None:
+    """A recreated venv brings another cmake: the stamp notices, the dir is reconfigured."""
+    plan = env.plan()
+    env.run(plan)
+    others = [
+        found
+        for found in (shutil.which("cmake", path=str(Path(sys.executable).parent)), shutil.which("cmake"))
+        if found and found != env.toolchain.cmake.path
+    ]
+    if not others:
+        pytest.skip("only one cmake on this machine")
+    other = Tool("cmake", others[0], tool_version(others[0], env.settings.env))
+    report = env.run(env.plan(toolchain=replace(env.toolchain, cmake=other)))
+    assert report.configured
+    assert report.configure_reason == "the tools changed"
+    assert parse_cmake_cache((plan.build_dir / "CMakeCache.txt").read_text(encoding="utf-8"))["CMAKE_COMMAND"]
+
+
+def test_old_tree_builds_rpc_server(env: Env) -> None:
+    rpc = env.src / "tools" / "rpc" / "CMakeLists.txt"
+    rpc.write_text(rpc.read_text(encoding="utf-8").replace("ggml-rpc-server", "rpc-server"), encoding="utf-8")
+    plan = env.plan()
+    assert plan.targets == ("llama-server", "rpc-server")
+    report = env.run(plan)
+    assert report.binaries["rpc-server"].is_file()
+
+
+def test_rpc_target_found_after_configure_when_the_tree_does_not_say(env: Env) -> None:
+    shutil.rmtree(env.src / "tools")
+    top = env.src / "CMakeLists.txt"
+    top.write_text(
+        top.read_text(encoding="utf-8").replace(
+            "add_subdirectory(tools/rpc)",
+            "add_executable(rpc-server src/rpc.cpp)\ntarget_link_libraries(rpc-server PRIVATE probe_common)",
+        ),
+        encoding="utf-8",
+    )
+    plan = env.plan()
+    assert not plan.rpc_target_known
+    report = env.run(plan)
+    assert set(report.binaries) == {"llama-server", "rpc-server"}
+    assert report.binaries["rpc-server"].is_file()
+    # and again from the stamp, without configuring
+    again = env.run(env.plan())
+    assert not again.configured
+    assert set(again.binaries) == {"llama-server", "rpc-server"}
+
+
+def test_probe_finds_real_tools(env: Env) -> None:
+    tc = env.toolchain
+    assert Path(tc.cmake.path).is_file()
+    assert tc.cmake.version.startswith("cmake version")
+    assert tc.ninja.version[0].isdigit()
+    assert {t.name for t in tc.tools} >= {"cc", "c++"}
