@@ -32,6 +32,7 @@ from typing import Any, Final, Literal
 import sh
 
 from skippy import proc
+from skippy.backends import SERVER_TARGET, Backend
 from skippy.errors import SkippyError, SpotCheckFailed
 from skippy.models import ModelRef, model_refs, resolve_model
 from skippy.settings import Settings
@@ -301,13 +302,25 @@ def provenance_mismatch(expected: Provenance, reported: Provenance | None) -> st
     return "; ".join(diffs) or None
 
 
-def backend_of(server: Path, settings: Settings) -> str:
-    """The backend a server binary was built for, from ``<build_root>/<backend>/bin/...``."""
+def build_dir_of(server: Path, settings: Settings) -> Path | None:
+    """The build directory (``<build_root>/<backend>-<digest>``) a server binary is in, if any."""
     try:
         rel = server.resolve().relative_to(settings.build_root.resolve())
     except ValueError:
-        return "cpu"
-    return rel.parts[0] if len(rel.parts) > 1 else "cpu"
+        return None
+    return settings.build_root / rel.parts[0] if len(rel.parts) > 1 else None
+
+
+def backend_of(server: Path, settings: Settings) -> str:
+    """The backend a server binary was built for (``<build_root>/<backend>-<digest>/bin/...``)."""
+    build_dir = build_dir_of(server, settings)
+    if build_dir is None:
+        return Backend.CPU.value
+    name = build_dir.name
+    for backend in Backend:
+        if name == backend.value or name.startswith(backend.value + "-"):
+            return backend.value
+    return Backend.CPU.value
 
 
 @dataclass(frozen=True)
@@ -587,12 +600,9 @@ def _log_name(ref: ModelRef, used: set[str]) -> str:
 
 
 def log_dir(settings: Settings, server: Path) -> Path:
-    """Logs go beside the build: ``<build_root>/<backend>/spot-check/``."""
-    try:
-        server.resolve().relative_to(settings.build_root.resolve())
-        return settings.build_root / backend_of(server, settings) / "spot-check"
-    except ValueError:
-        return settings.build_root / "spot-check"
+    """Logs go beside the build (``<build dir>/spot-check/``), else under build_root."""
+    build_dir = build_dir_of(server, settings)
+    return (build_dir if build_dir is not None else settings.build_root) / "spot-check"
 
 
 def check_model(
@@ -737,15 +747,24 @@ def describe(result: ModelResult, settings: Settings) -> str:
 
 
 def default_server(settings: Settings) -> Path:
-    """The CPU build's llama-server, else the newest ``*/bin/llama-server`` under build_root."""
-    cpu = settings.build_root / "cpu" / "bin" / "llama-server"
-    if cpu.is_file():
-        return cpu
-    found = sorted(settings.build_root.glob("*/bin/llama-server"), key=lambda p: p.stat().st_mtime)
-    if found:
-        return found[-1]
+    """The newest CPU build's llama-server under build_root, else the newest of any backend.
+
+    Builds live in ``<build_root>/<backend>-<digest>/bin/`` (see :mod:`skippy.build`).
+    """
+
+    def newest(pattern: str) -> Path | None:
+        found = sorted(settings.build_root.glob(pattern), key=lambda p: p.stat().st_mtime)
+        return found[-1] if found else None
+
+    for pattern in (f"{Backend.CPU.value}-*/bin/{SERVER_TARGET}", f"{Backend.CPU.value}/bin/{SERVER_TARGET}"):
+        found = newest(pattern)
+        if found is not None:
+            return found
+    found = newest(f"*/bin/{SERVER_TARGET}")
+    if found is not None:
+        return found
     raise SpotCheckFailed(
-        f"no llama-server build under {settings.relative(settings.build_root)}",
+        f"no {SERVER_TARGET} build under {settings.relative(settings.build_root)}",
         untouched="everything: nothing was started",
         next_step="nox -s build-cpu (or pass --server PATH)",
     )

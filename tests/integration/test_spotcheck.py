@@ -47,7 +47,7 @@ def wait_gone(pid: int, seconds: float = 3.0) -> bool:
 class Rig:
     def __init__(self, root: Path, **spot: object) -> None:
         self.root = root
-        self.server = fake_server.install(root / "build" / "cpu" / "bin")
+        self.server = fake_server.install(root / "build" / "cpu-0123abcd" / "bin")
         self.state = root / "state"
         self.model = root / "models" / "m.gguf"
         self.model.parent.mkdir(parents=True)
@@ -126,7 +126,7 @@ def test_ready_server_passes_with_timings_and_is_stopped(rig: Rig) -> None:
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[-2:] == ["-ngl", "99"]
     log = Path(result.log_path or "")
-    assert log.parent == rig.root / "build" / "cpu" / "spot-check"
+    assert log.parent == rig.root / "build" / "cpu-0123abcd" / "spot-check"
     assert "loading model" in log.read_text()
     rig.assert_cleaned_up()
 
@@ -297,7 +297,7 @@ def test_cli_json_report_and_default_server(rig: Rig, capsys: pytest.CaptureFixt
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is True
-    assert out["server"] == "build/cpu/bin/llama-server"
+    assert out["server"] == "build/cpu-0123abcd/bin/llama-server"
     assert out["results"][0]["tokens"] == 3
 
 

