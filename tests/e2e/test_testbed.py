@@ -11,7 +11,9 @@ import pytest
 
 from skippy import archives
 from skippy.git import Repo
+from skippy.settings import Settings
 from skippy.testbed import LLAMA_CPP_PYTHON, LlamaTestbed, cache_key
+from skippy.ui import Console
 
 pytestmark = pytest.mark.e2e
 
@@ -104,3 +106,24 @@ def test_the_archive_tree_is_the_real_upstream_tree(testbed: LlamaTestbed, tmp_p
     assert members
     ours = repo_of(testbed).out("rev-parse", f"{testbed.commits[source.version]}^{{tree}}")
     assert real.out("rev-parse", f"{source.upstream_sha}^{{tree}}") == ours
+
+
+#: the import of llama-cpp-python 0.3.35 for the pin: the same SHA on every machine
+PINNED_IMPORT = "f4a8dff8289e4dd3d0aa174d04c32e18bb69656c"
+#: the tree of upstream 4df29be4f4c3 itself
+PINNED_TREE = "5664c498dbf10292801ec319c7d677ec73c562d9"
+
+
+def test_pinned_archive_import_is_deterministic_and_real(testbed: LlamaTestbed, tmp_path: Path) -> None:
+    """The project's own mapping (pypi-sdist 0.3.35) imported into a fresh repo."""
+    root = Path(__file__).resolve().parents[2]
+    settings = Settings.load(root, dict(os.environ))
+    pin = settings.pin_file.read_text(encoding="utf-8").strip()
+    repo = Repo(tmp_path / "fresh", env={"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path)})
+    repo.path.mkdir()
+    repo.git("init", "--quiet")
+    sha = archives.import_archive(settings, repo, pin, Console(quiet=True))
+    assert sha == PINNED_IMPORT
+    assert repo.out("rev-parse", f"{sha}^{{tree}}") == PINNED_TREE
+    # the test-bed's 0.3.35 commit holds the very same tree
+    assert repo_of(testbed).out("rev-parse", f"{testbed.commits['0.3.35']}^{{tree}}") == PINNED_TREE
