@@ -7,7 +7,7 @@ Errors are caught once, here: rendered for humans (stderr) or as JSON
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,27 @@ def status_main(env: Mapping[str, str], *, root: Path | None = None, as_json: bo
         return status.as_dict()
 
     return guarded(action, console=console, as_json=as_json)
+
+
+def bench_main(env: Mapping[str, str], *, root: Path | None = None, args: Sequence[str] = ()) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="nox -s bench --")
+    parser.add_argument("--output", type=Path, default=None, help="JSON figures (default .bench/bench.json)")
+    parser.add_argument("--rounds", type=int, default=5, help="cold prepare rounds per side")
+    parser.add_argument("--noop-rounds", type=int, default=15, help="no-op prepare rounds")
+    opts = parser.parse_args(list(args))
+    console = Console(env=env)
+
+    def action() -> dict[str, Any]:
+        from skippy import bench
+
+        settings = load(root, env)
+        output = opts.output or settings.root / ".bench" / "bench.json"
+        bench.run(settings, console, output=output, rounds=opts.rounds, noop_rounds=opts.noop_rounds)
+        return {"output": str(output)}
+
+    return guarded(action, console=console, as_json=False)
 
 
 def exit_with(code: int) -> None:

@@ -610,7 +610,9 @@ class _Preparer:
             patches = self.queue.lane(lane)
             if not patches:
                 continue
-            with self.console.step(f"git am --3way: {lane.value} lane ({len(patches)} patch{'es' if len(patches) != 1 else ''}) in {where}"):
+            with self.console.step(
+                f"git am --3way: {lane.value} lane ({len(patches)} patch{'es' if len(patches) != 1 else ''}) in {where}"
+            ):
                 result = repo.git(
                     "am",
                     "--3way",

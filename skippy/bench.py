@@ -1,0 +1,236 @@
+"""``nox -s bench``: skippy's speed targets, measured beside the raw tools in the same run.
+
+Prepare figures use the real llama.cpp test-bed (three vendored upstream trees
+in a local bare repository) as the upstream and a small real queue written
+against the pinned tree.  Figures go to one JSON file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skippy import proc
+from skippy.git import Repo, hermetic_env
+from skippy.settings import Settings
+from skippy.ui import Console
+
+#: targets from the issues; the report says whether each was met
+NOOP_TARGET_S = 0.3
+COLD_RATIO_TARGET = 1.15
+
+BENCH_PYPROJECT = """\
+[project]
+name = "skippy-bench"
+version = "0"
+
+[tool.skippy]
+upstream_url = "{url}"
+pin_file = "upstream.txt"
+patch_dir = "patches"
+workdir = "work/llama.cpp"
+compat_link = false
+"""
+
+#: (lane, file, path in the tree, line put at its top): a small real queue, all lanes
+BENCH_EDITS: tuple[tuple[str, str, str, str], ...] = (
+    ("core", "0001-core-provenance-comment.patch", "src/llama.cpp", "// skippy bench: core 1\n"),
+    ("core", "0002-core-model-comment.patch", "src/llama-model.cpp", "// skippy bench: core 2\n"),
+    ("core", "0003-core-new-file.patch", "src/skippy-bench.h", "#pragma once\n"),
+    ("model_support", "0001-gemma3-comment.patch", "src/llama-arch.cpp", "// skippy bench: model support\n"),
+    ("generated", "0001-family-llama.patch", "src/skippy-generated-llama.inc", "// generated llama\n"),
+)
+
+
+@dataclass(frozen=True)
+class Timing:
+    samples: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "median_s": round(self.median, 4),
+            "min_s": round(min(self.samples), 4),
+            "max_s": round(max(self.samples), 4),
+            "samples_s": [round(s, 4) for s in self.samples],
+        }
+
+
+def timed(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def mtimes(root: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                out[str(path.relative_to(root))] = path.stat().st_mtime_ns
+    return out
+
+
+def write_bench_queue(upstream_url: str, pin: str, into: Path, env: Mapping[str, str], scratch: Path) -> list[Path]:
+    """Write BENCH_EDITS as format-patch mailboxes against ``pin`` (one commit per patch, each on the pin)."""
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    genv = hermetic_env(env, scratch.parent)
+    proc.run(["git", "clone", "--quiet", "--no-checkout", upstream_url, str(scratch)], env=genv)
+    repo = Repo(scratch, env)
+    if into.exists():
+        shutil.rmtree(into)
+    into.mkdir(parents=True)
+    written: list[Path] = []
+    for lane, name, rel, line in BENCH_EDITS:
+        repo.git("checkout", "--quiet", "--force", "--detach", pin)
+        target = scratch / rel
+        before = target.read_text(encoding="utf-8") if target.exists() else ""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(line + before, encoding="utf-8")
+        repo.git("add", "--", rel)
+        subject = name.split("-", 1)[1].removesuffix(".patch").replace("-", " ")
+        repo.git(
+            "commit",
+            "--quiet",
+            "-m",
+            f"bench: {subject}",
+            env={"GIT_AUTHOR_DATE": "2024-06-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2024-06-01T00:00:00+0000"},
+        )
+        mbox = repo.git("format-patch", "--stdout", "--zero-commit", "--no-signature", "-1", "HEAD").stdout
+        folder = into if lane == "core" else into / lane
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / name
+        path.write_text(mbox, encoding="utf-8")
+        if lane != "core":
+            with (folder / "series").open("a", encoding="utf-8") as fh:
+                fh.write(name + "\n")
+        written.append(path)
+    shutil.rmtree(scratch)
+    return written
+
+
+def bench_prepare(
+    settings: Settings,
+    console: Console,
+    *,
+    rounds: int,
+    noop_rounds: int,
+    python: str = sys.executable,
+) -> dict[str, Any]:
+    from skippy.testbed import testbed_for
+
+    bed = testbed_for(settings, console)
+    version = "0.3.35" if "0.3.35" in bed.versions else bed.versions[0]
+    pin = bed.commits[version]
+    base = settings.cache_dir.parent / "bench"
+    project = base / "project"
+    if project.exists():
+        shutil.rmtree(project)
+    project.mkdir(parents=True)
+    (project / "pyproject.toml").write_text(BENCH_PYPROJECT.format(url=bed.url), encoding="utf-8")
+    (project / "upstream.txt").write_text(pin + "\n", encoding="utf-8")
+    shutil.copy(settings.root / "tasks.py", project / "tasks.py")
+    patches = write_bench_queue(bed.url, pin, project / "patches", settings.env, base / "scratch")
+    invoke = str(Path(python).parent / "invoke")
+    env = dict(settings.env)
+    env.pop("CI", None)  # measure the interactive path
+    for var in ("LLAMA_UPSTREAM_URL", "LLAMA_WORKDIR", "LLAMA_PIN_FILE", "LLAMA_PATCH_DIR"):
+        env.pop(var, None)
+    workdir = project / "work" / "llama.cpp"
+    raw_dir = project / "raw" / "llama.cpp"
+    raw_env = hermetic_env(settings.env, raw_dir.parent)
+
+    def skippy_cold() -> None:
+        shutil.rmtree(project / "work", ignore_errors=True)
+        proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)
+
+    def raw_cold() -> None:
+        shutil.rmtree(raw_dir.parent, ignore_errors=True)
+        raw_dir.parent.mkdir(parents=True)
+        proc.run(["git", "clone", "--quiet", bed.url, str(raw_dir)], env=raw_env)
+        proc.run(["git", "-C", str(raw_dir), "checkout", "--quiet", "--detach", pin], env=raw_env)
+        proc.run(
+            ["git", "-C", str(raw_dir), "am", "--3way", "--quiet", *map(str, patches)],
+            env=raw_env,
+        )
+
+    console.info(f"bench: cold prepare vs raw git, {rounds} round(s) each, alternating")
+    skippy_samples: list[float] = []
+    raw_samples: list[float] = []
+    skippy_cold()  # warm the page cache and the archive-free path once
+    raw_cold()
+    for i in range(rounds):
+        order: Sequence[tuple[list[float], Callable[[], None]]] = (
+            ((skippy_samples, skippy_cold), (raw_samples, raw_cold))
+            if i % 2 == 0
+            else ((raw_samples, raw_cold), (skippy_samples, skippy_cold))
+        )
+        for samples, action in order:
+            samples.append(timed(action))
+    raw_head = proc.run(["git", "-C", str(raw_dir), "rev-parse", "HEAD^{tree}"], env=raw_env).stdout.strip()
+    ours_head = proc.run(["git", "-C", str(workdir), "rev-parse", "HEAD^{tree}"], env=raw_env).stdout.strip()
+    cold_skippy, cold_raw = Timing(tuple(skippy_samples)), Timing(tuple(raw_samples))
+    ratio = cold_skippy.median / cold_raw.median
+
+    console.info(f"bench: no-op `invoke prepare --pinned`, {noop_rounds} round(s)")
+    before = mtimes(workdir)
+    noop_samples = [
+        timed(lambda: proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)) for _ in range(noop_rounds)
+    ]
+    after = mtimes(workdir)
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    noop = Timing(tuple(noop_samples))
+    files = sum(1 for k in before if not k.startswith(".git/"))
+    return {
+        "upstream": {"testbed": str(bed.path), "version": version, "pin": pin, "files": files},
+        "queue": {"patches": len(patches)},
+        "cold_prepare": {
+            "skippy": cold_skippy.as_dict(),
+            "raw_git": cold_raw.as_dict(),
+            "ratio": round(ratio, 3),
+            "target_ratio": COLD_RATIO_TARGET,
+            "met": ratio <= COLD_RATIO_TARGET,
+            "same_tree_as_raw": raw_head == ours_head,
+        },
+        "noop_prepare": {
+            **noop.as_dict(),
+            "target_s": NOOP_TARGET_S,
+            "met": noop.median <= NOOP_TARGET_S,
+            "files_with_changed_mtime": len(changed),
+            "changed": changed[:20],
+        },
+    }
+
+
+def run(settings: Settings, console: Console, *, output: Path, rounds: int = 5, noop_rounds: int = 15) -> int:
+    report: dict[str, Any] = {"schema": 1, "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+    report["prepare"] = bench_prepare(settings, console, rounds=rounds, noop_rounds=noop_rounds)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    p = report["prepare"]
+    console.info(
+        f"cold prepare: skippy {p['cold_prepare']['skippy']['median_s']:.3f} s vs raw git "
+        f"{p['cold_prepare']['raw_git']['median_s']:.3f} s = {p['cold_prepare']['ratio']:.3f}x "
+        f"(target <= {COLD_RATIO_TARGET}x: {'met' if p['cold_prepare']['met'] else 'MISSED'})"
+    )
+    console.info(
+        f"no-op prepare: median {p['noop_prepare']['median_s']:.3f} s "
+        f"(target <= {NOOP_TARGET_S} s: {'met' if p['noop_prepare']['met'] else 'MISSED'}), "
+        f"{p['noop_prepare']['files_with_changed_mtime']} file(s) with a changed mtime"
+    )
+    console.info(f"figures written to {output}")
+    return 0
