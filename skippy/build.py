@@ -52,7 +52,7 @@ from skippy.toolchain import (
     parse_ninja_targets,
     probe_toolchain,
 )
-from skippy.ui import Console
+from skippy.ui import Console, print_json
 
 GENERATOR: Final = "Ninja"
 STAMP_NAME: Final = "skippy-build-stamp.json"
@@ -921,6 +921,41 @@ def run_build_session(
             extra_server_args=plan.spot_check_args,
         )
     return SessionOutcome(backend=b, build=report, patched_sha=prepared.patched_sha)
+
+
+def build_main(
+    backend: str,
+    env: Mapping[str, str],
+    *,
+    root: Path,
+    args: Sequence[str] = (),
+) -> tuple[int, str | None]:
+    """``nox -s build-<backend>``: (exit code, skip reason). Errors are rendered here, once.
+
+    A skip reason is returned only when the user asked to skip unavailable
+    backends; the session must then call ``session.skip`` so it shows as
+    skipped, never as passed.
+    """
+    as_json = "--json" in args
+    rest = [a for a in args if a != "--json"]
+    console = Console(env=env, verbose="--verbose" in rest)
+    rest = [a for a in rest if a != "--verbose"]
+    try:
+        settings = Settings.load(root, env)
+        outcome = run_build_session(backend, settings, console, rest)
+    except SkippyError as exc:
+        if as_json:
+            print_json({"ok": False, **exc.as_dict()})
+        console.error(exc.render())
+        return exc.exit_code, None
+    except KeyboardInterrupt:
+        console.error("interrupted: the next run reconfigures or resumes the build dir as needed")
+        return 130, None
+    if as_json:
+        print_json({"ok": True, "skipped": outcome.skipped, "build": outcome.build and outcome.build.as_dict()})
+    if outcome.skipped:
+        return 0, f"{outcome.skipped} (unavailable backends skipped on request)"
+    return 0, None
 
 
 def build_backend(
