@@ -275,3 +275,8 @@ def project_testbed(settings: Settings, console: Console, *, python: str | None 
         archive_cache=settings.cache_dir / "archives",
         lock_timeout=settings.lock_timeout * 2,
     )
+
+
+#: the first name of :func:`project_testbed` (skippy.bench uses it); not collected by pytest
+testbed_for = project_testbed
+testbed_for.__test__ = False  # type: ignore[attr-defined]
