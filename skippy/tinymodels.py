@@ -20,6 +20,7 @@ server's chat output parser rejects).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -329,7 +330,18 @@ def write_tiny_model(name: str, path: Path) -> Path:
     rng = np.random.default_rng(SEED)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    writer: Any = gguf.GGUFWriter(str(tmp), fam.arch)
+    quiet = logging.getLogger("gguf.gguf_writer")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # it logs every file it writes at INFO
+    try:
+        _write(gguf.GGUFWriter(str(tmp), fam.arch), fam, vocab, shape, rng)
+    finally:
+        quiet.setLevel(level)
+    tmp.replace(path)
+    return path
+
+
+def _write(writer: Any, fam: TinyFamily, vocab: Vocab, shape: Shape, rng: np.random.Generator) -> None:
     arch = fam.arch
     writer.add_name(f"skippy tiny {fam.name}")
     writer.add_uint32(f"{arch}.context_length", shape.n_ctx)
@@ -367,8 +379,6 @@ def write_tiny_model(name: str, path: Path) -> Path:
         writer.write_tensors_to_file()
     finally:
         writer.close()
-    tmp.replace(path)
-    return path
 
 
 def cache_path(name: str, cache_dir: Path) -> Path:

