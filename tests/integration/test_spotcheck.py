@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from skippy import spotcheck
 from skippy.errors import SpotCheckFailed
 from skippy.settings import Settings
 from skippy.spotcheck import ModelCheckFailed, Provenance, SpotCheckReport, main, port_is_free, spot_check
@@ -325,3 +327,16 @@ def test_children_of_a_crashed_server_are_stopped_too(rig: Rig) -> None:
         )
     assert (rig.state / "child.pid").exists()
     rig.assert_cleaned_up()
+
+
+def test_port_taken_between_probe_and_bind_is_retried(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = int(taken.getsockname()[1])
+        ports = iter([busy, spotcheck.free_port()])
+        monkeypatch.setattr(spotcheck, "free_port", lambda: next(ports))
+        report = rig.check()
+    (result,) = report.results
+    assert result.verdict == "pass"
+    assert result.port != busy

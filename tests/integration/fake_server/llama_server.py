@@ -136,7 +136,11 @@ def main() -> int:
     load = float(os.environ.get("FAKE_LLAMA_LOAD", "1.5" if MODE == "slow" else "0.2"))
     Handler.ready_at = float("inf") if MODE == "hanging" else time.monotonic() + load
     Handler.model = args.model or ""
-    httpd = ThreadingHTTPServer((args.host, args.port), Handler)
+    try:
+        httpd = ThreadingHTTPServer((args.host, args.port), Handler)
+    except OSError as exc:
+        log(f"srv  llama_server: couldn't bind HTTP server socket, hostname: {args.host}, port: {args.port}: {exc}")
+        return 1
     httpd.daemon_threads = True
     log(f"srv  llama_server: listening on http://{args.host}:{args.port}")
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
