@@ -638,8 +638,6 @@ def check_model(
             continue  # someone took the port between our probe and the bind: try another
         if answer is None:
             result.log_lines = log[-LOG_TAIL:]
-        if server.killed and not result.reason:
-            result.reason = f"(server ignored SIGTERM for {options.grace:g} s and was killed)"
         return judge(result, log, answer)
     return result  # pragma: no cover - the loop always returns
 
