@@ -248,10 +248,15 @@ def inspect_tree(source_dir: Path) -> TreeInfo:
 # --- probing --------------------------------------------------------------------
 
 
-def _missing(backend_spec: BackendSpec, what: str, platform: Platform | None) -> ToolchainMissing:
+def _missing(
+    backend_spec: BackendSpec,
+    what: str,
+    platform: Platform | None,
+    untouched: str = "everything: nothing was prepared, configured or built",
+) -> ToolchainMissing:
     return ToolchainMissing(
         f"the {backend_spec.backend.value} backend {what}",
-        untouched="everything: nothing was prepared, configured or built",
+        untouched=untouched,
         next_step=(
             f"install the toolchain (below) and rerun `nox -s {backend_spec.session}`, "
             f"or pass --skip-unavailable (SKIPPY_SKIP_UNAVAILABLE=1) to skip it"
@@ -399,13 +404,14 @@ def probe_toolchain(
                 notes.append("no AMD GPU visible; using the default AMDGPU targets")
     elif s.backend is Backend.VULKAN:
         tools.append(_require("glslc", env, backend_spec=s, platform=plat))
+        system_dirs = [Path("/usr/include"), Path("/usr/local/include"), Path("/opt/homebrew/include")]
+        if env.get("VULKAN_SDK"):
+            system_dirs.insert(0, Path(env["VULKAN_SDK"]) / "include")
         include_dirs: list[Path] = []
         if given.get("Vulkan_INCLUDE_DIR"):
             include_dirs.append(Path(given["Vulkan_INCLUDE_DIR"]))
         else:
-            if env.get("VULKAN_SDK"):
-                include_dirs.append(Path(env["VULKAN_SDK"]) / "include")
-            include_dirs += [Path("/usr/include"), Path("/usr/local/include"), Path("/opt/homebrew/include")]
+            include_dirs += system_dirs
         header_dir = next((d for d in include_dirs if (d / "vulkan" / "vulkan_core.h").is_file()), None)
         if header_dir is None:
             searched = ", ".join(str(d) for d in include_dirs)
@@ -415,7 +421,7 @@ def probe_toolchain(
         version, features = parse_vulkan_header(
             (header_dir / "vulkan" / "vulkan_core.h").read_text(encoding="utf-8", errors="replace")
         )
-        spirv_dirs = [header_dir, *include_dirs]
+        spirv_dirs = [header_dir, *system_dirs]
         if not any((d / "spirv" / "unified1" / "spirv.hpp").is_file() for d in spirv_dirs):
             raise _missing(s, "needs the SPIR-V headers (spirv/unified1/spirv.hpp not found)", plat)
         vulkan_include_dir = str(header_dir)
@@ -471,4 +477,5 @@ def check_tree_needs(tree: TreeInfo, toolchain: Toolchain) -> None:
                 "-DVulkan_INCLUDE_DIR=<dir>"
             ),
             toolchain.platform,
+            untouched="the prepared tree; nothing was configured or built",
         )
