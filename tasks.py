@@ -26,6 +26,11 @@ def _done(code: int) -> None:
         "offline": "never contact the upstream; use the configured source archive",
         "json": "print one JSON report on stdout",
         "verbose": "show every git command and step timings",
+        "triage": "only try every patch against the target and report (nothing is applied)",
+        "continue": "finish a stopped conflict session after resolving and staging",
+        "skip": "leave the stopped patch out and finish the session",
+        "abort": "end the stopped session and go back to the previous checkout",
+        "no-interactive": "on a conflict, abort and report instead of leaving the session stopped (CI does this)",
     }
 )
 def prepare(
@@ -37,9 +42,14 @@ def prepare(
     offline: bool = False,
     json: bool = False,
     verbose: bool = False,
+    triage: bool = False,
+    continue_: bool = False,
+    skip: bool = False,
+    abort: bool = False,
+    no_interactive: bool = False,
 ) -> None:
     """Check out upstream llama.cpp and apply the patch queue (git am --3way, three lanes)."""
-    from skippy.cli import prepare_main
+    from skippy.cli import prepare_main, session_action
 
     _done(
         prepare_main(
@@ -52,8 +62,26 @@ def prepare(
             offline=offline,
             as_json=json,
             verbose=verbose,
+            triage=triage,
+            resume=session_action(continue_=continue_, skip=skip, abort=abort),
+            interactive=False if no_interactive else None,
         )
     )
+
+
+@task(
+    help={
+        "latest": "triage against upstream master (default: the pin)",
+        "sha": "triage against this upstream commit",
+        "offline": "never contact the upstream",
+        "json": "print one JSON report on stdout",
+    }
+)
+def triage(c: Context, latest: bool = False, sha: str = "", offline: bool = False, json: bool = False) -> None:
+    """Try every patch of every lane against a target and classify each (clean/3way/conflict/...)."""
+    from skippy.cli import prepare_main
+
+    _done(prepare_main(os.environ, root=ROOT, latest=latest, sha=sha, offline=offline, as_json=json, triage=True))
 
 
 @task(help={"json": "print one JSON report on stdout"})

@@ -53,11 +53,14 @@ def prepare_main(
     offline: bool = False,
     as_json: bool = False,
     verbose: bool = False,
+    triage: bool = False,
+    resume: str = "",
+    interactive: bool | None = None,
 ) -> int:
     console = Console(env=env, verbose=verbose)
 
     def action() -> dict[str, Any]:
-        from skippy.prepare import Target, prepare
+        from skippy.prepare import Target, prepare, resume_session, triage_target
 
         chosen = [name for name, on in (("--pinned", pinned), ("--latest", latest), ("--sha", bool(sha))) if on]
         if len(chosen) > 1:
@@ -68,11 +71,37 @@ def prepare_main(
             )
         target = Target.latest() if latest else Target.at(sha) if sha else Target.pinned()
         settings = load(root, env)
-        report = prepare(settings, target, console=console, force=force, offline=offline)
+        if resume:
+            if chosen or triage or force:
+                raise SettingsError(
+                    f"--{resume} drives the stopped session: it takes no target, --triage or --force",
+                    untouched="everything",
+                    next_step=f"invoke prepare --{resume}",
+                )
+            report = resume_session(settings, resume, console=console)
+        elif triage:
+            result = triage_target(settings, target, console=console, offline=offline)
+            if not as_json:
+                print(result.render())
+            if not result.ok:
+                from skippy.errors import ConflictError
+
+                error = ConflictError(
+                    f"{sum(1 for v in result.verdicts if not v.ok)} patch(es) do not apply to {result.target[:12]}",
+                    untouched="the workdir's checkout: triage ran in a temporary worktree",
+                    next_step="refresh the patches marked conflict/preimage-missing, drop the already-applied ones",
+                )
+                error.triage = result
+                raise error
+            return result.as_dict()
+        else:
+            report = prepare(settings, target, console=console, force=force, offline=offline, interactive=interactive)
         verb = {
             "noop": "up to date",
             "cloned": "cloned and patched",
             "applied": "patched",
+            "resumed": "session finished and patched",
+            "aborted": "session aborted, back",
         }.get(report.action, report.action)
         extra = f", {report.changed_files} file(s) rewritten" if report.changed_files else ""
         console.info(
@@ -85,6 +114,13 @@ def prepare_main(
         return report.as_dict()
 
     return guarded(action, console=console, as_json=as_json)
+
+
+def session_action(*, continue_: bool, skip: bool, abort: bool) -> str:
+    chosen = [name for name, on in (("continue", continue_), ("skip", skip), ("abort", abort)) if on]
+    if len(chosen) > 1:
+        raise SystemExit(f"error: choose one of --continue, --skip, --abort (got {', '.join(chosen)})")
+    return chosen[0] if chosen else ""
 
 
 def status_main(env: Mapping[str, str], *, root: Path | None = None, as_json: bool = False) -> int:

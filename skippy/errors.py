@@ -92,6 +92,15 @@ class DirtyWorkdirError(SkippyError):
 
 class ConflictError(SkippyError):
     exit_code = 7
+    #: the triage report (skippy.triage.TriageReport) when one was made
+    triage: object | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        data = super().as_dict()
+        as_dict = getattr(self.triage, "as_dict", None)
+        if callable(as_dict):
+            data["triage"] = as_dict()
+        return data
 
 
 class LockBusyError(SkippyError):

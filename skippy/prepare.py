@@ -9,6 +9,7 @@ never lost: it is refused, or (with ``force``) saved under a backup ref first.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import shutil
 import time
@@ -16,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from skippy import workdir as wd
 from skippy.errors import (
@@ -33,6 +34,9 @@ from skippy.git import Repo
 from skippy.queue import LANES, Lane, Patch, Queue, load_queue
 from skippy.settings import Settings
 from skippy.ui import Console
+
+if TYPE_CHECKING:
+    from skippy.triage import TriageReport
 
 _SHA40 = re.compile(r"^[0-9a-f]{40}$")
 _SHA_PREFIX = re.compile(r"^[0-9a-fA-F]{7,40}$")
@@ -153,9 +157,15 @@ def prepare(
     console: Console,
     force: bool = False,
     offline: bool = False,
+    interactive: bool | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> PrepareReport:
-    """Bring the workdir to ``target`` + the queue; see the module docstring."""
+    """Bring the workdir to ``target`` + the queue; see the module docstring.
+
+    On a conflict every patch is triaged; ``interactive`` (default: not on CI)
+    then leaves the failed ``git am`` stopped in the workdir for
+    :func:`resume` (``invoke prepare --continue | --skip | --abort``).
+    """
     started = time.monotonic()
     queue = load_queue(settings.patch_dir)
     pin = read_pin(settings) if target.mode == "pinned" else None
@@ -177,7 +187,15 @@ def prepare(
                 notes=notes,
             )
     with _locked(settings, console):
-        preparer = _Preparer(settings, queue, console, force=force, offline=offline, sleep=sleep)
+        preparer = _Preparer(
+            settings,
+            queue,
+            console,
+            force=force,
+            offline=offline,
+            interactive=(not settings.on_ci) if interactive is None else interactive,
+            sleep=sleep,
+        )
         report = preparer.run(target, pin)
     notes = ensure_compat_link(settings, console)
     return PrepareReport(
@@ -192,6 +210,24 @@ def prepare(
         backup_ref=report.backup_ref,
         notes=report.notes + notes,
     )
+
+
+def triage_target(
+    settings: Settings,
+    target: Target,
+    *,
+    console: Console,
+    offline: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> TriageReport:
+    """Try every patch against ``target`` without changing the workdir's checkout."""
+    queue = load_queue(settings.patch_dir)
+    pin = read_pin(settings) if target.mode == "pinned" else None
+    if target.mode == "sha":
+        _check_sha_arg(target.sha)
+    with _locked(settings, console):
+        preparer = _Preparer(settings, queue, console, force=False, offline=offline, sleep=sleep)
+        return preparer.triage_only(target, pin)
 
 
 def _check_sha_arg(sha: str | None) -> None:
@@ -238,7 +274,9 @@ class _Preparer:
         force: bool,
         offline: bool,
         sleep: Callable[[float], None],
+        interactive: bool = False,
     ) -> None:
+        self.interactive = interactive
         self.settings = settings
         self.queue = queue
         self.console = console
@@ -280,7 +318,13 @@ class _Preparer:
             and head == stamp.patched_sha
         ):
             return self._report("noop", stamp, changed=0)
-        patched = self._apply_aside(repo, git_dir, base)
+        try:
+            patched = self._apply_aside(repo, git_dir, base)
+        except ConflictError as exc:
+            self._on_conflict(
+                repo, git_dir, exc, base=base, upstream_sha=upstream_sha, source=source, head=head, since=stamp
+            )
+            raise
         changed = self._switch(repo, git_dir, head, patched, upstream_sha)
         new = wd.Stamp(
             upstream_sha=upstream_sha,
@@ -291,6 +335,34 @@ class _Preparer:
         )
         wd.write_stamp(git_dir, new)
         return self._report("applied", new, changed=changed)
+
+    def triage_only(self, target: Target, pin: str | None) -> TriageReport:
+        from skippy.triage import triage
+
+        self._remove_partials()
+        if not self.workdir.exists() and not self.workdir.is_symlink():
+            # a plain upstream checkout (no stamp) to triage in; the next prepare applies on it
+            partial = self._partial_dir()
+            try:
+                self._clone_or_init(partial)
+                repo = self.repo(partial)
+                _up, first_base, _src = self._resolve(repo, target, pin)
+                repo.git("checkout", "--force", "--detach", "--quiet", first_base)
+                partial.rename(self.workdir)
+            finally:
+                if partial.exists():
+                    shutil.rmtree(partial, ignore_errors=True)
+        repo = self.repo()
+        git_dir = self._check_is_our_repo(repo)
+        self._remove_aside_worktrees(repo, git_dir)
+        _upstream_sha, base, _source = self._resolve(repo, target, pin)
+        stamp = wd.read_stamp(git_dir)
+        since = stamp.base_commit if stamp else None
+        if since is None:
+            with contextlib.suppress(SkippyError):
+                since = self._resolve(repo, Target.pinned(), read_pin(self.settings))[1]
+        with self.console.step(f"triage: {len(self.queue.patches)} patches against {base[:12]}"):
+            return triage(repo, git_dir, self.queue, base, since)
 
     def _cold(self, target: Target, pin: str | None) -> PrepareReport:
         """Clone, check out and apply in a partial dir; renaming it into place is the commit point.
@@ -308,10 +380,21 @@ class _Preparer:
                 repo.git("checkout", "--force", "--detach", "--quiet", base)
             try:
                 patched = self._apply_lanes(repo, git_dir, self.rel(self.workdir))
-            except ConflictError:
+            except ConflictError as exc:
                 # leave a clean upstream checkout (no stamp) for the maintainer to work in
                 repo.git("checkout", "--force", "--detach", "--quiet", base, check=False)
                 partial.rename(self.workdir)
+                repo = self.repo()
+                self._on_conflict(
+                    repo,
+                    self.workdir / ".git",
+                    exc,
+                    base=base,
+                    upstream_sha=upstream_sha,
+                    source=source,
+                    head=None,
+                    since=None,
+                )
                 raise
             new = wd.Stamp(
                 upstream_sha=upstream_sha,
@@ -433,6 +516,22 @@ class _Preparer:
         self._remove_aside_worktrees(repo, git_dir)
         entry = wd.read_journal(git_dir)
         if entry is None:
+            return
+        if entry.op == "session":
+            if not self.force:
+                raise ConflictError(
+                    f"a conflict session is in progress in {self.rel(self.workdir)} (stopped at {entry.stopped_patch})",
+                    untouched=f"{self.rel(self.workdir)}: the session is as you left it",
+                    next_step=session_commands(self.rel(self.workdir)),
+                )
+            work = wd.local_work(repo, git_dir, None, self.settings.tolerated_untracked)
+            self.backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --force (conflict session)")
+            self.notes.append(f"conflict session state saved under {self.backup_ref}")
+            wd.abort_in_progress(repo, git_dir)
+            wd.discard_local_changes(repo, self.settings.tolerated_untracked)
+            if entry.from_commit and repo.has_commit(entry.from_commit):
+                repo.git("checkout", "--force", "--detach", "--quiet", entry.from_commit)
+            wd.drop_journal(git_dir)
             return
         self.console.info(f"recovering from an interrupted prepare ({entry.op})")
         wd.clear_stamp(git_dir)
@@ -601,6 +700,47 @@ class _Preparer:
         full = repo.rev_parse(f"{wanted}^{{commit}}")
         return (full, full, "git") if full is not None else None
 
+    # ---- conflicts: triage, then (interactive) a resumable session in the workdir
+    def _on_conflict(
+        self,
+        repo: Repo,
+        git_dir: Path,
+        exc: ConflictError,
+        *,
+        base: str,
+        upstream_sha: str,
+        source: str,
+        head: str | None,
+        since: wd.Stamp | None,
+    ) -> None:
+        from skippy.triage import triage
+
+        with self.console.step("triage: trying every patch against the target"):
+            report = triage(repo, git_dir, self.queue, base, since.base_commit if since else None)
+        exc.triage = report
+        exc.details = report.render() + ("\n\n" + exc.details if exc.details else "")
+        if not self.interactive:
+            return
+        repo.git("checkout", "--force", "--detach", "--quiet", base)
+        entry = wd.Journal(
+            "session",
+            from_commit=head,
+            to_commit=None,
+            upstream_sha=upstream_sha,
+            base=base,
+            queue_digest=self.queue.digest,
+            source=source,
+        )
+        stopped = run_session(repo, git_dir, self.queue, entry, start=0, console=self.console)
+        assert stopped is not None, "the queue failed aside but applied in the workdir"
+        exc.what = f"{stopped.stopped_patch} does not apply: the conflict is waiting in {self.rel(self.workdir)}"
+        exc.untouched = (
+            "your previous patched checkout is recorded: `invoke prepare --abort` returns to it"
+            if head
+            else "nothing of yours was in the workdir"
+        )
+        exc.next_step = session_commands(self.rel(self.workdir))
+
     # ---- applying the queue
     def _am_env(self) -> dict[str, str]:
         return {"GIT_AUTHOR_DATE": FALLBACK_DATE, "GIT_COMMITTER_DATE": FALLBACK_DATE}
@@ -686,6 +826,178 @@ class _Preparer:
         ):
             repo.git("checkout", "--detach", "--quiet", patched)
         return len(changed) if changed is not None else None
+
+
+# --------------------------------------------------------------------------- conflict sessions
+
+
+def session_commands(rel_workdir: str) -> str:
+    return (
+        f"resolve the conflicts in {rel_workdir} (`git -C {rel_workdir} status` lists them), "
+        f"stage them (`git -C {rel_workdir} add <paths>`), then `invoke prepare --continue`; "
+        "or `invoke prepare --skip` to leave this patch out, or `invoke prepare --abort` to go back"
+    )
+
+
+def _am_one(repo: Repo, patch: Patch) -> bool:
+    result = repo.git(
+        "am",
+        "--3way",
+        "--committer-date-is-author-date",
+        "--no-gpg-sign",
+        "--quiet",
+        str(patch.path),
+        env={"GIT_AUTHOR_DATE": FALLBACK_DATE, "GIT_COMMITTER_DATE": FALLBACK_DATE},
+        check=False,
+    )
+    return result.ok
+
+
+def run_session(
+    repo: Repo, git_dir: Path, queue: Queue, entry: wd.Journal, *, start: int, console: Console
+) -> wd.Journal | None:
+    """Apply ``queue.patches[start:]`` one ``git am`` per patch; stop (journal written) at a conflict.
+
+    Returns the journal of the stop, or None when the whole queue is applied.
+    """
+    for index in range(start, len(queue.patches)):
+        patch = queue.patches[index]
+        if not _am_one(repo, patch):
+            stopped = dataclasses.replace(entry, stopped_at=index, stopped_patch=patch.label)
+            wd.write_journal(git_dir, stopped)
+            console.info(f"stopped at {patch.label}: {patch.subject}")
+            return stopped
+    return None
+
+
+def _author_date(git_dir: Path) -> str | None:
+    script = git_dir / "rebase-apply" / "author-script"
+    with contextlib.suppress(OSError):
+        for line in script.read_text(encoding="utf-8").splitlines():
+            if line.startswith("GIT_AUTHOR_DATE="):
+                return line.split("=", 1)[1].strip().strip("'")
+    return None
+
+
+def resume_session(settings: Settings, action: str, *, console: Console) -> PrepareReport:
+    """``invoke prepare --continue | --skip | --abort``."""
+    if action not in ("continue", "skip", "abort"):
+        raise SettingsError(
+            f"unknown session action {action!r}",
+            untouched="everything",
+            next_step="invoke prepare --continue | --skip | --abort",
+        )
+    return resume(settings, action, console=console)  # type: ignore[arg-type]
+
+
+def resume(settings: Settings, action: Literal["continue", "skip", "abort"], *, console: Console) -> PrepareReport:
+    """Drive a stopped conflict session to its end (``--continue``/``--skip``) or back (``--abort``)."""
+    started = time.monotonic()
+    rel = settings.relative(settings.workdir)
+    git_dir = wd.git_dir_of(settings.workdir)
+    entry = wd.read_journal(git_dir) if git_dir else None
+    if git_dir is None or entry is None or entry.op != "session" or entry.stopped_at is None:
+        raise ConflictError(
+            f"no conflict session is in progress in {rel}",
+            untouched=f"{rel}",
+            next_step="`invoke prepare` starts one when a patch does not apply (outside CI)",
+        )
+    with _locked(settings, console):
+        repo = Repo(settings.workdir, settings.env, echo=console.command)
+        queue = load_queue(settings.patch_dir)
+        if action == "abort":
+            return _abort_session(settings, repo, git_dir, entry, console=console, started=started)
+        if queue.digest != entry.queue_digest:
+            raise ConflictError(
+                "the queue changed since the session started",
+                untouched=f"{rel}: the session is as you left it",
+                next_step="`invoke prepare --abort`, then `invoke prepare` with the new queue",
+            )
+        position = entry.stopped_at
+        current = queue.patches[position]
+        resolved = entry.resolved
+        if action == "skip":
+            repo.git("am", "--skip", check=False)
+            resolved = (*resolved, f"{current.label} (skipped)")
+        else:
+            unmerged = [p for p in repo.git("diff", "--name-only", "--diff-filter=U").stdout.splitlines() if p]
+            if unmerged:
+                raise ConflictError(
+                    f"{current.label} still has unresolved conflicts in {', '.join(unmerged)}",
+                    untouched=f"{rel}: the session is as you left it",
+                    next_step=f"edit them, `git -C {rel} add {' '.join(unmerged)}`, then `invoke prepare --continue`",
+                )
+            date = _author_date(git_dir) or FALLBACK_DATE
+            result = repo.git("am", "--continue", env={"GIT_COMMITTER_DATE": date}, check=False)
+            if not result.ok:
+                raise ConflictError(
+                    f"`git am --continue` did not finish {current.label}",
+                    details=result.tail(),
+                    untouched=f"{rel}: the session is as you left it",
+                    next_step=session_commands(rel),
+                )
+            resolved = (*resolved, f"{current.label} (resolved)")
+        entry = dataclasses.replace(entry, resolved=resolved)
+        stopped = run_session(repo, git_dir, queue, entry, start=position + 1, console=console)
+        if stopped is not None:
+            raise ConflictError(
+                f"{stopped.stopped_patch} does not apply either: the conflict is waiting in {rel}",
+                untouched=f"{rel}: earlier resolutions are kept in this session",
+                next_step=session_commands(rel),
+            )
+        patched = repo.head()
+        assert patched is not None and entry.base is not None
+        stamp = wd.Stamp(
+            upstream_sha=entry.upstream_sha,
+            patched_sha=patched,
+            queue_digest=queue.digest,
+            base_commit=entry.base,
+            source=entry.source or "git",
+            resolved=resolved,
+        )
+        wd.write_stamp(git_dir, stamp)
+        wd.drop_journal(git_dir)
+    carry = (
+        f"the resolution lives only in {rel} until it is in the queue: re-export the resolved patch "
+        f"(`git -C {rel} format-patch --zero-commit --no-signature -1 <commit>` over the patch file) "
+        "or regenerate the lanes from this checkout (`invoke regenerate`)"
+    )
+    console.info(carry)
+    return PrepareReport(
+        "resumed",
+        stamp.upstream_sha,
+        stamp.patched_sha,
+        stamp.queue_digest,
+        settings.workdir,
+        stamp.source,
+        time.monotonic() - started,
+        notes=(*resolved, carry),
+    )
+
+
+def _abort_session(
+    settings: Settings, repo: Repo, git_dir: Path, entry: wd.Journal, *, console: Console, started: float
+) -> PrepareReport:
+    repo.git("am", "--abort", check=False)
+    if wd.in_progress(git_dir) is not None:
+        repo.git("am", "--quit", check=False)
+    back = entry.from_commit or entry.base
+    assert back is not None
+    repo.git("checkout", "--force", "--detach", "--quiet", back)
+    wd.drop_journal(git_dir)
+    stamp = wd.read_stamp(git_dir)
+    if stamp is None or stamp.patched_sha != back:
+        wd.clear_stamp(git_dir)
+    console.info(f"conflict session aborted: {settings.relative(settings.workdir)} is back at {back[:12]}")
+    return PrepareReport(
+        "aborted",
+        stamp.upstream_sha if stamp else entry.upstream_sha,
+        back,
+        stamp.queue_digest if stamp else "",
+        settings.workdir,
+        stamp.source if stamp else (entry.source or "git"),
+        time.monotonic() - started,
+    )
 
 
 # --------------------------------------------------------------------------- compat link

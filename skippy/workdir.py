@@ -49,19 +49,30 @@ class Stamp:
     base_commit: str
     source: str = "git"
     schema: int = STAMP_SCHEMA
+    #: patches whose conflicts the maintainer resolved by hand in a session (not yet in the queue)
+    resolved: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["resolved"] = list(self.resolved)
+        return data
 
 
 @dataclass(frozen=True)
 class Journal:
     """Written before skippy changes the workdir; removed when it is done."""
 
-    op: str  # "apply" (git am in the workdir) or "switch" (checkout of a prepared commit)
+    op: str  # "apply" (git am in the workdir), "switch" (checkout of a prepared commit), "session"
     from_commit: str | None
     to_commit: str | None
     upstream_sha: str
+    #: conflict sessions: the local base commit, queue digest, source, and the patch stopped at
+    base: str | None = None
+    queue_digest: str | None = None
+    source: str | None = None
+    stopped_at: int | None = None
+    stopped_patch: str | None = None
+    resolved: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -132,6 +143,7 @@ def read_stamp(git_dir: Path) -> Stamp | None:
             queue_digest=str(data["queue_digest"]),
             base_commit=str(data["base_commit"]),
             source=str(data.get("source", "git")),
+            resolved=tuple(str(x) for x in data.get("resolved", ())),
         )
     except KeyError:
         return None
@@ -171,6 +183,12 @@ def read_journal(git_dir: Path) -> Journal | None:
             from_commit=data.get("from_commit"),
             to_commit=data.get("to_commit"),
             upstream_sha=str(data["upstream_sha"]),
+            base=data.get("base"),
+            queue_digest=data.get("queue_digest"),
+            source=data.get("source"),
+            stopped_at=data.get("stopped_at"),
+            stopped_patch=data.get("stopped_patch"),
+            resolved=tuple(data.get("resolved", ())),
         )
     except FileNotFoundError:
         return None
@@ -185,6 +203,12 @@ def journal(git_dir: Path, entry: Journal) -> Iterator[None]:
     yield
     with contextlib.suppress(FileNotFoundError):
         (skippy_dir(git_dir) / JOURNAL_NAME).unlink()
+
+
+def write_journal(git_dir: Path, entry: Journal) -> None:
+    data = asdict(entry)
+    data["resolved"] = list(entry.resolved)
+    write_json_atomic(skippy_dir(git_dir) / JOURNAL_NAME, data)
 
 
 def drop_journal(git_dir: Path) -> None:

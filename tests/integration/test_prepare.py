@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -212,8 +213,9 @@ def test_conflict_names_the_patch_and_leaves_the_workdir(queued_project: Project
     queued_project.add_patch("model_support", "0002-gemma3-clash.patch", clash)
     before = snapshot_all(queued_project)
     with pytest.raises(ConflictError) as info:
-        prepare(settings, Target.pinned(), console=QUIET)
+        prepare(settings, Target.pinned(), console=QUIET, interactive=False)
     assert "model_support/0002-gemma3-clash.patch does not apply: gemma3: clash" in info.value.what
+    assert re.search(r"model_support/0002-gemma3-clash\.patch +conflict", info.value.details or "")
     assert "src/llama-model.cpp" in info.value.what
     assert "no stamp was written" in (info.value.untouched or "")
     assert snapshot_all(queued_project) == before
@@ -229,7 +231,7 @@ def test_cold_conflict_leaves_a_clean_upstream_checkout_without_stamp(queued_pro
     clash = queued_project.patch(base, "gemma3: clash", {"src/llama-model.cpp": model.replace("line 5\n", "CLASH\n")})
     queued_project.add_patch("model_support", "0002-gemma3-clash.patch", clash)
     with pytest.raises(ConflictError):
-        prepare(queued_project.settings(), Target.pinned(), console=QUIET)
+        prepare(queued_project.settings(), Target.pinned(), console=QUIET, interactive=False)
     assert head(queued_project.workdir) == base
     assert run_git(queued_project.workdir, "status", "--porcelain") == ""
     assert wd.read_stamp(queued_project.workdir / ".git") is None
