@@ -230,6 +230,26 @@ def triage_target(
         return preparer.triage_only(target, pin)
 
 
+def apply_queue_aside(settings: Settings, repo: Repo, base: str, queue: Queue, *, console: Console) -> str:
+    """The patched commit of ``queue`` on ``base`` (a commit in ``repo``), built in a temporary
+    worktree that shares ``repo``'s object store.  Deterministic; raises ConflictError; ``repo``'s
+    own checkout is not touched."""
+    git_dir = Path(repo.out("rev-parse", "--absolute-git-dir"))
+    preparer = _Preparer(settings, queue, console, force=False, offline=True, sleep=time.sleep)
+    return preparer._apply_aside(repo, git_dir, base)
+
+
+def resolve_target(
+    settings: Settings, repo: Repo, target: Target, *, console: Console, offline: bool = False
+) -> tuple[str, str, str]:
+    """``(upstream SHA, local base commit, source)`` of ``target`` in ``repo`` (fetching, or
+    importing the source archive, as prepare would)."""
+    pin = read_pin(settings) if target.mode == "pinned" else None
+    queue = Queue(root=settings.patch_dir, patches=(), digest="")
+    preparer = _Preparer(settings, queue, console, force=False, offline=offline, sleep=time.sleep)
+    return preparer._resolve(repo, target, pin)
+
+
 def _check_sha_arg(sha: str | None) -> None:
     if not sha or not _SHA_PREFIX.match(sha):
         raise SettingsError(
