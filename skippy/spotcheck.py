@@ -531,6 +531,17 @@ def _get(url: str, timeout: float) -> int:
         return int(exc.code)
 
 
+def describe_exit(code: int) -> str:
+    """``exited with code 3`` or ``was killed by SIGSEGV (exit code -11)``."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name} (exit code {code})"
+    return f"exited with code {code}"
+
+
 def wait_ready(server: Server, port: int, options: Options) -> float:
     """Poll /health until 200; returns the seconds since the server started."""
     url = f"http://{HOST}:{port}/health"
@@ -538,7 +549,7 @@ def wait_ready(server: Server, port: int, options: Options) -> float:
     while True:
         code = server.poll()
         if code is not None:
-            raise ServerFailure(f"llama-server exited with code {code} before it was ready")
+            raise ServerFailure(f"llama-server {describe_exit(code)} before it was ready")
         try:
             status = _get(url, timeout=max(options.poll_interval * 10, 1.0))
         except (urllib.error.URLError, OSError, TimeoutError):

@@ -72,7 +72,7 @@ def test_truncated_model_fails_on_the_log_line(project: Settings, server: Path, 
     (result,) = info.value.report.results
     assert result.verdict == "fail"
     joined = "\n".join(result.log_lines)
-    assert "load the model" in result.reason or "exited with code" in result.reason
+    assert "load the model" in result.reason or "before it was ready" in result.reason
     assert "failed to load model" in joined or "error loading model" in joined
     _assert_stopped(result.port)
 

@@ -22,6 +22,7 @@ from skippy.spotcheck import (
     backend_of,
     completion_request,
     default_server,
+    describe_exit,
     judge,
     log_dir,
     parse_args,
@@ -218,3 +219,9 @@ def test_cli_arguments_repeat() -> None:
     assert args.json is True
     assert args.server_arg == ["-ngl"]
     assert parse_args([]).model == []
+
+
+def test_exit_descriptions_name_signals() -> None:
+    assert describe_exit(3) == "exited with code 3"
+    assert describe_exit(-11) == "was killed by SIGSEGV (exit code -11)"
+    assert describe_exit(-9) == "was killed by SIGKILL (exit code -9)"
