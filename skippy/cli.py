@@ -144,6 +144,7 @@ def bench_main(env: Mapping[str, str], *, root: Path | None = None, args: Sequen
     parser.add_argument("--output", type=Path, default=None, help="JSON figures (default .bench/bench.json)")
     parser.add_argument("--rounds", type=int, default=5, help="cold prepare rounds per side")
     parser.add_argument("--noop-rounds", type=int, default=15, help="no-op prepare rounds")
+    parser.add_argument("--no-builds", action="store_true", help="skip the figures that need a llama.cpp build")
     opts = parser.parse_args(list(args))
     console = Console(env=env)
 
@@ -152,7 +153,14 @@ def bench_main(env: Mapping[str, str], *, root: Path | None = None, args: Sequen
 
         settings = load(root, env)
         output = opts.output or settings.root / ".bench" / "bench.json"
-        bench.run(settings, console, output=output, rounds=opts.rounds, noop_rounds=opts.noop_rounds)
+        bench.run(
+            settings,
+            console,
+            output=output,
+            rounds=opts.rounds,
+            noop_rounds=opts.noop_rounds,
+            builds=not opts.no_builds,
+        )
         return {"output": str(output)}
 
     return guarded(action, console=console, as_json=False)
