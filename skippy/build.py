@@ -209,8 +209,10 @@ def plan_build(
             put(name, value)
     for name, value in s.defines.items():
         put(name, value)
-    if settings.on_ci:
-        put("GGML_NATIVE", "OFF", source="CI: portable code, no -march=native")
+    if settings.on_ci or not _native(settings):
+        # portable code: the same binaries (and compiler cache) locally and on CI, and no
+        # -march=native paths a VM cannot run (AMX tiles fault in llama-server on some hosts)
+        put("GGML_NATIVE", "OFF", source="CI" if settings.on_ci else "default (opt in with native = true)")
     put("CMAKE_MAKE_PROGRAM", toolchain.ninja.path, path=True)
 
     if s.backend is Backend.CUDA:
@@ -327,6 +329,14 @@ def plan_build(
         stamp=MappingProxyType(stamp),
         provenance=MappingProxyType(provenance),
     )
+
+
+def _native(settings: Settings) -> bool:
+    """``SKIPPY_NATIVE=1`` or ``[tool.skippy.build] native = true``: let ggml use -march=native."""
+    value = settings.env.get("SKIPPY_NATIVE")
+    if value:
+        return value.lower() in ("1", "true", "yes", "on")
+    return bool(_build_table(settings).get("native", False))
 
 
 def _table_jobs(settings: Settings) -> int | None:
@@ -634,8 +644,11 @@ def _build_error(exc: CommandError, what: str, plan: BuildPlan, next_step: str) 
     )
 
 
-def execute_plan(plan: BuildPlan, console: Console) -> BuildReport:
-    """Configure (when the stamp says so) and build; returns timings and cache figures."""
+def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> BuildReport:
+    """Configure (when the stamp says so) and build; returns timings and cache figures.
+
+    ``build=False`` stops after configure and its checks (no binaries).
+    """
     build_dir = plan.build_dir
     build_dir.mkdir(parents=True, exist_ok=True)
     cache_file = build_dir / "CMakeCache.txt"
@@ -696,6 +709,19 @@ def execute_plan(plan: BuildPlan, console: Console) -> BuildReport:
         if not plan.rpc_target_known:
             targets = _resolve_rpc_target(plan, console)
 
+    if not build:
+        return BuildReport(
+            backend=plan.backend,
+            build_dir=build_dir,
+            configured=decision.needed,
+            configure_reason=decision.reason,
+            configure_seconds=sum(configure_time),
+            build_seconds=0.0,
+            compiled=0,
+            steps=0,
+            binaries=MappingProxyType({}),
+            cache=None,
+        )
     build_argv = plan.build_argv
     if targets != plan.targets:
         build_argv = tuple(a for a in plan.build_argv if a not in plan.targets) + targets

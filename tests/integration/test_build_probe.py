@@ -132,12 +132,12 @@ def test_changed_patched_sha_reconfigures_fresh_in_the_same_dir(env: Env) -> Non
 def test_changed_flags_get_a_new_dir(env: Env) -> None:
     first = env.plan()
     env.run(first)
-    other = env.plan("-DGGML_NATIVE=OFF")
+    other = env.plan("-DGGML_NATIVE=ON")
     assert other.build_dir != first.build_dir
     report = env.run(other)
     assert report.configure_reason == "new build directory"
-    assert values(other)["GGML_NATIVE"] == "OFF"
-    assert values(first)["GGML_NATIVE"] == "ON"  # the project's default: not set locally
+    assert values(other)["GGML_NATIVE"] == "ON"
+    assert values(first)["GGML_NATIVE"] == "OFF"
 
 
 def test_unused_variable_fails_the_build(env: Env) -> None:
@@ -247,3 +247,16 @@ def test_probe_finds_real_tools(env: Env) -> None:
     assert tc.cmake.version.startswith("cmake version")
     assert tc.ninja.version[0].isdigit()
     assert {t.name for t in tc.tools} >= {"cc", "c++"}
+
+
+def test_configure_only_checks_without_building(env: Env) -> None:
+    plan = env.plan()
+    report = execute_plan(plan, env.console, build=False)
+    assert report.configured
+    assert report.binaries == {}
+    assert plan.stamp_path.is_file()
+    assert not (plan.build_dir / "bin" / "llama-server").exists()
+    # the next full run resumes from the stamp: no second configure
+    full = env.run(env.plan())
+    assert not full.configured
+    assert full.compiled == 3

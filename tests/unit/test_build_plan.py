@@ -83,6 +83,7 @@ def test_cpu_full_plan(tmp_path: Path) -> None:
         "GGML_CUDA": "OFF",
         "GGML_HIP": "OFF",
         "GGML_METAL": "OFF",
+        "GGML_NATIVE": "OFF",
         "GGML_RPC": "ON",
         "GGML_VULKAN": "OFF",
         "LLAMA_BUILD_UI": "OFF",
@@ -109,11 +110,18 @@ def test_cpu_full_plan(tmp_path: Path) -> None:
     assert "-DGGML_RPC=ON" in p.stamp["configure_args"]
 
 
-def test_native_is_off_only_on_ci(tmp_path: Path) -> None:
-    assert "GGML_NATIVE" not in defines(plan(tmp_path, Backend.CPU))
+def test_native_is_off_unless_asked_and_always_off_on_ci(tmp_path: Path) -> None:
+    local = plan(tmp_path, Backend.CPU)
+    assert defines(local)["GGML_NATIVE"] == "OFF"
     on_ci = plan(tmp_path, Backend.CPU, env={"CI": "true"})
     assert defines(on_ci)["GGML_NATIVE"] == "OFF"
-    assert on_ci.digest != plan(tmp_path, Backend.CPU).digest
+    # same flags locally and on CI: same build dir name, shared compiler cache
+    assert on_ci.digest == local.digest
+    native = plan(tmp_path, Backend.CPU, env={"SKIPPY_NATIVE": "1"})
+    assert "GGML_NATIVE" not in defines(native)
+    assert native.digest != local.digest
+    assert "GGML_NATIVE" not in defines(plan(tmp_path, Backend.CPU, table={"build": {"native": True}}))
+    assert defines(plan(tmp_path, Backend.CPU, env={"CI": "true", "SKIPPY_NATIVE": "1"}))["GGML_NATIVE"] == "OFF"
 
 
 def test_tree_optional_defines_follow_the_tree(tmp_path: Path) -> None:
