@@ -64,6 +64,13 @@ _PASS_THROUGH = (
 )
 
 
+#: how every queue patch is applied: 3-way fallback, committer date = author date, never signed
+AM_ARGS: tuple[str, ...] = ("am", "--3way", "--committer-date-is-author-date", "--no-gpg-sign", "--quiet")
+#: author/committer date used when a patch carries no Date header (keeps SHAs reproducible)
+FALLBACK_DATE = "2000-01-01T00:00:00+0000"
+AM_ENV: Mapping[str, str] = {"GIT_AUTHOR_DATE": FALLBACK_DATE, "GIT_COMMITTER_DATE": FALLBACK_DATE}
+
+
 def base_env(env: Mapping[str, str]) -> dict[str, str]:
     kept = {k: env[k] for k in _PASS_THROUGH if k in env}
     kept.setdefault("PATH", os.defpath)

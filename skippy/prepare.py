@@ -30,7 +30,7 @@ from skippy.errors import (
     SkippyError,
     WorkdirError,
 )
-from skippy.git import Repo
+from skippy.git import AM_ARGS, AM_ENV, FALLBACK_DATE, Repo
 from skippy.queue import LANES, Lane, Patch, Queue, load_queue
 from skippy.settings import Settings
 from skippy.ui import Console
@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 
 _SHA40 = re.compile(r"^[0-9a-f]{40}$")
 _SHA_PREFIX = re.compile(r"^[0-9a-fA-F]{7,40}$")
-#: author/committer date used when a patch carries no Date header
-FALLBACK_DATE = "2000-01-01T00:00:00+0000"
 PARTIAL_PREFIX = ".skippy-partial-"
 
 Mode = Literal["pinned", "latest", "sha"]
@@ -346,15 +344,20 @@ class _Preparer:
             )
             raise
         changed = self._switch(repo, git_dir, head, patched, upstream_sha)
-        new = wd.Stamp(
+        new = self._stamp(git_dir, upstream_sha, patched, base, source)
+        return self._report("applied", new, changed=changed)
+
+    def _stamp(self, git_dir: Path, upstream_sha: str, patched: str, base: str, source: str) -> wd.Stamp:
+        """Record what was prepared: written last, atomically."""
+        stamp = wd.Stamp(
             upstream_sha=upstream_sha,
             patched_sha=patched,
             queue_digest=self.queue.digest,
             base_commit=base,
             source=source,
         )
-        wd.write_stamp(git_dir, new)
-        return self._report("applied", new, changed=changed)
+        wd.write_stamp(git_dir, stamp)
+        return stamp
 
     def triage_only(self, target: Target, pin: str | None) -> TriageReport:
         from skippy.triage import triage
@@ -416,14 +419,7 @@ class _Preparer:
                     since=None,
                 )
                 raise
-            new = wd.Stamp(
-                upstream_sha=upstream_sha,
-                patched_sha=patched,
-                queue_digest=self.queue.digest,
-                base_commit=base,
-                source=source,
-            )
-            wd.write_stamp(git_dir, new)
+            new = self._stamp(git_dir, upstream_sha, patched, base, source)
             partial.rename(self.workdir)
         finally:
             if partial.exists():
@@ -762,9 +758,6 @@ class _Preparer:
         exc.next_step = session_commands(self.rel(self.workdir))
 
     # ---- applying the queue
-    def _am_env(self) -> dict[str, str]:
-        return {"GIT_AUTHOR_DATE": FALLBACK_DATE, "GIT_COMMITTER_DATE": FALLBACK_DATE}
-
     def _apply_lanes(self, repo: Repo, git_dir: Path, where: str) -> str:
         for lane in LANES:
             patches = self.queue.lane(lane)
@@ -773,16 +766,7 @@ class _Preparer:
             with self.console.step(
                 f"git am --3way: {lane.value} lane ({len(patches)} patch{'es' if len(patches) != 1 else ''}) in {where}"
             ):
-                result = repo.git(
-                    "am",
-                    "--3way",
-                    "--committer-date-is-author-date",
-                    "--no-gpg-sign",
-                    "--quiet",
-                    *[str(p.path) for p in patches],
-                    env=self._am_env(),
-                    check=False,
-                )
+                result = repo.git(*AM_ARGS, *[str(p.path) for p in patches], env=AM_ENV, check=False)
             if not result.ok:
                 self._raise_conflict(repo, git_dir, lane, patches, result.tail())
         head = repo.head()
@@ -860,17 +844,7 @@ def session_commands(rel_workdir: str) -> str:
 
 
 def _am_one(repo: Repo, patch: Patch) -> bool:
-    result = repo.git(
-        "am",
-        "--3way",
-        "--committer-date-is-author-date",
-        "--no-gpg-sign",
-        "--quiet",
-        str(patch.path),
-        env={"GIT_AUTHOR_DATE": FALLBACK_DATE, "GIT_COMMITTER_DATE": FALLBACK_DATE},
-        check=False,
-    )
-    return result.ok
+    return repo.git(*AM_ARGS, str(patch.path), env=AM_ENV, check=False).ok
 
 
 def run_session(

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from skippy import workdir as wd
-from skippy.git import Repo
+from skippy.git import AM_ARGS, AM_ENV, Repo
 from skippy.queue import Patch, Queue
 
-FALLBACK_DATE = "2000-01-01T00:00:00+0000"
 CLASSES = ("clean", "3way", "conflict", "preimage-missing", "already-applied")
 
 
@@ -116,10 +115,6 @@ def aside_worktree(repo: Repo, git_dir: Path, commit: str) -> Iterator[Repo]:
         repo.git("worktree", "prune", check=False)
 
 
-def _am_env() -> dict[str, str]:
-    return {"GIT_AUTHOR_DATE": FALLBACK_DATE, "GIT_COMMITTER_DATE": FALLBACK_DATE}
-
-
 def touched_paths(patch: Patch) -> tuple[str, ...]:
     paths: list[str] = []
     for line in patch.data.decode("utf-8", errors="replace").splitlines():
@@ -135,7 +130,7 @@ def try_patch(aside: Repo, patch: Patch) -> PatchVerdict:
     """Classify one patch against the aside worktree's HEAD; commit it when it applies."""
     forward = aside.git("apply", "--check", str(patch.path), check=False)
     if forward.ok:
-        aside.git("am", "--committer-date-is-author-date", "--no-gpg-sign", "--quiet", str(patch.path), env=_am_env())
+        aside.git(*AM_ARGS, str(patch.path), env=AM_ENV)
         return PatchVerdict(patch.label, patch.subject, "clean")
     reverse = aside.git("apply", "--check", "--reverse", str(patch.path), check=False)
     if reverse.ok:
@@ -146,16 +141,7 @@ def try_patch(aside: Repo, patch: Patch) -> PatchVerdict:
             paths=touched_paths(patch),
             detail="its change is already in the target: drop it from the queue",
         )
-    result = aside.git(
-        "am",
-        "--3way",
-        "--committer-date-is-author-date",
-        "--no-gpg-sign",
-        "--quiet",
-        str(patch.path),
-        env=_am_env(),
-        check=False,
-    )
+    result = aside.git(*AM_ARGS, str(patch.path), env=AM_ENV, check=False)
     if result.ok:
         return PatchVerdict(patch.label, patch.subject, "3way", paths=touched_paths(patch))
     output = result.stdout + result.stderr
