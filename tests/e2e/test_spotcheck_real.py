@@ -54,9 +54,9 @@ def test_default_model_is_real_gemma_and_answers(project: Settings, server: Path
     _assert_stopped(result.port)
 
 
-@pytest.mark.parametrize("family", sorted(tinymodels.FAMILIES))
-def test_tiny_model_loads_and_answers(project: Settings, server: Path, family: str) -> None:
-    report = spot_check(project, server, [f"tiny:{family}"], console=Console(env={}))
+@pytest.mark.parametrize("tiny", [*sorted(tinymodels.FAMILIES), "llama:q4_0", "qwen2:q4_0", "gemma3:q8_0"])
+def test_tiny_model_loads_and_answers(project: Settings, server: Path, tiny: str) -> None:
+    report = spot_check(project, server, [f"tiny:{tiny}"], console=Console(env={}))
     (result,) = report.results
     assert result.verdict == "pass", f"{result.reason}\n" + "\n".join(result.log_lines)
     assert result.tokens >= 1

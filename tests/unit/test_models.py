@@ -250,3 +250,25 @@ def test_tiny_model_cache_writes_once(tmp_path: Path) -> None:
     assert tinymodels.tiny_model("llama", tmp_path) == first
     assert first.stat().st_mtime_ns == mtime
     assert not list(first.parent.glob(".*.tmp"))
+
+
+def test_tiny_refs_take_a_weight_type(tmp_path: Path) -> None:
+    ref = parse_model_ref("tiny:gemma3:Q4_0")
+    assert (ref.kind, ref.name, ref.quant) == ("tiny", "gemma3", "q4_0")
+    assert parse_model_ref("tiny:llama").quant is None
+    with pytest.raises(SpotCheckFailed, match="not 'q2_k'"):
+        parse_model_ref("tiny:llama:q2_k")
+    assert tinymodels.cache_path("llama", tmp_path, "q8_0").name == f"llama-q8_0-r{tinymodels.RECIPE_VERSION}.gguf"
+
+
+@pytest.mark.parametrize("quant", ["q8_0", "q4_0"])
+def test_quantized_tiny_model_quantizes_matrices_only(quant: str, tmp_path: Path) -> None:
+    a = tinymodels.write_tiny_model("gemma3", tmp_path / "a.gguf", quant)
+    b = tinymodels.write_tiny_model("gemma3", tmp_path / "b.gguf", quant)
+    assert tinymodels.sha256(a) == tinymodels.sha256(b)
+    types_by_name = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(a)).tensors}
+    assert types_by_name["blk.0.ffn_up.weight"] == quant.upper()
+    assert types_by_name["token_embd.weight"] == quant.upper()
+    assert types_by_name["blk.0.attn_q_norm.weight"] == "F32"
+    f32 = tinymodels.write_tiny_model("gemma3", tmp_path / "f.gguf")
+    assert a.stat().st_size < f32.stat().st_size
