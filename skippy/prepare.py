@@ -711,6 +711,12 @@ class _Preparer:
                 return wanted, wanted, "git"
             archived = repo.rev_parse(f"refs/skippy/archive/{wanted}^{{commit}}")
             if archived is not None:
+                specs = self.settings.raw.get("archives") or {}
+                if wanted in specs:
+                    # re-checks the recorded digest against the mapping (re-imports if it changed)
+                    from skippy import archives
+
+                    return wanted, archives.import_archive(self.settings, repo, wanted, self.console), "archive"
                 return wanted, archived, "archive"
             return None
         full = repo.rev_parse(f"{wanted}^{{commit}}")
