@@ -281,6 +281,27 @@ def find_program(name: str, env: Mapping[str, str], extra_dirs: Iterable[Path] =
     return None
 
 
+def find_cuda_library(name: str, roots: Iterable[Path]) -> Path | None:
+    """``lib<name>.so*`` or ``lib<name>_static.a`` under a CUDA root or the system library dirs."""
+    dirs: list[Path] = []
+    for root in roots:
+        dirs += [root / "lib64", root / "lib", *sorted(root.glob("targets/*/lib"))]
+    dirs += [
+        Path("/usr/lib/x86_64-linux-gnu"),
+        Path("/usr/lib/aarch64-linux-gnu"),
+        Path("/usr/lib64"),
+        Path("/usr/lib"),
+    ]
+    for directory in dirs:
+        if not directory.is_dir():
+            continue
+        for pattern in (f"lib{name}.so*", f"lib{name}_static.a", f"{name}*.lib"):
+            found = sorted(directory.glob(pattern))
+            if found:
+                return found[0]
+    return None
+
+
 def tool_version(path: str, env: Mapping[str, str], args: tuple[str, ...] = ("--version",)) -> str:
     result = proc.run([path, *args], env=env, check=False, timeout=60)
     text = result.stdout + "\n" + result.stderr
@@ -367,6 +388,9 @@ def probe_toolchain(
         nvcc = _require(nvcc_name, env, backend_spec=s, platform=plat, extra_dirs=cuda_dirs, label="nvcc")
         tools.append(nvcc)
         cuda_compiler = nvcc.path
+        roots = [Path(os.path.realpath(nvcc.path)).parent.parent, *(d.parent for d in cuda_dirs)]
+        if not find_cuda_library("cublas", roots):
+            raise _missing(s, "needs cuBLAS (libcublas) from the CUDA toolkit, which was not found", plat)
         if "CMAKE_CUDA_ARCHITECTURES" not in given:
             smi = find_program("nvidia-smi", env)
             if smi:

@@ -11,7 +11,7 @@ from skippy import proc
 from skippy.backends import Backend
 from skippy.errors import ToolchainMissing
 from skippy.settings import Settings
-from skippy.toolchain import TreeInfo, check_tree_needs, probe_toolchain
+from skippy.toolchain import TreeInfo, check_tree_needs, find_cuda_library, probe_toolchain
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +68,7 @@ def test_cuda_probe_uses_the_default_architectures_without_a_gpu(tmp_path: Path)
     try:
         tc = probe_toolchain(Backend.CUDA, s)
     except ToolchainMissing as exc:
-        assert "nvcc" in exc.what
+        assert "nvcc" in exc.what or "cuBLAS" in exc.what
         return
     assert tc.cuda_compiler is not None
     assert any(t.name == "nvcc" and "release" in t.version for t in tc.tools)
@@ -82,3 +82,12 @@ def test_compiler_cache_choice(tmp_path: Path) -> None:
     assert none.launcher is None
     with pytest.raises(ToolchainMissing, match="unknown compiler cache"):
         probe_toolchain(Backend.CPU, settings(tmp_path, SKIPPY_COMPILER_CACHE="distcc"))
+
+
+def test_find_cuda_library(tmp_path: Path) -> None:
+    root = tmp_path / "cuda"
+    (root / "targets" / "x86_64-linux" / "lib").mkdir(parents=True)
+    assert find_cuda_library("skippy_no_such_lib", [root]) is None
+    lib = root / "targets" / "x86_64-linux" / "lib" / "libskippy_no_such_lib.so.13"
+    lib.write_bytes(b"")
+    assert find_cuda_library("skippy_no_such_lib", [root]) == lib
