@@ -152,23 +152,29 @@ def _build_table(settings: Settings) -> Mapping[str, Any]:
     return table if isinstance(table, Mapping) else {}
 
 
-def requested_defines(settings: Settings, options: BuildOptions) -> dict[str, str]:
-    """The -D values the user asked for: [tool.skippy.build], CUDAARCHS, then posargs (last wins)."""
+#: [tool.skippy.build] key -> (the backend it applies to, the CMake variable it sets)
+_TABLE_DEFINES: Final = {
+    "cuda_architectures": (Backend.CUDA, "CMAKE_CUDA_ARCHITECTURES"),
+    "amdgpu_targets": (Backend.ROCM, "AMDGPU_TARGETS"),
+    "vulkan_include_dir": (Backend.VULKAN, "Vulkan_INCLUDE_DIR"),
+}
+
+
+def requested_defines(settings: Settings, options: BuildOptions, backend: Backend | str) -> dict[str, str]:
+    """The -D values the user asked for: [tool.skippy.build] and CUDAARCHS (for the backend
+    they concern), then the command line's -D values (last wins, any backend)."""
+    b = parse_backend(backend)
     table = _build_table(settings)
     out: dict[str, str] = {}
-    keys = {
-        "cuda_architectures": "CMAKE_CUDA_ARCHITECTURES",
-        "amdgpu_targets": "AMDGPU_TARGETS",
-        "vulkan_include_dir": "Vulkan_INCLUDE_DIR",
-    }
-    for key, name in keys.items():
-        if table.get(key):
+    for key, (owner, name) in _TABLE_DEFINES.items():
+        if owner is b and table.get(key):
             out[name] = str(table[key])
-    if "cuda_fa_all_quants" in table:
-        out["GGML_CUDA_FA_ALL_QUANTS"] = "ON" if table["cuda_fa_all_quants"] else "OFF"
-    if settings.env.get("CUDAARCHS"):
-        # CMake's own variable for the default CUDA architectures
-        out["CMAKE_CUDA_ARCHITECTURES"] = settings.env["CUDAARCHS"]
+    if b is Backend.CUDA:
+        if "cuda_fa_all_quants" in table:
+            out["GGML_CUDA_FA_ALL_QUANTS"] = "ON" if table["cuda_fa_all_quants"] else "OFF"
+        if settings.env.get("CUDAARCHS"):
+            # CMake's own variable for the default CUDA architectures
+            out["CMAKE_CUDA_ARCHITECTURES"] = settings.env["CUDAARCHS"]
     given, _ = split_cmake_args(options.cmake_args)
     out.update(given)
     return out
@@ -191,7 +197,7 @@ def plan_build(
     """Everything a build of ``backend`` will do, computed without running anything."""
     options = options or BuildOptions()
     s = spec(backend)
-    given = requested_defines(settings, options)
+    given = requested_defines(settings, options, s.backend)
     _, extra_args = split_cmake_args(options.cmake_args)
     provenance: dict[str, str] = {}
 
@@ -915,7 +921,7 @@ def run_build_session(
     options = BuildOptions(cmake_args=args.cmake_args, jobs=args.jobs)
     try:
         with console.step(f"probe the {b.value} toolchain"):
-            toolchain = probe_toolchain(b, settings, given=requested_defines(settings, options))
+            toolchain = probe_toolchain(b, settings, given=requested_defines(settings, options, b))
     except ToolchainMissing as exc:
         if args.skip_unavailable:
             return SessionOutcome(backend=b, skipped=exc.what)
@@ -995,7 +1001,7 @@ def build_backend(
 ) -> BuildReport:
     """Probe, plan and execute a build of ``source_dir`` (no prepare, no spot check): for the bench."""
     options = options or BuildOptions()
-    toolchain = probe_toolchain(backend, settings, given=requested_defines(settings, options))
+    toolchain = probe_toolchain(backend, settings, given=requested_defines(settings, options, backend))
     tree = inspect_tree(source_dir)
     check_tree_needs(tree, toolchain)
     plan = plan_build(backend, settings, tree=tree, toolchain=toolchain, patched_sha=patched_sha, options=options)

@@ -291,5 +291,20 @@ def test_split_cmake_args() -> None:
 
 def test_requested_defines_precedence(tmp_path: Path) -> None:
     s = settings(tmp_path, {"CUDAARCHS": "80"}, {"build": {"cuda_architectures": "75", "vulkan_include_dir": "/v"}})
-    got = requested_defines(s, BuildOptions(cmake_args=("-DAMDGPU_TARGETS=gfx90a",)))
-    assert got == {"CMAKE_CUDA_ARCHITECTURES": "80", "Vulkan_INCLUDE_DIR": "/v", "AMDGPU_TARGETS": "gfx90a"}
+    options = BuildOptions(cmake_args=("-DAMDGPU_TARGETS=gfx90a",))
+    assert requested_defines(s, options, Backend.CUDA) == {
+        "CMAKE_CUDA_ARCHITECTURES": "80",
+        "AMDGPU_TARGETS": "gfx90a",
+    }
+    assert requested_defines(s, options, Backend.VULKAN) == {"Vulkan_INCLUDE_DIR": "/v", "AMDGPU_TARGETS": "gfx90a"}
+
+
+def test_backend_settings_do_not_leak_into_other_backends(tmp_path: Path) -> None:
+    table: dict[str, object] = {
+        "build": {"cuda_architectures": "75", "cuda_fa_all_quants": False, "amdgpu_targets": "gfx90a"}
+    }
+    cpu = plan(tmp_path, Backend.CPU, env={"CUDAARCHS": "80"}, table=table)
+    names = set(defines(cpu))
+    # they would be "manually-specified variables not used by the project"
+    assert not names & {"CMAKE_CUDA_ARCHITECTURES", "GGML_CUDA_FA_ALL_QUANTS", "AMDGPU_TARGETS"}
+    assert defines(plan(tmp_path, Backend.ROCM, table=table))["AMDGPU_TARGETS"] == "gfx90a"
