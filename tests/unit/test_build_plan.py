@@ -9,7 +9,7 @@ import pytest
 
 from skippy.backends import DEFAULT_AMDGPU_TARGETS, DEFAULT_CUDA_ARCHITECTURES, Backend
 from skippy.build import BuildOptions, BuildPlan, plan_build, requested_defines, split_cmake_args
-from skippy.errors import BuildError
+from skippy.errors import BuildError, SettingsError
 from skippy.settings import Settings
 from skippy.toolchain import Tool, Toolchain, TreeInfo
 
@@ -308,3 +308,8 @@ def test_backend_settings_do_not_leak_into_other_backends(tmp_path: Path) -> Non
     # they would be "manually-specified variables not used by the project"
     assert not names & {"CMAKE_CUDA_ARCHITECTURES", "GGML_CUDA_FA_ALL_QUANTS", "AMDGPU_TARGETS"}
     assert defines(plan(tmp_path, Backend.ROCM, table=table))["AMDGPU_TARGETS"] == "gfx90a"
+
+
+def test_unknown_build_table_key_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="cuda_arch"):
+        plan(tmp_path, Backend.CUDA, table={"build": {"cuda_arch": "86"}})
