@@ -43,7 +43,7 @@ class Result:
         return self.returncode == 0
 
     def tail(self, lines: int = TAIL_LINES) -> str:
-        text = (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).rstrip()
+        text = "\n".join(part.rstrip("\n") for part in (self.stdout, self.stderr) if part).rstrip()
         return "\n".join(text.splitlines()[-lines:])
 
 
@@ -161,21 +161,21 @@ def run(
 
 
 def _stop(running: sh.RunningCommand, grace: float) -> None:
-    """SIGTERM to the process group, wait ``grace`` seconds, then SIGKILL."""
-    try:
-        running.process.signal_group(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while running.process.is_alive()[0] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if running.process.is_alive()[0]:
-            running.process.signal_group(signal.SIGKILL)
-        else:
-            # the leader is gone; make sure nothing it started lingers
-            with contextlib.suppress(OSError):
-                running.process.signal_group(signal.SIGKILL)
+    """SIGTERM to the process group, wait ``grace`` seconds, then SIGKILL.
+
+    The child leads its own session, so its group id is its pid: signalling the
+    group by pid still reaches what it started after the leader was reaped.
+    """
+    pgid = running.pid
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while running.process.is_alive()[0] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(OSError, sh.ErrorReturnCode, sh.SignalException):
         running.wait()
-    except (OSError, sh.ErrorReturnCode, sh.SignalException):
-        pass
 
 
 def _text(data: bytes | str | None) -> str:

@@ -1,0 +1,70 @@
+"""The subprocess gate: argv lists, captured output, errors with the tail, SIGTERM then SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from skippy import proc
+from skippy.errors import CommandError, ToolchainMissing
+
+ENV = {"PATH": os.environ.get("PATH", os.defpath)}
+
+
+def test_captures_output_and_exit_code() -> None:
+    result = proc.run(["sh", "-c", "echo out; echo err >&2; exit 3"], env=ENV, check=False)
+    assert (result.returncode, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert result.tail() == "out\nerr"
+
+
+def test_failure_raises_with_command_and_tail() -> None:
+    with pytest.raises(CommandError) as info:
+        proc.run(["sh", "-c", "echo boom >&2; exit 2"], env=ENV, what="the probe")
+    err = info.value
+    assert err.returncode == 2
+    assert err.argv == ("sh", "-c", "echo boom >&2; exit 2")
+    assert "boom" in err.render() and "exit code: 2" in err.render()
+
+
+def test_arguments_are_never_a_shell_string(tmp_path: Path) -> None:
+    tricky = "a b; rm -rf / $(echo no) 'q'"
+    result = proc.run(["printf", "%s", tricky], env=ENV)
+    assert result.stdout == tricky
+
+
+def test_missing_program() -> None:
+    with pytest.raises(ToolchainMissing, match="`no-such-program-skippy` was not found"):
+        proc.run(["no-such-program-skippy"], env=ENV)
+
+
+def test_streaming_lines_and_echo() -> None:
+    lines: list[str] = []
+    echoed: list[str] = []
+    proc.run(["sh", "-c", "echo one; echo two"], env=ENV, on_line=lines.append, echo=echoed.append)
+    assert lines == ["one", "two"]
+    assert echoed == ["$ sh -c 'echo one; echo two'"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_timeout_terms_then_kills_the_whole_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    script = f"trap '' TERM; sleep 60 & echo $! > {pidfile}; wait"
+    started = time.monotonic()
+    with pytest.raises(CommandError, match="timed out after 0.5 s"):
+        proc.run(["sh", "-c", script], env=ENV, timeout=0.5, grace=0.5)
+    assert time.monotonic() - started < 10
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the grandchild must not outlive the timeout"
