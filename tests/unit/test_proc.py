@@ -60,7 +60,7 @@ def test_timeout_terms_then_kills_the_whole_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     script = f"trap '' TERM; sleep 60 & echo $! > {pidfile}; wait"
     started = time.monotonic()
-    with pytest.raises(CommandError, match="timed out after 0.5 s"):
+    with pytest.raises(CommandError, match=r"timed out after 0\.5 s"):
         proc.run(["sh", "-c", script], env=ENV, timeout=0.5, grace=0.5)
     assert time.monotonic() - started < 10
     child = int(pidfile.read_text())
