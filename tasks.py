@@ -84,6 +84,59 @@ def triage(c: Context, latest: bool = False, sha: str = "", offline: bool = Fals
     _done(prepare_main(os.environ, root=ROOT, latest=latest, sha=sha, offline=offline, as_json=json, triage=True))
 
 
+@task(
+    iterable=["backend"],
+    help={
+        "sha": "the upstream commit to move to (default: upstream master)",
+        "backend": "build and spot-check this backend (repeatable; default cpu)",
+        "dry-run": "do everything but write the pin",
+        "allow-non-descendant": "allow a target that does not descend from the current pin",
+        "newest-compatible": "bump to the newest upstream commit the whole queue applies to",
+        "json": "print one JSON report on stdout",
+    },
+)
+def pin_bump(
+    c: Context,
+    sha: str = "",
+    backend: list[str] | None = None,
+    dry_run: bool = False,
+    allow_non_descendant: bool = False,
+    newest_compatible: bool = False,
+    json: bool = False,
+) -> None:
+    """Prepare, build, spot-check and audit a new upstream, then move the pin (atomically) and summarize."""
+    from skippy.cli import pin_bump_main
+
+    _done(
+        pin_bump_main(
+            os.environ,
+            root=ROOT,
+            sha=sha,
+            backends=backend or (),
+            dry_run=dry_run,
+            allow_non_descendant=allow_non_descendant,
+            newest_compatible=newest_compatible,
+            as_json=json,
+        )
+    )
+
+
+@task(help={"old": "older upstream commit", "new": "newer upstream commit", "json": "print JSON instead"})
+def summary(c: Context, old: str, new: str, json: bool = False) -> None:
+    """Pull-request Markdown of upstream OLD..NEW: commits, diffstat, areas, patches exposed."""
+    from skippy.cli import summary_main
+
+    _done(summary_main(os.environ, root=ROOT, old=old, new=new, as_json=json))
+
+
+@task(help={"to": "upstream ref to search up to (default: upstream master)", "json": "print JSON instead"})
+def bisect(c: Context, to: str = "", json: bool = False) -> None:
+    """Newest upstream commit the whole queue applies to, and the commit that first breaks each failing patch."""
+    from skippy.cli import bisect_main
+
+    _done(bisect_main(os.environ, root=ROOT, to=to, as_json=json))
+
+
 @task(help={"json": "print one JSON report on stdout"})
 def status(c: Context, json: bool = False) -> None:
     """Pin, upstream and patched SHAs, queue digest, local work, and what prepare would do."""

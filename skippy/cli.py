@@ -116,6 +116,70 @@ def prepare_main(
     return guarded(action, console=console, as_json=as_json)
 
 
+def pin_bump_main(
+    env: Mapping[str, str],
+    *,
+    root: Path | None = None,
+    sha: str = "",
+    backends: Sequence[str] = (),
+    dry_run: bool = False,
+    allow_non_descendant: bool = False,
+    newest_compatible: bool = False,
+    as_json: bool = False,
+) -> int:
+    console = Console(env=env)
+
+    def action() -> dict[str, Any]:
+        from skippy.pinbump import pin_bump
+
+        settings = load(root, env)
+        report = pin_bump(
+            settings,
+            sha=sha or None,
+            console=console,
+            backends=tuple(backends) or ("cpu",),
+            dry_run=dry_run,
+            allow_non_descendant=allow_non_descendant,
+            newest_compatible=newest_compatible,
+        )
+        if report.summary is not None and not as_json:
+            print(report.summary.markdown())
+        verb = "would move" if report.dry_run else "moved" if report.written else "left"
+        console.info(f"pin {verb}: {report.old_pin[:12]} -> {report.new_pin[:12]}")
+        return report.as_dict()
+
+    return guarded(action, console=console, as_json=as_json)
+
+
+def summary_main(env: Mapping[str, str], *, root: Path | None = None, old: str, new: str, as_json: bool = False) -> int:
+    console = Console(env=env)
+
+    def action() -> dict[str, Any]:
+        from skippy.pinbump import run_summary
+
+        summary = run_summary(load(root, env), old, new, console=console)
+        if not as_json:
+            print(summary.markdown())
+        console.summary(summary.markdown())
+        return summary.as_dict()
+
+    return guarded(action, console=console, as_json=as_json)
+
+
+def bisect_main(env: Mapping[str, str], *, root: Path | None = None, to: str = "", as_json: bool = False) -> int:
+    console = Console(env=env)
+
+    def action() -> dict[str, Any]:
+        from skippy.pinbump import run_bisect
+
+        report = run_bisect(load(root, env), to=to or None, console=console)
+        if not as_json:
+            print(report.render())
+        return report.as_dict()
+
+    return guarded(action, console=console, as_json=as_json)
+
+
 def session_action(*, continue_: bool, skip: bool, abort: bool) -> str:
     chosen = [name for name, on in (("continue", continue_), ("skip", skip), ("abort", abort)) if on]
     if len(chosen) > 1:

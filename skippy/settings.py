@@ -38,9 +38,8 @@ _DEFAULTS: Mapping[str, Any] = {
     "network_backoff": 2.0,
     "lock_timeout": 900.0,
     "tolerated_untracked": ["build/", "build-*/", "*.gguf"],
+    "pin_mirror": "",
 }
-
-_PATH_KEYS = ("pin_file", "patch_dir", "workdir", "build_root", "cache_dir")
 
 
 def find_root(start: Path) -> Path:
@@ -72,6 +71,8 @@ class Settings:
     network_backoff: float
     lock_timeout: float
     tolerated_untracked: tuple[str, ...]
+    #: a second file some projects keep with the same pin (written by pin-bump), or None
+    pin_mirror: Path | None
     #: the environment the entry point was given (CI detection, tool lookup)
     env: Mapping[str, str] = field(repr=False)
     #: the whole [tool.skippy] table, for modules that own a sub-table
@@ -163,6 +164,7 @@ class Settings:
             network_backoff=backoff,
             lock_timeout=lock_timeout,
             tolerated_untracked=tuple(str(p) for p in merged["tolerated_untracked"]),
+            pin_mirror=path("pin_mirror") if merged["pin_mirror"] else None,
             env=dict(env),
             raw=dict(table),
         )

@@ -1,0 +1,224 @@
+"""bisect, summary and pin-bump against fixture upstreams with known breaking commits."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skippy.errors import ConflictError, SettingsError
+from skippy.pinbump import pin_bump, run_bisect, run_summary
+from skippy.prepare import PrepareReport, Target, prepare
+from skippy.settings import Settings
+from skippy.ui import Console
+from tests.conftest import Project
+from tests.gitfixtures import git, hermetic_git_env
+
+pytestmark = pytest.mark.integration
+QUIET = Console(quiet=True)
+
+
+def edit(text: str, line: str, new: str) -> str:
+    assert line in text
+    return text.replace(line, new)
+
+
+@pytest.fixture
+def history(project: Project) -> tuple[Project, dict[str, str]]:
+    """pin = upstream commit 1; queue A (model line 5), B (arch line 10); then upstream moves:
+    u1 unrelated, u2 breaks A, u3 unrelated, u4 breaks B, u5 unrelated."""
+    up = project.upstream
+    pin = up.commits[1]
+    model = up.read("src/llama-model.cpp", pin)
+    arch = up.read("src/llama-arch.cpp", pin)
+    project.add_patch(
+        "core",
+        "0001-core-a.patch",
+        project.patch(pin, "core: a", {"src/llama-model.cpp": edit(model, "// model line 5\n", "// A\n")}),
+    )
+    project.add_patch(
+        "model_support",
+        "0001-family-b.patch",
+        project.patch(pin, "family: b", {"src/llama-arch.cpp": edit(arch, "// arch line 10\n", "// B\n")}),
+    )
+    shas = {"pin": pin, "u0": up.commits[2]}
+    shas["u1"] = up.commit("docs: unrelated", {"docs/notes.md": "notes\n"})
+    shas["u2"] = up.commit(
+        "model: rework line 5",
+        {"src/llama-model.cpp": edit(up.read("src/llama-model.cpp"), "// model line 5\n", "// upstream 5\n")},
+    )
+    shas["u3"] = up.commit("cuda: kernels", {"ggml/src/ggml-cuda/k.cu": "k\n"})
+    shas["u4"] = up.commit(
+        "arch: rework line 10",
+        {"src/llama-arch.cpp": edit(up.read("src/llama-arch.cpp"), "// arch line 10\n", "// upstream 10\n")},
+    )
+    shas["u5"] = up.commit("tests: more", {"tests/test-x.cpp": "t\n"})
+    prepare(project.settings(), Target.pinned(), console=QUIET, interactive=False)
+    return project, shas
+
+
+def test_bisect_finds_newest_compatible_and_breakers(history: tuple[Project, dict[str, str]]) -> None:
+    project, shas = history
+    report = run_bisect(project.settings(), to=None, console=QUIET)
+    assert report.pin == shas["pin"]
+    assert report.target == shas["u5"]
+    assert report.candidates == 6  # u0 .. u5
+    assert report.newest_compatible == shas["u1"]
+    assert [(b.patch, b.commit) for b in report.breakers] == [
+        ("core/0001-core-a.patch", shas["u2"]),
+        ("model_support/0001-family-b.patch", shas["u4"]),
+    ]
+    assert report.tested < 7 + 3, "binary search, not a scan of every commit for every patch"
+    assert "first breaks at " + shas["u2"][:12] + " model: rework line 5" in report.render()
+    # towards a commit the queue still applies to, the target itself is the answer
+    near = run_bisect(project.settings(), to=shas["u1"], console=QUIET)
+    assert near.target_applies and near.breakers == ()
+    # the workdir was not touched
+    wdir = project.workdir
+    env = hermetic_git_env(Path(os.environ["HOME"]))
+    assert git(wdir, "status", "--porcelain", env=env) == ""
+
+
+def test_summary_sections(history: tuple[Project, dict[str, str]]) -> None:
+    project, shas = history
+    summary = run_summary(project.settings(), shas["pin"], shas["u5"], console=QUIET)
+    assert [c.sha for c in summary.commits] == [shas[k] for k in ("u5", "u4", "u3", "u2", "u1", "u0")]
+    md = summary.markdown()
+    assert "### Upstream commits (6)" in md
+    assert "### Diffstat" in md and "files changed" in summary.shortstat
+    assert summary.areas["runtime"] == 3  # u0 (arch), u2 (model), u4 (arch)
+    assert summary.areas["CUDA"] == 1
+    assert summary.areas["tests"] == 1
+    exposed = {e.patch: [c.sha for c in e.commits] for e in summary.exposures}
+    assert exposed == {
+        "core/0001-core-a.patch": [shas["u2"]],
+        "model_support/0001-family-b.patch": [shas["u4"], shas["u0"]],
+    }
+    assert "**core/0001-core-a.patch** is exposed through `src/llama-model.cpp`" in md
+    with pytest.raises(SettingsError, match="is not an ancestor"):
+        run_summary(project.settings(), shas["u5"], shas["pin"], console=QUIET)
+
+
+def test_summary_links_for_github_upstreams() -> None:
+    from skippy.summary import github_base
+
+    assert github_base("https://github.com/ggml-org/llama.cpp.git") == "https://github.com/ggml-org/llama.cpp"
+    assert github_base("git@github.com:ggml-org/llama.cpp.git") == "https://github.com/ggml-org/llama.cpp"
+    assert github_base("file:///mirror/llama.cpp.git") is None
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.builds: list[tuple[str, str]] = []
+
+    def build(
+        self, backend: str, settings: Settings, console: Console, prepare_fn: Any
+    ) -> object:  # the build process boundary: real builds are the e2e tier's
+        report: PrepareReport = prepare_fn(settings, console)
+        self.builds.append((backend, report.upstream_sha))
+        return report
+
+    def parity(self, settings: Settings, console: Console) -> dict[str, Any]:
+        return {"ok": True}
+
+
+def pin_text(project: Project) -> str:
+    return (project.root / "queue" / "upstream.txt").read_text()
+
+
+def test_pin_bump_refuses_backwards_and_sideways(history: tuple[Project, dict[str, str]]) -> None:
+    project, shas = history
+    rec = Recorder()
+    project.pin(shas["u1"])
+    before = pin_text(project)
+    with pytest.raises(SettingsError, match="refusing to move the pin backwards"):
+        pin_bump(project.settings(), sha=shas["pin"], console=QUIET, build_fn=rec.build, parity_fn=rec.parity)
+    env = hermetic_git_env(Path(os.environ["HOME"]))
+    scratch = project.upstream.path
+    git(scratch, "checkout", "--quiet", "-b", "side", shas["pin"], env=env)
+    side = project.upstream.commit("side: work", {"side.txt": "s\n"})
+    git(scratch, "checkout", "--quiet", "master", env=env)
+    with pytest.raises(SettingsError, match="not a descendant of the pin"):
+        pin_bump(project.settings(), sha=side, console=QUIET, build_fn=rec.build, parity_fn=rec.parity)
+    assert pin_text(project) == before
+    assert rec.builds == []
+    # an explicit override moves sideways
+    git(project.workdir, "fetch", "--quiet", str(scratch), "side", env=env)
+    report = pin_bump(
+        project.settings(),
+        sha=side,
+        console=QUIET,
+        allow_non_descendant=True,
+        build_fn=rec.build,
+        parity_fn=rec.parity,
+    )
+    assert report.written and pin_text(project) == side + "\n"
+
+
+def test_pin_bump_conflict_stops_with_triage_and_bisect(history: tuple[Project, dict[str, str]]) -> None:
+    project, shas = history
+    rec = Recorder()
+    before = pin_text(project)
+    with pytest.raises(ConflictError) as info:
+        pin_bump(project.settings(), sha=None, console=QUIET, build_fn=rec.build, parity_fn=rec.parity)
+    details = info.value.details or ""
+    assert "core/0001-core-a.patch" in details and "conflict" in details
+    assert f"newest upstream commit the whole queue applies to: {shas['u1'][:12]}" in details
+    assert "--newest-compatible" in (info.value.next_step or "")
+    assert pin_text(project) == before
+    assert rec.builds == []
+
+
+def test_pin_bump_dry_run_then_real_then_newest_compatible(
+    history: tuple[Project, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project, shas = history
+    toml = project.root / "pyproject.toml"
+    toml.write_text(toml.read_text() + 'pin_mirror = "queue/mirror-pin.txt"\n')
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(project.root / "summary.md"))
+    rec = Recorder()
+    before = pin_text(project)
+    dry = pin_bump(
+        project.settings(), sha=shas["u1"], console=QUIET, dry_run=True, build_fn=rec.build, parity_fn=rec.parity
+    )
+    assert not dry.written and pin_text(project) == before
+    assert rec.builds == [("cpu", shas["u1"])], "dry-run still builds and spot-checks"
+    settings = project.settings(GITHUB_STEP_SUMMARY=str(project.root / "summary.md"))
+    report = pin_bump(
+        settings,
+        sha=None,
+        console=Console(env=settings.env, quiet=True),
+        newest_compatible=True,
+        backends=("cpu", "vulkan"),
+        build_fn=rec.build,
+        parity_fn=rec.parity,
+    )
+    assert report.new_pin == shas["u1"] and report.written
+    assert pin_text(project) == shas["u1"] + "\n"
+    assert (project.root / "queue" / "mirror-pin.txt").read_text() == shas["u1"] + "\n"
+    assert rec.builds[-2:] == [("cpu", shas["u1"]), ("vulkan", shas["u1"])]
+    assert "## llama.cpp" in (project.root / "summary.md").read_text()
+    assert not list((project.root / "queue").glob("*.tmp")), "the atomic write leaves no temp file"
+    # now at the target: prepare --pinned has nothing to do
+    assert prepare(project.settings(), Target.pinned(), console=QUIET).action == "noop"
+    again = pin_bump(project.settings(), sha=shas["u1"], console=QUIET, build_fn=rec.build, parity_fn=rec.parity)
+    assert not again.written and "already at the target" in again.notes
+
+
+def test_failed_build_leaves_the_pin(history: tuple[Project, dict[str, str]]) -> None:
+    project, shas = history
+    before = pin_text(project)
+
+    def failing_build(backend: str, settings: Settings, console: Console, prepare_fn: Any) -> object:
+        from skippy.errors import BuildError
+
+        prepare_fn(settings, console)
+        raise BuildError("ninja failed", untouched="the pin")
+
+    from skippy.errors import BuildError
+
+    with pytest.raises(BuildError):
+        pin_bump(project.settings(), sha=shas["u1"], console=QUIET, build_fn=failing_build, parity_fn=Recorder().parity)
+    assert pin_text(project) == before
