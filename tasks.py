@@ -143,3 +143,81 @@ def status(c: Context, json: bool = False) -> None:
     from skippy.cli import status_main
 
     _done(status_main(os.environ, root=ROOT, as_json=json))
+
+
+# ---- queue maintenance (skippy/maint_cli.py)
+
+_MAINT_HELP = {
+    "checkout": "the llama.cpp checkout to read (default: the workdir; only temporary worktrees are used)",
+    "offline": "never contact the upstream; use the configured source archive",
+    "json": "print one JSON report on stdout",
+    "verbose": "show every git command and step timings",
+}
+
+
+@task(
+    help={
+        "core-head": "branch or commit whose commits since the pin become the core lane",
+        "model-support-head": "branch or commit whose commits since --core-head become the model_support lane",
+        **_MAINT_HELP,
+    }
+)
+def regenerate(
+    c: Context,
+    core_head: str = "",
+    model_support_head: str = "",
+    checkout: str = "",
+    offline: bool = False,
+    json: bool = False,
+    verbose: bool = False,
+) -> None:
+    """Rebuild the core and model_support lanes from branches on the pin (verified; backup restored on failure)."""
+    from skippy.maint_cli import regenerate_main
+
+    _done(
+        regenerate_main(
+            os.environ,
+            root=ROOT,
+            core_head=core_head,
+            model_support_head=model_support_head,
+            checkout=checkout,
+            offline=offline,
+            as_json=json,
+            verbose=verbose,
+        )
+    )
+
+
+@task(help={"check": "only compare the checked-in lane with a fresh generation; fail on drift", **_MAINT_HELP})
+def generate(
+    c: Context,
+    check: bool = False,
+    checkout: str = "",
+    offline: bool = False,
+    json: bool = False,
+    verbose: bool = False,
+) -> None:
+    """Rewrite the generated lane from generated/families.toml and the pinned tree (or --check it)."""
+    from skippy.maint_cli import generate_main
+
+    _done(
+        generate_main(
+            os.environ, root=ROOT, check=check, checkout=checkout, offline=offline, as_json=json, verbose=verbose
+        )
+    )
+
+
+@task(help=_MAINT_HELP)
+def parity(c: Context, checkout: str = "", offline: bool = False, json: bool = False, verbose: bool = False) -> None:
+    """Audit the arch cases the queue drops (allowlist beside the queue) and list its upstream deletions."""
+    from skippy.maint_cli import parity_main
+
+    _done(parity_main(os.environ, root=ROOT, checkout=checkout, offline=offline, as_json=json, verbose=verbose))
+
+
+@task(help=_MAINT_HELP)
+def check(c: Context, checkout: str = "", offline: bool = False, json: bool = False, verbose: bool = False) -> None:
+    """Everything a reviewer needs: validate, apply all lanes, parity, generated-lane drift, boundary lint."""
+    from skippy.maint_cli import check_main
+
+    _done(check_main(os.environ, root=ROOT, checkout=checkout, offline=offline, as_json=json, verbose=verbose))

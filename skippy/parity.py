@@ -467,8 +467,8 @@ def parse_hunks(diff: str) -> tuple[list[Hunk], set[str]]:
 def blame_lines(repo: Repo, since: str, commit: str, path: str, ranges: Sequence[tuple[int, int]]) -> dict[int, str]:
     """line number in ``commit:path`` -> commit that introduced it, for commits after ``since``
     (lines older than ``since`` map to ""), for the given (start, end) ranges."""
-    if not ranges:
-        return {}
+    if not ranges or since == commit:
+        return {}  # nothing of the queue before this patch: every line is upstream's
     args: list[str] = []
     for start, end in ranges:
         args += ["-L", f"{start},{end}"]

@@ -115,7 +115,7 @@ def range_diff(old: Sequence[Item], new: Sequence[Item]) -> tuple[Entry, ...]:
             continue
         before = pairs[index]
         status, detail = classify(before.data, item.data)
-        if before.label != item.label:
+        if before.lane != item.lane:
             moved = f"was {before.label}"
             detail = f"{detail}; {moved}" if detail else moved
         entries.append(Entry(status, subject, before.label, item.label, detail))

@@ -31,10 +31,6 @@ EXPORT_CONFIG: tuple[tuple[str, str], ...] = (
     ("format.numbered", "false"),
     ("format.signOff", "false"),
     ("format.coverLetter", "false"),
-    ("format.signature", ""),
-    ("format.headers", ""),
-    ("format.to", ""),
-    ("format.cc", ""),
     ("format.thread", "false"),
     ("format.useAutoBase", "false"),
     ("format.suffix", ".patch"),
@@ -65,6 +61,10 @@ EXPORT_ARGS: tuple[str, ...] = (
     "--zero-commit",
     "--no-signature",
     "--no-numbered",
+    # To:/Cc:/extra headers from the repository's config are dropped, not blanked
+    "--no-to",
+    "--no-cc",
+    "--no-add-header",
     "--full-index",
     "--binary",
     "--no-renames",
@@ -173,6 +173,8 @@ def pinned_store(
         repo.git("init", "--quiet")
         repo.git("remote", "add", "origin", settings.upstream_url)
         upstream_sha, base, source = resolve_target(settings, repo, Target.pinned(), console=console, offline=offline)
+        # a detached HEAD (no checkout): some commands (git blame) refuse an unborn HEAD
+        repo.git("update-ref", "--no-deref", "HEAD", base)
         yield Store(repo, upstream_sha, base, source, shared=False)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
