@@ -1,0 +1,235 @@
+"""The GitHub workflows, read as data: what each job proves, the build matrix against
+the backend registry, least privilege, pinned actions, and no logic of their own.
+(The schema check, zizmor and the session/task cross-check against the real nox
+and invoke menus are in tests/integration/test_workflows.py.)"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from skippy.backends import BACKENDS, Backend
+from skippy.build import parse_session_args
+from skippy.ci import COMMANDS
+from tests.workflowtools import (
+    WORKFLOW_DIR,
+    WORKFLOWS,
+    calls,
+    commands,
+    expand,
+    load,
+    matrix_entries,
+    steps,
+    uses,
+)
+
+BUILD = WORKFLOW_DIR / "build.yml"
+CANARY = WORKFLOW_DIR / "canary.yml"
+CI = WORKFLOW_DIR / "ci.yml"
+
+#: the first words a ``run:`` step may start with: the workflows only install and call
+ALLOWED_COMMANDS = (
+    ("nox",),
+    ("invoke",),
+    ("python", "-m", "skippy.ci"),
+    ("python", "-m", "pip", "install"),
+    ("mkdir", "-p"),
+    ("apt-get", "update"),
+    ("apt-get", "install"),
+    ("sudo", "apt-get", "update"),
+    ("sudo", "apt-get", "install"),
+)
+
+
+def test_the_three_workflows_exist() -> None:
+    assert {p.name for p in WORKFLOWS} == {"ci.yml", "build.yml", "canary.yml"}
+
+
+def build_entries() -> list[dict[str, Any]]:
+    return matrix_entries(load(BUILD)["jobs"]["build"])
+
+
+def test_the_build_matrix_has_one_job_per_backend_of_the_registry() -> None:
+    entries = build_entries()
+    assert sorted(e["backend"] for e in entries) == sorted(b.value for b in BACKENDS)
+    for e in entries:
+        assert e["session"] == BACKENDS[Backend(e["backend"])].session
+        assert e["session"] in e["title"]
+    strategy = load(BUILD)["jobs"]["build"]["strategy"]
+    assert strategy["fail-fast"] is False
+
+
+@pytest.mark.parametrize(
+    ("backend", "spot_check", "where"),
+    [
+        ("cpu", True, "ubuntu"),
+        ("vulkan", True, "ubuntu"),
+        ("metal", True, "macos"),
+        ("cuda", False, "nvidia/cuda:"),
+        ("rocm", False, "rocm/dev-"),
+    ],
+)
+def test_each_backend_runs_where_it_can_and_spot_checks_when_there_is_a_device(
+    backend: str, spot_check: bool, where: str
+) -> None:
+    (entry,) = [e for e in build_entries() if e["backend"] == backend]
+    # the build session's own parser decides whether the posargs turn the spot check off
+    parsed = parse_session_args(str(entry.get("posargs", "")).split(), {})
+    assert parsed.spot_check is spot_check
+    assert parsed.skip_unavailable is False
+    title = entry["title"]
+    if spot_check:
+        assert "spot check" in title
+        assert "build only" not in title
+    else:
+        assert "build only" in title
+        assert "no GPU" in title
+    runner = str(entry.get("container") or entry["runs-on"])
+    assert runner.startswith(where)
+    if backend == "metal":
+        # arm64: macos-14 and later are Apple silicon; macos-13 was the last Intel image
+        assert int(re.sub(r"\D", "", entry["runs-on"])) >= 14
+
+
+def test_vulkan_installs_mesa_and_the_headers_on_the_runner() -> None:
+    (entry,) = [e for e in build_entries() if e["backend"] == "vulkan"]
+    assert set(entry["apt"].split()) >= {"glslc", "libvulkan-dev", "spirv-headers", "mesa-vulkan-drivers"}
+
+
+def test_every_nox_call_is_followed_by_assert_ran_for_the_same_sessions() -> None:
+    for path in (CI, BUILD):
+        by_job: dict[str, list[tuple[str, str, list[str]]]] = {}
+        for step in steps(path):
+            for argv in commands(str(step.step.get("run", ""))):
+                if argv[0] == "nox":
+                    report = argv[argv.index("--report") + 1]
+                    tail = argv[argv.index("-s") + 1 :]
+                    words = tail[: tail.index("--")] if "--" in tail else tail
+                    sessions = [v for w in words for v in expand(w, step)]
+                    by_job.setdefault(step.job_id, []).append(("nox", report, sessions))
+                if argv[:4] == ["python", "-m", "skippy.ci", "assert-ran"]:
+                    sessions = [v for w in argv[5:] for v in expand(w, step)]
+                    by_job.setdefault(step.job_id, []).append(("assert", argv[4], sessions))
+        assert set(by_job) == set(load(path)["jobs"]), path.name
+        for job_id, seen in by_job.items():
+            assert [k for k, _, _ in seen] == ["nox", "assert"], f"{path.name}:{job_id}: {seen}"
+            (_, ran_report, ran), (_, checked_report, checked) = seen
+            assert ran_report == checked_report, f"{path.name}:{job_id}: report paths differ"
+            assert ran == checked, f"{path.name}:{job_id}: runs {ran}, asserts {checked}"
+
+
+def test_the_tests_job_runs_the_readme_command_per_tier() -> None:
+    tiers = matrix_entries(load(CI)["jobs"]["tests"])
+    assert {t["markers"] for t in tiers} == {"not e2e", "e2e"}
+    assert {c.name for c in calls(CI) if c.kind == "nox"} == {"lint", "tests"}
+
+
+def test_build_artifact_names_carry_the_matrix_key() -> None:
+    names = [s.step["with"]["name"] for s in steps(BUILD) if "upload-artifact" in str(s.step.get("uses", ""))]
+    assert len(names) == 2
+    assert all("${{ matrix.backend }}" in n for n in names)
+    assert len(set(names)) == len(names)
+
+
+def test_caches_cover_pip_the_compiler_cache_and_the_downloads() -> None:
+    for path in WORKFLOWS:
+        wf_steps = list(steps(path))
+        pythons = [s for s in wf_steps if "setup-python" in str(s.step.get("uses", ""))]
+        assert all(s.step["with"]["cache"] == "pip" for s in pythons), path.name
+        if path == CI:
+            wf_steps = [s for s in wf_steps if s.job_id == "tests"]
+        if path == CANARY:
+            wf_steps = [s for s in wf_steps if s.job_id == "bump"]
+        cached = " ".join(
+            str(s.step["with"]["path"]) for s in wf_steps if "actions/cache" in str(s.step.get("uses", ""))
+        )
+        for folder in (".deps/cache/sccache", ".deps/cache/archives", ".deps/cache/models"):
+            assert folder in cached, f"{path.name}: {folder} not cached"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_least_privilege(path: Any) -> None:
+    wf = load(path)
+    assert wf["permissions"] == {}
+    for job_id, job in wf["jobs"].items():
+        grants = job.get("permissions")
+        assert isinstance(grants, dict), f"{job_id}: no job-level permissions"
+        writes = {k for k, v in grants.items() if v == "write"}
+        if writes:
+            # only the canary's pull-request job writes, and it runs no project code
+            assert (path.name, job_id) == ("canary.yml", "pull-request")
+            assert writes == {"contents", "pull-requests"}
+            assert not [s for s in job["steps"] if "run" in s]
+        else:
+            assert grants == {"contents": "read"}
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_checkouts_do_not_persist_credentials(path: Any) -> None:
+    checkouts = [s for s in steps(path) if str(s.step.get("uses", "")).startswith("actions/checkout@")]
+    assert checkouts
+    for s in checkouts:
+        assert s.step["with"]["persist-credentials"] is False, s.label
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_action_is_pinned_to_a_commit_with_its_version(path: Any) -> None:
+    found = uses(path)
+    assert found
+    for ref, comment in found:
+        action, _, sha = ref.partition("@")
+        assert re.fullmatch(r"[0-9a-f]{40}", sha), f"{path.name}: {ref} is not pinned to a full commit SHA"
+        assert re.fullmatch(r"v\d+(\.\d+){0,2}", comment), f"{path.name}: {action} has no version comment"
+
+
+def test_one_version_per_action_across_the_workflows() -> None:
+    pins: dict[str, set[str]] = {}
+    for path in WORKFLOWS:
+        for ref, comment in uses(path):
+            action, _, sha = ref.partition("@")
+            pins.setdefault(action, set()).add(f"{sha} {comment}")
+    assert {a: len(v) for a, v in pins.items() if len(v) > 1} == {}
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_run_steps_only_install_and_call_the_menus(path: Any) -> None:
+    for step in steps(path):
+        script = step.step.get("run")
+        if not script:
+            continue
+        assert "${{" not in str(script), f"{step.label}: expressions go through env, never into the script"
+        for argv in commands(str(script)):
+            assert any(tuple(argv[: len(p)]) == p for p in ALLOWED_COMMANDS), f"{step.label}: {argv}"
+
+
+def test_skippy_ci_commands_exist() -> None:
+    used = {c.name for path in WORKFLOWS for c in calls(path) if c.kind == "skippy.ci"}
+    assert used
+    assert used <= set(COMMANDS)
+
+
+def test_the_canary_is_scheduled_and_manual_and_bumps_with_triage_and_bisect_on_failure() -> None:
+    wf = load(CANARY)
+    assert set(wf["on"]) == {"schedule", "workflow_dispatch"}
+    bump = wf["jobs"]["bump"]
+    by_id = {s.get("id"): s for s in bump["steps"] if s.get("id")}
+    assert commands(by_id["bump"]["run"])[-1][:2] == ["invoke", "pin-bump"]
+    for step_id, task in (("triage", ["invoke", "triage", "--latest"]), ("bisect", ["invoke", "bisect"])):
+        assert commands(by_id[step_id]["run"])[0] == task
+        assert by_id[step_id]["if"] == "failure() && steps.bump.outcome == 'failure'"
+    pr = wf["jobs"]["pull-request"]
+    assert pr["needs"] == "bump"
+    (create,) = [s for s in pr["steps"] if "create-pull-request" in str(s.get("uses"))]
+    assert create["with"]["add-paths"] == "skippy/llama_cpp/upstream.txt"
+    assert create["with"]["body-path"].endswith("/pr-body.md")
+
+
+def test_commands_splits_scripts_like_a_shell() -> None:
+    script = 'mkdir -p .deps/ci\nnox --report r.json -s "$SESSION" -- --json $POSARGS > out.json  # note\n'
+    assert commands(script) == [
+        ["mkdir", "-p", ".deps/ci"],
+        ["nox", "--report", "r.json", "-s", "$SESSION", "--", "--json", "$POSARGS"],
+    ]
+    assert commands("a && b | c; d \\\n  e") == [["a"], ["b"], ["c"], ["d", "e"]]
