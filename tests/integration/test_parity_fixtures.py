@@ -137,7 +137,7 @@ def edit(repo: Path, rel: str, old: str, new: str) -> str:
 
 
 def chain_patches(
-    project: Project, base: str, steps: Sequence[tuple[str, dict[str, tuple[str, str] | str | None]]]
+    project: Project, base: str, steps: Sequence[tuple[str, Mapping[str, tuple[str, str] | str | None]]]
 ) -> list[bytes]:
     """Patches made one on top of the other from ``base``; a file value is new content, None
     (delete) or (old, new) to replace text in the current file."""
@@ -170,3 +170,10 @@ def snapshot(folder: Path) -> dict[str, bytes]:
             path = Path(dirpath) / name
             out[str(path.relative_to(folder))] = path.read_bytes()
     return out
+
+
+#: a core patch step: two lines added before `return res;` in create_memory
+ADD_HOOK_STEP: tuple[str, Mapping[str, tuple[str, str] | str | None]] = (
+    "core: add a hook point",
+    {"src/llama-model.cpp": ("    return res;\n", "    res = hook(res);\n    trace(res);\n    return res;\n")},
+)
