@@ -47,7 +47,7 @@ _CONTROL = frozenset(
         "typeid",
     }
 )
-_CALL = re.compile(r"(?P<name>(?:[A-Za-z_]\w*\s*::\s*)*(?:~?[A-Za-z_]\w*|operator\s*(?:\(\s*\)|[^\s(]+)))\s*\(")
+_CALL = re.compile(r"(?P<name>(?:[A-Za-z_]\w*\s*::\s*)*(?:operator\s*(?:\(\s*\)|[^\s(]+)|~?[A-Za-z_]\w*))\s*\(")
 _QUALIFIERS = re.compile(
     r"^\s*(?:(?:const|override|final|noexcept|mutable|volatile|&&|&|->[^{;:]*)\s*)*(?::.*)?$", re.S
 )
