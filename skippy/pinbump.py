@@ -260,7 +260,7 @@ class BumpReport:
 
 
 BuildFn = Callable[[str, Settings, Console, Callable[[Settings, Console], PrepareReport]], object]
-ParityFn = Callable[[Settings, Console], dict[str, Any] | None]
+ParityFn = Callable[[Settings, Console, Repo, str, str], dict[str, Any] | None]
 
 
 def _default_build(
@@ -274,19 +274,19 @@ def _default_build(
     return outcome
 
 
-def _default_parity(settings: Settings, console: Console) -> dict[str, Any] | None:
-    try:
-        from skippy import parity  # the audit lives in its own module
-    except ImportError:
-        console.warn("parity audit not available in this checkout; skipped")
-        return None
-    audit = getattr(parity, "audit_workdir", None)
-    if audit is None:
-        console.warn("parity audit has no audit_workdir(); skipped")
-        return None
-    result = audit(settings, console=console)
-    as_dict = getattr(result, "as_dict", None)
-    return as_dict() if callable(as_dict) else None
+def _default_parity(settings: Settings, console: Console, repo: Repo, base: str, upstream_sha: str) -> dict[str, Any]:
+    """The parity audit of the queue replayed on the new upstream; raises ParityFailed on unlisted drops."""
+    from skippy import parity
+    from skippy.replay import replay
+
+    config = parity.ParityConfig.from_settings(settings)
+    allowlist = parity.load_allowlist(config.allowlist)
+    queue = load_queue(settings.patch_dir)
+    replayed = replay(settings, repo, base, queue, console=console)
+    report = parity.audit(repo, replayed, config, allowlist, upstream_sha=upstream_sha)
+    if not report.ok:
+        raise parity.failure(report, settings)
+    return report.as_dict()
 
 
 def write_pin_atomic(path: Path, sha: str) -> None:
@@ -365,7 +365,7 @@ def pin_bump(
         with console.step(f"build and spot-check {backend} at {new_pin[:12]}"):
             build_fn(backend, settings, console, prepare_new)
     with console.step("parity audit against the new upstream"):
-        parity = parity_fn(settings, console)
+        parity = parity_fn(settings, console, repo, new_base, new_pin)
     summary = summarize(repo, old_base, new_base, queue, upstream_url=settings.upstream_url)
     written = False
     if not dry_run:

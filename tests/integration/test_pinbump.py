@@ -120,7 +120,8 @@ class Recorder:
         self.builds.append((backend, report.upstream_sha))
         return report
 
-    def parity(self, settings: Settings, console: Console) -> dict[str, Any]:
+    def parity(self, settings: Settings, console: Console, repo: Any, base: str, upstream_sha: str) -> dict[str, Any]:
+        self.audited = (base, upstream_sha)
         return {"ok": True}
 
 
@@ -221,4 +222,35 @@ def test_failed_build_leaves_the_pin(history: tuple[Project, dict[str, str]]) ->
 
     with pytest.raises(BuildError):
         pin_bump(project.settings(), sha=shas["u1"], console=QUIET, build_fn=failing_build, parity_fn=Recorder().parity)
+    assert pin_text(project) == before
+
+
+SWITCH = """int llama_model_rope_type(int arch) {
+    switch (arch) {
+        case LLM_ARCH_LLAMA:
+        case LLM_ARCH_GEMMA3:
+            return 1;
+        default:
+            return 0;
+    }
+}
+"""
+
+
+def test_pin_bump_fails_on_a_dropped_arch_case(project: Project) -> None:
+    """The real parity audit runs against the new upstream: a queue that drops a case stops the bump."""
+    from skippy.parity import ParityFailed
+
+    up = project.upstream
+    pin = up.commit("model: rope types", {"src/llama-rope.cpp": SWITCH})
+    project.pin(pin)
+    dropped = SWITCH.replace("        case LLM_ARCH_GEMMA3:\n", "")
+    project.add_patch("core", "0001-core-drop.patch", project.patch(pin, "core: drop", {"src/llama-rope.cpp": dropped}))
+    new = up.commit("docs: later", {"docs/later.md": "x\n"})
+    prepare(project.settings(), Target.pinned(), console=QUIET, interactive=False)
+    before = pin_text(project)
+    with pytest.raises(ParityFailed) as info:
+        pin_bump(project.settings(), sha=new, console=QUIET, build_fn=Recorder().build)
+    assert "LLM_ARCH_GEMMA3" in (info.value.details or "")
+    assert "llama_model_rope_type" in (info.value.details or "")
     assert pin_text(project) == before
