@@ -204,6 +204,10 @@ def _digest(payload: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
+#: cache variables of the queue's provenance patch (upstream commit, queue digest)
+PROVENANCE_DEFINES: tuple[str, str] = ("SKIPPY_UPSTREAM_SHA", "SKIPPY_QUEUE_DIGEST")
+
+
 def plan_build(
     backend: Backend | str,
     settings: Settings,
@@ -212,8 +216,15 @@ def plan_build(
     toolchain: Toolchain,
     patched_sha: str,
     options: BuildOptions | None = None,
+    upstream_sha: str | None = None,
+    queue_digest: str | None = None,
 ) -> BuildPlan:
-    """Everything a build of ``backend`` will do, computed without running anything."""
+    """Everything a build of ``backend`` will do, computed without running anything.
+
+    ``upstream_sha``/``queue_digest`` are passed to trees whose queue reports build
+    provenance (they declare ``SKIPPY_UPSTREAM_SHA``/``SKIPPY_QUEUE_DIGEST``); they are
+    kept out of the build-dir digest, so a queue change reuses the dir (and its objects).
+    """
     options = options or BuildOptions()
     s = spec(backend)
     given = requested_defines(settings, options, s.backend)
@@ -239,6 +250,9 @@ def plan_build(
         # -march=native paths a VM cannot run (AMX tiles fault in llama-server on some hosts)
         put("GGML_NATIVE", "OFF", source="CI" if settings.on_ci else "default (opt in with native = true)")
     put("CMAKE_MAKE_PROGRAM", toolchain.ninja.path, path=True)
+    if upstream_sha and queue_digest and set(PROVENANCE_DEFINES) <= tree.options:
+        put(PROVENANCE_DEFINES[0], upstream_sha, path=True, source="queue provenance")
+        put(PROVENANCE_DEFINES[1], queue_digest, path=True, source="queue provenance")
 
     if s.backend is Backend.CUDA:
         if "CMAKE_CUDA_ARCHITECTURES" in given:
@@ -876,6 +890,12 @@ class _Prepared(Protocol):
     def patched_sha(self) -> str: ...
 
     @property
+    def upstream_sha(self) -> str: ...
+
+    @property
+    def queue_digest(self) -> str: ...
+
+    @property
     def workdir(self) -> Path: ...
 
 
@@ -891,6 +911,7 @@ class SpotCheckFn(Protocol):
         console: Console,
         server_env: Mapping[str, str],
         extra_server_args: Sequence[str],
+        expect: tuple[str, str] | None = None,
     ) -> object: ...
 
 
@@ -907,8 +928,9 @@ def _default_spot_check(
     console: Console,
     server_env: Mapping[str, str],
     extra_server_args: Sequence[str],
+    expect: tuple[str, str] | None = None,
 ) -> object:
-    from skippy.spotcheck import spot_check
+    from skippy.spotcheck import Provenance, spot_check
 
     return spot_check(
         settings,
@@ -917,6 +939,7 @@ def _default_spot_check(
         console=console,
         server_env=server_env,
         extra_server_args=tuple(extra_server_args),
+        expect_provenance=Provenance(*expect) if expect else None,
     )
 
 
@@ -955,7 +978,16 @@ def run_build_session(
         if args.skip_unavailable:
             return SessionOutcome(backend=b, skipped=exc.what, patched_sha=prepared.patched_sha)
         raise
-    plan = plan_build(b, settings, tree=tree, toolchain=toolchain, patched_sha=prepared.patched_sha, options=options)
+    plan = plan_build(
+        b,
+        settings,
+        tree=tree,
+        toolchain=toolchain,
+        patched_sha=prepared.patched_sha,
+        options=options,
+        upstream_sha=prepared.upstream_sha,
+        queue_digest=prepared.queue_digest,
+    )
     for name, source in plan.provenance.items():
         console.detail(f"{name}={plan.define(name)} ({source})")
     report = execute_plan(plan, console)
@@ -970,6 +1002,8 @@ def run_build_session(
             console=console,
             server_env=plan.spot_check_env,
             extra_server_args=plan.spot_check_args,
+            # a binary that does not report this build's provenance is stale: refuse it
+            expect=(prepared.upstream_sha, prepared.queue_digest) if plan.define(PROVENANCE_DEFINES[0]) else None,
         )
     return SessionOutcome(backend=b, build=report, patched_sha=prepared.patched_sha)
 

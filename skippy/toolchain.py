@@ -103,8 +103,12 @@ _TARGET_RE = re.compile(r"set\s*\(\s*TARGET\s+([A-Za-z0-9_.+-]+)\s*\)", re.IGNOR
 _EXECUTABLE_RE = re.compile(r"add_executable\s*\(\s*([A-Za-z0-9_.+-]+)", re.IGNORECASE)
 
 
+_CACHE_VAR_RE = re.compile(r"^\s*set\s*\(\s*([A-Za-z0-9_]+)\s+[^)]*\bCACHE\b", re.MULTILINE | re.IGNORECASE)
+
+
 def parse_cmake_options(text: str) -> set[str]:
-    return set(_OPTION_RE.findall(text))
+    """``option(NAME ...)`` and ``set(NAME ... CACHE ...)`` names: what ``-DNAME=`` can set."""
+    return set(_OPTION_RE.findall(text)) | set(_CACHE_VAR_RE.findall(text))
 
 
 def parse_cmake_languages(text: str) -> set[str]:

@@ -236,6 +236,7 @@ class _Recorder:
         console: Console,
         server_env: Mapping[str, str],
         extra_server_args: Sequence[str],
+        expect: tuple[str, str] | None = None,
     ) -> object:
         self.checked += 1
         return None
@@ -257,3 +258,42 @@ def test_unavailable_backend_fails_unless_skipping_was_asked(tmp_path: Path) -> 
     assert run_build_session("rocm", skip_env, console, prepare_fn=rec.prepare, spot_check_fn=rec.spot_check).skipped
     assert rec.prepared == 0
     assert rec.checked == 0
+
+
+def test_provenance_defines_only_for_trees_that_declare_them(tmp_path: Path) -> None:
+    """The queue's provenance goes to trees that know the variables, and stays out of the dir digest."""
+    from skippy.build import PROVENANCE_DEFINES
+
+    assert parse_cmake_options('set(SKIPPY_UPSTREAM_SHA "" CACHE STRING "x")\noption(GGML_RPC "rpc" OFF)\n') == {
+        "SKIPPY_UPSTREAM_SHA",
+        "GGML_RPC",
+    }
+    tc = Toolchain(
+        backend=Backend.CPU,
+        system="Linux",
+        cmake=Tool("cmake", "/t/cmake", "3.30"),
+        ninja=Tool("ninja", "/t/ninja", "1.12"),
+    )
+    settings = Settings.from_table(tmp_path, {}, {})
+
+    def plan(options: frozenset[str], patched: str, digest: str) -> BuildPlan:
+        tree = TreeInfo(tmp_path / "src", options, frozenset({"C", "CXX"}), "ggml-rpc-server")
+        return plan_build(
+            Backend.CPU,
+            settings,
+            tree=tree,
+            toolchain=tc,
+            patched_sha=patched,
+            upstream_sha="a" * 40,
+            queue_digest=digest,
+        )
+
+    with_a = plan(frozenset(PROVENANCE_DEFINES), "b" * 40, "1" * 64)
+    with_b = plan(frozenset(PROVENANCE_DEFINES), "c" * 40, "2" * 64)
+    assert with_a.define("SKIPPY_UPSTREAM_SHA") == "a" * 40
+    assert with_a.define("SKIPPY_QUEUE_DIGEST") == "1" * 64
+    assert with_b.define("SKIPPY_QUEUE_DIGEST") == "2" * 64
+    assert "-DSKIPPY_QUEUE_DIGEST=" + "2" * 64 in with_b.configure_argv
+    assert with_a.build_dir == with_b.build_dir, "a queue change must reuse the build dir"
+    # a tree without the provenance patch gets no such -D (CMake would report it unused)
+    assert plan(frozenset(), "b" * 40, "1" * 64).define("SKIPPY_UPSTREAM_SHA") is None
