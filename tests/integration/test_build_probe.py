@@ -260,3 +260,27 @@ def test_configure_only_checks_without_building(env: Env) -> None:
     full = env.run(env.plan())
     assert not full.configured
     assert full.compiled == 3
+
+
+def test_ccache_launcher_and_hit_rate(tmp_path: Path) -> None:
+    if shutil.which("ccache") is None:
+        pytest.skip("ccache is not installed")
+    src = tmp_path / "src"
+    shutil.copytree(PROBE, src)
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path), "SKIPPY_COMPILER_CACHE": "ccache"}
+    settings = Settings.from_table(tmp_path / "proj", {}, env)
+    toolchain = probe_toolchain(Backend.CPU, settings)
+    assert toolchain.launcher is not None
+    assert toolchain.launcher.name == "ccache"
+    plan = plan_build(Backend.CPU, settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha=SHA)
+    assert plan.env_overrides == {"CCACHE_DIR": str(settings.cache_dir / "ccache")}
+    console = Console(env={}, stream=io.StringIO())
+    cold = execute_plan(plan, console)
+    assert values(plan)["CMAKE_C_COMPILER_LAUNCHER"] == toolchain.launcher.path
+    assert cold.cache is not None
+    assert (cold.cache.hits, cold.cache.misses) == (0, 3)
+    shutil.rmtree(plan.build_dir)
+    warm = execute_plan(plan, console)
+    assert warm.cache is not None
+    assert (warm.cache.hits, warm.cache.misses) == (3, 0)
+    assert (settings.cache_dir / "ccache").is_dir()
