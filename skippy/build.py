@@ -218,6 +218,7 @@ def plan_build(
     options: BuildOptions | None = None,
     upstream_sha: str | None = None,
     queue_digest: str | None = None,
+    build_number: int | None = None,
 ) -> BuildPlan:
     """Everything a build of ``backend`` will do, computed without running anything.
 
@@ -250,6 +251,12 @@ def plan_build(
         # -march=native paths a VM cannot run (AMX tiles fault in llama-server on some hosts)
         put("GGML_NATIVE", "OFF", source="CI" if settings.on_ci else "default (opt in with native = true)")
     put("CMAKE_MAKE_PROGRAM", toolchain.ninja.path, path=True)
+    if upstream_sha and tree.build_info_overridable:
+        # the tree would ask git for HEAD: every new patched commit would change libllama's
+        # compile definitions and recompile all of it. Name the upstream commit instead (the
+        # queue is named by the provenance below); kept out of the build-dir digest.
+        put("LLAMA_BUILD_COMMIT", upstream_sha[:12], path=True, source="upstream commit")
+        put("LLAMA_BUILD_NUMBER", str(build_number or 0), path=True, source="upstream commit count")
     if upstream_sha and queue_digest and set(PROVENANCE_DEFINES) <= tree.options:
         put(PROVENANCE_DEFINES[0], upstream_sha, path=True, source="queue provenance")
         put(PROVENANCE_DEFINES[1], queue_digest, path=True, source="queue provenance")
@@ -943,6 +950,21 @@ def _default_spot_check(
     )
 
 
+def _upstream_count(settings: Settings, prepared: _Prepared) -> int | None:
+    """How many commits the upstream base has (llama.cpp's build number), or None."""
+    from skippy import workdir as wd
+    from skippy.git import Repo
+
+    git_dir = wd.git_dir_of(prepared.workdir)
+    stamp = wd.read_stamp(git_dir) if git_dir else None
+    if stamp is None:
+        return None
+    try:
+        return Repo(prepared.workdir, settings.env).commit_count(stamp.base_commit)
+    except (CommandError, ValueError):
+        return None
+
+
 def run_build_session(
     backend: Backend | str,
     settings: Settings,
@@ -987,6 +1009,7 @@ def run_build_session(
         options=options,
         upstream_sha=prepared.upstream_sha,
         queue_digest=prepared.queue_digest,
+        build_number=_upstream_count(settings, prepared),
     )
     for name, source in plan.provenance.items():
         console.detail(f"{name}={plan.define(name)} ({source})")

@@ -59,6 +59,9 @@ class TreeInfo:
     rpc_target: str | None
     #: header macros the tree's Vulkan backend needs (see VULKAN_TREE_NEEDS)
     vulkan_needs: frozenset[str] = frozenset()
+    #: the top-level CMakeLists.txt takes LLAMA_BUILD_COMMIT/LLAMA_BUILD_NUMBER from -D when given
+    #: (else it asks git for HEAD, so every new patched commit recompiles all of libllama)
+    build_info_overridable: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,9 @@ class Toolchain:
 
 
 # --- pure parsers -----------------------------------------------------------
+
+#: build-info variables a llama.cpp tree takes from -D (see TreeInfo.build_info_overridable)
+BUILD_INFO_DEFINES: tuple[str, str] = ("LLAMA_BUILD_COMMIT", "LLAMA_BUILD_NUMBER")
 
 _OPTION_RE = re.compile(r"^\s*option\s*\(\s*([A-Za-z0-9_]+)", re.MULTILINE | re.IGNORECASE)
 _ENABLE_LANG_RE = re.compile(r"enable_language\s*\(([^)]*)\)", re.IGNORECASE)
@@ -240,12 +246,16 @@ def inspect_tree(source_dir: Path) -> TreeInfo:
     if vk_source.is_file():
         text = vk_source.read_text(encoding="utf-8", errors="replace")
         needs = {macro for marker, macro in VULKAN_TREE_NEEDS.items() if marker in text}
+    top = (source_dir / "CMakeLists.txt").read_text(encoding="utf-8", errors="replace")
     return TreeInfo(
         source_dir=source_dir,
         options=frozenset(options),
         languages=frozenset(languages),
         rpc_target=rpc_target,
         vulkan_needs=frozenset(needs),
+        build_info_overridable=all(
+            re.search(rf"if\s*\(\s*NOT\s+DEFINED\s+{name}\s*\)", top) for name in BUILD_INFO_DEFINES
+        ),
     )
 
 

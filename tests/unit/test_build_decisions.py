@@ -297,3 +297,41 @@ def test_provenance_defines_only_for_trees_that_declare_them(tmp_path: Path) -> 
     assert with_a.build_dir == with_b.build_dir, "a queue change must reuse the build dir"
     # a tree without the provenance patch gets no such -D (CMake would report it unused)
     assert plan(frozenset(), "b" * 40, "1" * 64).define("SKIPPY_UPSTREAM_SHA") is None
+
+
+def test_build_info_is_pinned_to_the_upstream_commit(tmp_path: Path) -> None:
+    """A new patched commit must not recompile all of libllama: the tree's git-derived build info is
+    replaced by the upstream commit, for trees that accept it from -D."""
+    from skippy.toolchain import inspect_tree
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(
+        "project(llama C CXX)\n"
+        "if (NOT DEFINED LLAMA_BUILD_NUMBER)\n  set(LLAMA_BUILD_NUMBER ${BUILD_NUMBER})\nendif()\n"
+        "if (NOT DEFINED LLAMA_BUILD_COMMIT)\n  set(LLAMA_BUILD_COMMIT ${BUILD_COMMIT})\nendif()\n",
+        encoding="utf-8",
+    )
+    tree = inspect_tree(src)
+    assert tree.build_info_overridable
+    tc = Toolchain(
+        backend=Backend.CPU,
+        system="Linux",
+        cmake=Tool("cmake", "/t/cmake", "3.30"),
+        ninja=Tool("ninja", "/t/ninja", "1.12"),
+    )
+    settings = Settings.from_table(tmp_path, {}, {})
+    plan = plan_build(
+        Backend.CPU, settings, tree=tree, toolchain=tc, patched_sha="b" * 40, upstream_sha="a" * 40, build_number=42
+    )
+    assert "-DLLAMA_BUILD_COMMIT=" + "a" * 12 in plan.configure_argv
+    assert "-DLLAMA_BUILD_NUMBER=42" in plan.configure_argv
+    other = plan_build(
+        Backend.CPU, settings, tree=tree, toolchain=tc, patched_sha="c" * 40, upstream_sha="d" * 40, build_number=43
+    )
+    assert other.build_dir == plan.build_dir
+    (src / "CMakeLists.txt").write_text("project(llama C CXX)\nset(LLAMA_BUILD_COMMIT ${BUILD_COMMIT})\n")
+    old_tree = inspect_tree(src)
+    assert not old_tree.build_info_overridable
+    plain = plan_build(Backend.CPU, settings, tree=old_tree, toolchain=tc, patched_sha="b" * 40, upstream_sha="a" * 40)
+    assert plain.define("LLAMA_BUILD_COMMIT") is None
