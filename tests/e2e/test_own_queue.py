@@ -1,0 +1,133 @@
+"""skippy's own queue on the pinned llama.cpp (upstream 4df29be4, from its source archive).
+
+The patched commit SHA is pinned here: the same pin and queue must give it on
+every machine.  The build tests use the project's CPU build (made by
+tests/e2e/test_build_cpu.py, which runs first, or by `nox -s build-cpu`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from skippy import proc
+from skippy import workdir as wd
+from skippy.check import run_check
+from skippy.errors import SpotCheckFailed
+from skippy.prepare import Target, prepare
+from skippy.queue import load_queue
+from skippy.settings import Settings
+from skippy.spotcheck import Provenance, default_server, spot_check
+from skippy.ui import Console
+
+ROOT = Path(__file__).resolve().parents[2]
+PIN = "4df29be4f4c3673f428170fda944a5b19f743bb8"
+#: the pin + the shipped queue, on any machine (update when the queue changes: `invoke status` shows it)
+PATCHED_SHA = "92c2dbbfeb7a9728d92fd7de9527c9c54f9c1679"
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "LLAMA_")) and k != "CI"}
+
+
+def project() -> Settings:
+    return Settings.load(ROOT, _env())
+
+
+def fresh(tmp_path: Path) -> Settings:
+    """The project's settings with a workdir of its own (no compat link): a fresh machine."""
+    table = dict(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["skippy"])
+    table.update({"workdir": str(tmp_path / "llama.cpp"), "compat_link": False})
+    table["cache_dir"] = str(ROOT / ".deps" / "cache")  # the archive download is shared
+    return Settings.from_table(ROOT, table, _env())
+
+
+def quiet() -> Console:
+    return Console(env={}, stream=io.StringIO())
+
+
+def test_fresh_prepare_gives_the_pinned_patched_sha(tmp_path: Path) -> None:
+    settings = fresh(tmp_path)
+    report = prepare(settings, Target.pinned(), console=quiet(), offline=True, interactive=False)
+    assert report.upstream_sha == PIN
+    assert report.source == "archive"
+    assert report.patched_sha == PATCHED_SHA
+    assert report.queue_digest == load_queue(settings.patch_dir).digest
+
+
+def test_check_passes_on_the_shipped_queue(tmp_path: Path) -> None:
+    report = run_check(fresh(tmp_path), console=quiet(), offline=True)
+    assert report.ok, report.as_dict()
+
+
+def _build_dir() -> Path:
+    try:
+        return default_server(project()).parent.parent
+    except SpotCheckFailed:
+        pytest.skip("no CPU build yet: run nox -s build-cpu (tests/e2e/test_build_cpu.py makes one)")
+
+
+def _provenance() -> Provenance:
+    stamp = wd.read_stamp(project().workdir / ".git")
+    assert stamp is not None, "the project's workdir is prepared"
+    return Provenance(stamp.upstream_sha, stamp.queue_digest)
+
+
+def test_build_reports_its_provenance_and_other_digests_are_refused() -> None:
+    build = _build_dir()
+    server = build / "bin" / "llama-server"
+    expected = _provenance()
+    version = proc.run([server, "--version"], env=_env(), check=False)
+    assert f"skippy: upstream={expected.upstream_sha} queue={expected.queue_digest}" in version.stderr
+    rpc = proc.run([build / "bin" / "ggml-rpc-server", "--version"], env=_env(), check=False)
+    assert f"queue={expected.queue_digest}" in rpc.stderr
+    report = spot_check(project(), server, ["tiny:llama"], console=quiet(), expect_provenance=expected)
+    assert report.ok
+    other = Provenance(expected.upstream_sha, "0" * 64)
+    with pytest.raises(SpotCheckFailed) as info:
+        spot_check(project(), server, ["tiny:llama"], console=quiet(), expect_provenance=other)
+    assert "queue" in info.value.render()
+
+
+@pytest.mark.parametrize("family", ["gemma3", "llama", "qwen2"])
+def test_generated_families_reach_the_trace_point(family: str) -> None:
+    server = _build_dir() / "bin" / "llama-server"
+    env = {"LLAMA_SKIPPY_TRACE": "1"}
+    report = spot_check(project(), server, [f"tiny:{family}"], console=quiet(), server_env=env)
+    (result,) = report.results
+    assert result.verdict == "pass", result.reason
+    assert result.log_path is not None
+    log = Path(result.log_path).read_text(encoding="utf-8", errors="replace")
+    assert f"skippy: graph family={family} arch={family} nodes=" in log
+
+
+def test_trace_point_is_off_by_default() -> None:
+    server = _build_dir() / "bin" / "llama-server"
+    report = spot_check(project(), server, ["tiny:llama"], console=quiet())
+    (result,) = report.results
+    assert result.log_path is not None
+    assert "skippy: graph" not in Path(result.log_path).read_text(encoding="utf-8", errors="replace")
+
+
+def test_gemma3_sliding_window_override_and_family_test() -> None:
+    build = _build_dir()
+    report = spot_check(
+        project(),
+        build / "bin" / "llama-server",
+        ["tiny:gemma3"],
+        console=quiet(),
+        server_env={"LLAMA_SKIPPY_GEMMA3_SWA": "0"},
+    )
+    (result,) = report.results
+    assert result.verdict == "pass", result.reason
+    assert result.log_path is not None
+    log = Path(result.log_path).read_text(encoding="utf-8", errors="replace")
+    assert "skippy: gemma3 sliding window" in log and "-> 0 (LLAMA_SKIPPY_GEMMA3_SWA)" in log
+    # the family's own test, shipped in the same patch
+    proc.run(["ninja", "-C", build, "test-skippy-gemma3"], env=_env(), timeout=1800)
+    ran = proc.run([build / "bin" / "test-skippy-gemma3"], env=_env())
+    assert "test-skippy-gemma3: ok" in ran.stdout
