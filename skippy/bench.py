@@ -7,6 +7,7 @@ against the pinned tree.  Figures go to one JSON file.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -279,6 +280,10 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
     launch: list[str] = []
     if sccache:
         build_env.update(launcher_env("sccache", settings.cache_dir / "bench"))
+        for key in ("SCCACHE_SERVER_UDS", "SCCACHE_DIR"):
+            if key in build_env:  # the socket's folder and the store must exist before the server starts
+                target = Path(build_env[key])
+                (target.parent if key == "SCCACHE_SERVER_UDS" else target).mkdir(parents=True, exist_ok=True)
         launch = [f"-DCMAKE_C_COMPILER_LAUNCHER={sccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={sccache}"]
     target = "llama-server"
     with console.step("bench: configure and build llama-server once (compile counts need a built tree)"):
@@ -389,6 +394,132 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
     return results
 
 
+def bench_builds(settings: Settings, console: Console, *, python: str = sys.executable) -> dict[str, Any]:
+    """Build figures on the bench checkout (real llama.cpp + the bench queue):
+
+    * orchestrator overhead on a cold CPU build (no compiler cache) vs the same cmake + ninja
+      argv run raw into another fresh dir, in the same run;
+    * ``nox -s build-cpu`` of the project when everything is up to date (before the spot check);
+    * a rebuild into a fresh dir with a warm compiler cache vs a cold one.
+    """
+    from skippy.build import BuildOptions, build_backend, plan_build
+    from skippy.settings import Settings as _Settings
+    from skippy.toolchain import inspect_tree, probe_toolchain
+
+    project = settings.cache_dir.parent / "bench" / "project"
+    workdir = project / "work" / "llama.cpp"
+    stamp = _read_bench_stamp(workdir)
+    root = settings.cache_dir.parent / "bench" / "builds"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    base_env = dict(settings.env)
+    base_env.pop("CI", None)
+
+    def bench_settings(build_root: Path, cache: str, cache_dir: Path | None = None) -> _Settings:
+        env = {**base_env, "SKIPPY_COMPILER_CACHE": cache}
+        table = {"build_root": str(build_root), "cache_dir": str(cache_dir or root / "cache")}
+        return _Settings.from_table(project, table, env)
+
+    quiet = Console(env={}, stream=_Null())
+    # (1) cold, no compiler cache: skippy's build vs the same argv run raw
+    ours_settings = bench_settings(root / "ours", "none")
+    started = time.perf_counter()
+    ours = build_backend("cpu", ours_settings, quiet, source_dir=workdir, patched_sha=stamp)
+    ours_wall = time.perf_counter() - started
+    raw_settings = bench_settings(root / "raw", "none")
+    toolchain = probe_toolchain("cpu", raw_settings)
+    plan = plan_build(
+        "cpu",
+        raw_settings,
+        tree=inspect_tree(workdir),
+        toolchain=toolchain,
+        patched_sha=stamp,
+        options=BuildOptions(),
+    )
+    raw_env = {**base_env, **plan.env_overrides}
+    started = time.perf_counter()
+    proc.run(plan.configure_argv, env=raw_env, timeout=3600)
+    raw_configure = time.perf_counter() - started
+    proc.run(plan.build_argv, env=raw_env, timeout=3 * 3600)
+    raw_wall = time.perf_counter() - started
+    overhead = ours_wall - raw_wall
+    # (2) the project's own `nox -s build-cpu` when up to date (no spot check)
+    nox = str(Path(python).parent / "nox")
+    up_to_date = [
+        timed(lambda: proc.run([nox, "-s", "build-cpu", "--", "--no-spot-check"], env=base_env, cwd=settings.root))
+        for _ in range(3)
+    ]
+    # (3) compiler cache: cold (empty cache) then a fresh dir with the warm cache
+    cache_dir = root / "sccache-cache"
+    cold_settings = bench_settings(root / "cold", "sccache", cache_dir)
+    started = time.perf_counter()
+    cold = build_backend("cpu", cold_settings, quiet, source_dir=workdir, patched_sha=stamp)
+    cold_wall = time.perf_counter() - started
+    warm_settings = bench_settings(root / "warm", "sccache", cache_dir)
+    started = time.perf_counter()
+    warm = build_backend("cpu", warm_settings, quiet, source_dir=workdir, patched_sha=stamp)
+    warm_wall = time.perf_counter() - started
+    from skippy.build import stop_cache_server
+
+    stop_cache_server(
+        plan_build(
+            "cpu",
+            warm_settings,
+            tree=inspect_tree(workdir),
+            toolchain=probe_toolchain("cpu", warm_settings),
+            patched_sha=stamp,
+        )
+    )
+    shutil.rmtree(root, ignore_errors=True)
+    return {
+        "cold_build": {
+            "skippy_s": round(ours_wall, 2),
+            "skippy_cmake_ninja_s": round(ours.total_seconds, 2),
+            "raw_s": round(raw_wall, 2),
+            "raw_configure_s": round(raw_configure, 2),
+            "compile_steps": ours.compiled,
+            "overhead_s": round(overhead, 2),
+            "overhead_pct": round(100 * overhead / raw_wall, 2),
+            "overhead_outside_cmake_ninja_s": round(ours_wall - ours.total_seconds, 2),
+            "target_pct": 2.0,
+            "met": overhead / raw_wall <= 0.02,
+        },
+        "up_to_date_nox_build_cpu": {
+            **Timing(tuple(up_to_date)).as_dict(),
+            "target_s": 5.0,
+            "met": statistics.median(up_to_date) < 5.0,
+        },
+        "compiler_cache": {
+            "cold_s": round(cold_wall, 2),
+            "warm_fresh_dir_s": round(warm_wall, 2),
+            "ratio": round(warm_wall / cold_wall, 3),
+            "warm_hits": warm.cache.hits if warm.cache else None,
+            "warm_misses": warm.cache.misses if warm.cache else None,
+            "target_ratio": 0.25,
+            "met": warm_wall / cold_wall <= 0.25,
+            "cold_compile_steps": cold.compiled,
+        },
+    }
+
+
+class _Null(io.StringIO):
+    """A console stream that keeps nothing."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def _read_bench_stamp(workdir: Path) -> str:
+    from skippy import workdir as wd
+
+    stamp = wd.read_stamp(workdir / ".git")
+    assert stamp is not None, "bench_prepare leaves a prepared bench checkout"
+    return stamp.patched_sha
+
+
+SECTIONS = ("prepare", "minimal-touch", "builds")
+
+
 def run(
     settings: Settings,
     console: Console,
@@ -397,30 +528,52 @@ def run(
     rounds: int = 5,
     noop_rounds: int = 15,
     builds: bool = True,
+    only: Sequence[str] = (),
 ) -> int:
-    report: dict[str, Any] = {"schema": 1, "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
-    report["prepare"] = bench_prepare(settings, console, rounds=rounds, noop_rounds=noop_rounds)
-    if builds:
+    """Run the bench sections (``only`` limits them; figures already in ``output`` are kept)."""
+    wanted = set(only) or set(SECTIONS)
+    if not builds:
+        wanted -= {"minimal-touch", "builds"}
+    report: dict[str, Any] = {}
+    if output.is_file() and only:
+        report = json.loads(output.read_text(encoding="utf-8"))
+    report.update({"schema": 1, "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}})
+    if "prepare" in wanted or not (settings.cache_dir.parent / "bench" / "project").is_dir():
+        report["prepare"] = bench_prepare(settings, console, rounds=rounds, noop_rounds=noop_rounds)
+    if "minimal-touch" in wanted:
         report["minimal_touch"] = bench_minimal_touch(settings, console)
+    if "builds" in wanted:
+        with console.step("bench: build figures (cold vs raw, up to date, compiler cache)"):
+            report["builds"] = bench_builds(settings, console)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    p = report["prepare"]
-    console.info(
-        f"cold prepare: skippy {p['cold_prepare']['skippy']['median_s']:.3f} s vs raw git "
-        f"{p['cold_prepare']['raw_git']['median_s']:.3f} s = {p['cold_prepare']['ratio']:.3f}x "
-        f"(target <= {COLD_RATIO_TARGET}x: {'met' if p['cold_prepare']['met'] else 'MISSED'})"
-    )
-    console.info(
-        f"no-op prepare: median {p['noop_prepare']['median_s']:.3f} s "
-        f"(target <= {NOOP_TARGET_S} s: {'met' if p['noop_prepare']['met'] else 'MISSED'}), "
-        f"{p['noop_prepare']['files_with_changed_mtime']} file(s) with a changed mtime"
-    )
+    p = report.get("prepare")
+    if p:
+        console.info(
+            f"cold prepare: skippy {p['cold_prepare']['skippy']['median_s']:.3f} s vs raw git "
+            f"{p['cold_prepare']['raw_git']['median_s']:.3f} s = {p['cold_prepare']['ratio']:.3f}x "
+            f"(target <= {COLD_RATIO_TARGET}x: {'met' if p['cold_prepare']['met'] else 'MISSED'})"
+        )
+        console.info(
+            f"no-op prepare: median {p['noop_prepare']['median_s']:.3f} s "
+            f"(target <= {NOOP_TARGET_S} s: {'met' if p['noop_prepare']['met'] else 'MISSED'}), "
+            f"{p['noop_prepare']['files_with_changed_mtime']} file(s) with a changed mtime"
+        )
     if "minimal_touch" in report:
         m = report["minimal_touch"]["one_patch_changed"]
         console.info(
             f"one patch changed: {m['compile_steps_skippy_reprepare']} compile step(s) after skippy's re-prepare, "
             f"{m['compile_steps_by_hand']} after editing by hand, {m['compile_steps_reset_reapply']} after "
             f"reset + re-apply; nothing changed: {report['minimal_touch']['nothing_changed']['after_skippy_noop']}"
+        )
+    if "builds" in report:
+        b = report["builds"]
+        console.info(
+            f"cold CPU build: skippy {b['cold_build']['skippy_s']:.1f} s vs raw {b['cold_build']['raw_s']:.1f} s "
+            f"({b['cold_build']['overhead_pct']:+.2f}%, target <= 2%); up-to-date nox -s build-cpu median "
+            f"{b['up_to_date_nox_build_cpu']['median_s']:.2f} s (target < 5 s); warm-cache fresh dir "
+            f"{b['compiler_cache']['warm_fresh_dir_s']:.1f} s vs cold {b['compiler_cache']['cold_s']:.1f} s "
+            f"= {b['compiler_cache']['ratio']:.2f} (target <= 0.25)"
         )
     console.info(f"figures written to {output}")
     return 0

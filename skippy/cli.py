@@ -209,6 +209,13 @@ def bench_main(env: Mapping[str, str], *, root: Path | None = None, args: Sequen
     parser.add_argument("--rounds", type=int, default=5, help="cold prepare rounds per side")
     parser.add_argument("--noop-rounds", type=int, default=15, help="no-op prepare rounds")
     parser.add_argument("--no-builds", action="store_true", help="skip the figures that need a llama.cpp build")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        choices=["prepare", "minimal-touch", "builds"],
+        help="run only this section (repeatable); the other figures in --output are kept",
+    )
     opts = parser.parse_args(list(args))
     console = Console(env=env)
 
@@ -224,6 +231,7 @@ def bench_main(env: Mapping[str, str], *, root: Path | None = None, args: Sequen
             rounds=opts.rounds,
             noop_rounds=opts.noop_rounds,
             builds=not opts.no_builds,
+            only=tuple(opts.only),
         )
         return {"output": str(output)}
 
