@@ -282,8 +282,8 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
         build_env.update(launcher_env("sccache", settings.cache_dir / "bench"))
         for key in ("SCCACHE_SERVER_UDS", "SCCACHE_DIR"):
             if key in build_env:  # the socket's folder and the store must exist before the server starts
-                target = Path(build_env[key])
-                (target.parent if key == "SCCACHE_SERVER_UDS" else target).mkdir(parents=True, exist_ok=True)
+                needed = Path(build_env[key])
+                (needed.parent if key == "SCCACHE_SERVER_UDS" else needed).mkdir(parents=True, exist_ok=True)
         launch = [f"-DCMAKE_C_COMPILER_LAUNCHER={sccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={sccache}"]
     target = "llama-server"
     with console.step("bench: configure and build llama-server once (compile counts need a built tree)"):
