@@ -471,6 +471,8 @@ class Server:
     def _finish(self) -> int:
         with contextlib.suppress(sh.ErrorReturnCode, sh.SignalException):
             self._running.wait()
+            # join sh's output thread too: the last lines (why it exited) reach the log only then
+            self._running.process.wait()
         code = self._running.exit_code
         self.exit_code = int(code) if code is not None else -1
         with contextlib.suppress(OSError, ValueError):
