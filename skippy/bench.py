@@ -235,7 +235,12 @@ def bed_url(workdir: Path, env: Mapping[str, str]) -> str:
 
 
 def compile_step_set(build_dir: Path, env: Mapping[str, str], target: str) -> frozenset[str]:
-    """The compile steps Ninja would run for ``target`` (``ninja -n``), by object file."""
+    """The compile steps Ninja would run for ``target`` (``ninja -n``), by object file.
+
+    The manifest is brought up to date for real first: a dry run whose build.ninja is stale
+    (CMake re-runs when the checkout's git index changes) lists only the CMake step.
+    """
+    proc.run(["ninja", "-C", str(build_dir), "build.ninja"], env=env, timeout=3600)
     out = proc.run(["ninja", "-C", str(build_dir), "-n", target], env=env).stdout
     return frozenset(line.split(" object ", 1)[1].strip() for line in out.splitlines() if _COMPILE.search(line))
 
