@@ -133,6 +133,35 @@ def write_bench_queue(
     return written
 
 
+def with_shipped(shipped: Path, bench: Path) -> list[Path]:
+    """Put the shipped queue's lanes before the bench patches in ``bench`` (renumbering them)."""
+    from skippy.queue import LANES, Lane, load_queue
+
+    ship = load_queue(shipped)
+    ordered: list[Path] = []
+    for lane in LANES:
+        folder = bench if lane is Lane.CORE else bench / str(lane.folder)
+        own = sorted(folder.glob("*.patch")) if folder.is_dir() else []
+        theirs = ship.lane(lane)
+        folder.mkdir(parents=True, exist_ok=True)
+        renamed: list[Path] = []
+        for path in reversed(own):  # highest first, so no rename overwrites another
+            number, rest = path.name.split("-", 1)
+            target = folder / f"{int(number) + len(theirs):04d}-{rest}"
+            path.rename(target)
+            renamed.insert(0, target)
+        copied = []
+        for patch in theirs:
+            target = folder / patch.name
+            target.write_bytes(patch.data)
+            copied.append(target)
+        names = [p.name for p in (*copied, *renamed)]
+        if lane is not Lane.CORE:
+            (folder / "series").write_text("".join(n + "\n" for n in names), encoding="utf-8")
+        ordered += [folder / n for n in names]
+    return ordered
+
+
 def bench_prepare(
     settings: Settings,
     console: Console,
@@ -154,7 +183,10 @@ def bench_prepare(
     (project / "pyproject.toml").write_text(BENCH_PYPROJECT.format(url=bed.url), encoding="utf-8")
     (project / "upstream.txt").write_text(pin + "\n", encoding="utf-8")
     shutil.copy(settings.root / "tasks.py", project / "tasks.py")
-    patches = write_bench_queue(bed.url, pin, project / "patches", settings.env, base / "scratch")
+    write_bench_queue(bed.url, pin, project / "patches", settings.env, base / "scratch")
+    # the shipped queue first (it applies to this tree: the test-bed's 0.3.35 commit has the pin's
+    # tree), then the bench's own patches: the figures are those of the product's queue
+    patches = with_shipped(settings.patch_dir, project / "patches")
     invoke = str(Path(python).parent / "invoke")
     env = dict(settings.env)
     env.pop("CI", None)  # measure the interactive path
@@ -258,7 +290,10 @@ class StepCounter:
         self.always = compile_step_set(build_dir, env, target)
 
     def __call__(self) -> int:
-        return len(compile_step_set(self.build_dir, self.env, self.target) - self.always)
+        return len(self.objects())
+
+    def objects(self) -> list[str]:
+        return sorted(compile_step_set(self.build_dir, self.env, self.target) - self.always)
 
 
 def _snapshot(root: Path, paths: Sequence[str]) -> dict[str, tuple[bytes, int]]:
@@ -325,7 +360,7 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
     stamp = wd.read_stamp(workdir / ".git")
     assert stamp is not None
     base, old_head = stamp.base_commit, stamp.patched_sha
-    patch = project / "patches" / "model_support" / "0001-gemma3-comment.patch"
+    (patch,) = (project / "patches" / "model_support").glob("*-gemma3-comment.patch")
     old_patch = patch.read_bytes()
     variant = tuple(
         (lane, name, rel, line + "// and one more line\n" if lane == "model_support" else line)
@@ -333,7 +368,7 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
     )
     scratch_queue = project.parent / "variant-queue"
     write_bench_queue(bed_url(workdir, genv), base, scratch_queue, env, project.parent / "scratch", edits=variant)
-    new_patch = (scratch_queue / "model_support" / patch.name).read_bytes()
+    new_patch = (scratch_queue / "model_support" / "0001-gemma3-comment.patch").read_bytes()
     shutil.rmtree(scratch_queue)
     # the new patched commit, computed aside (nothing in the workdir moves)
     patch.write_bytes(new_patch)
@@ -382,7 +417,8 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
     assert compile_steps() == 0
     # (c) skippy's re-prepare with the changed patch
     re_prepare = timed(lambda: proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project))
-    skippy_steps = compile_steps()
+    skippy_objects = compile_steps.objects()
+    skippy_steps = len(skippy_objects)
     patch.write_bytes(old_patch)
     results["one_patch_changed"] = {
         "files_changed": changed,
@@ -390,6 +426,7 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
         "compile_steps_by_hand": by_hand,
         "compile_steps_reset_reapply": reset_reapply,
         "skippy_equals_minimum": skippy_steps == by_hand,
+        "objects_after_skippy_reprepare": skippy_objects,
         "reprepare_s": round(re_prepare, 3),
     }
     # leave the project as the queue says (the next bench starts from here)
