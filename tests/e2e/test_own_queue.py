@@ -27,7 +27,7 @@ from skippy.ui import Console
 ROOT = Path(__file__).resolve().parents[2]
 PIN = "4df29be4f4c3673f428170fda944a5b19f743bb8"
 #: the pin + the shipped queue, on any machine (update when the queue changes: `invoke status` shows it)
-PATCHED_SHA = "5ba325055e1cc2ff936066cf24434044f30f8562"
+PATCHED_SHA = "64fa336abc42be9a19749a87d4469a7b2ba35036"
 
 
 def _env() -> dict[str, str]:
