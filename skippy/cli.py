@@ -6,7 +6,6 @@ Errors are caught once, here: rendered for humans (stderr) or as JSON
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -236,8 +235,3 @@ def bench_main(env: Mapping[str, str], *, root: Path | None = None, args: Sequen
         return {"output": str(output)}
 
     return guarded(action, console=console, as_json=False)
-
-
-def exit_with(code: int) -> None:
-    if code:
-        sys.exit(code)

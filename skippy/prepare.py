@@ -1032,7 +1032,3 @@ def _relpath(path: Path, start: Path) -> str:
     import os.path
 
     return os.path.relpath(path, start)
-
-
-def explain(exc: SkippyError) -> str:
-    return exc.render()
