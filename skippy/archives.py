@@ -387,8 +387,10 @@ def pip_download_argv(python: str, requirement: str, into: Path, *, attempts: in
         "pip",
         "download",
         "--no-deps",
+        # the source distribution of this package only: with :all: pip would also build the
+        # sdist's build dependencies (CMake included) from source just to read its metadata
         "--no-binary",
-        ":all:",
+        re.split(r"[=<>!~\[; ]", requirement, maxsplit=1)[0],
         "--disable-pip-version-check",
         "--no-input",
         "--retries",
