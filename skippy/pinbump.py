@@ -11,8 +11,6 @@ audit, then writes the new pin atomically and prints the summary.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -290,18 +288,7 @@ def _default_parity(settings: Settings, console: Console, repo: Repo, base: str,
 
 
 def write_pin_atomic(path: Path, sha: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(sha + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            Path(tmp).unlink()
-        raise
+    wd.write_text_atomic(path, sha + "\n")
 
 
 def pin_bump(

@@ -149,13 +149,13 @@ def read_stamp(git_dir: Path) -> Stamp | None:
         return None
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temp file beside ``path``, fsync it, then rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         Path(tmp).replace(path)
@@ -163,6 +163,10 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
         with contextlib.suppress(FileNotFoundError):
             Path(tmp).unlink()
         raise
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def write_stamp(git_dir: Path, stamp: Stamp) -> None:
