@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import shutil
 import statistics
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from skippy import proc
+from skippy.build import COMPILE_LINE
 from skippy.git import Repo, hermetic_env
 from skippy.settings import Settings
 from skippy.ui import Console
@@ -258,9 +258,6 @@ def bench_prepare(
     }
 
 
-_COMPILE = re.compile(r"Building (?:C|CXX) object ")
-
-
 def bed_url(workdir: Path, env: Mapping[str, str]) -> str:
     """The upstream URL the bench workdir was cloned from."""
     return proc.run(["git", "-C", str(workdir), "remote", "get-url", "origin"], env=env).stdout.strip()
@@ -274,7 +271,7 @@ def compile_step_set(build_dir: Path, env: Mapping[str, str], target: str) -> fr
     """
     proc.run(["ninja", "-C", str(build_dir), "build.ninja"], env=env, timeout=3600)
     out = proc.run(["ninja", "-C", str(build_dir), "-n", target], env=env).stdout
-    return frozenset(line.split(" object ", 1)[1].strip() for line in out.splitlines() if _COMPILE.search(line))
+    return frozenset(line.split(" object ", 1)[1].strip() for line in out.splitlines() if COMPILE_LINE.match(line))
 
 
 class StepCounter:

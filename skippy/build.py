@@ -61,7 +61,7 @@ STAMP_SCHEMA: Final = 1
 _UDS_MAX: Final = 100
 _TRUE = frozenset({"ON", "TRUE", "YES", "Y", "1"})
 _FALSE = frozenset({"OFF", "FALSE", "NO", "N", "0", ""})
-_COMPILE_LINE = re.compile(r"^\[\d+/\d+\] Building (?:C|CXX|CUDA|HIP|OBJC|OBJCXX) object ")
+COMPILE_LINE = re.compile(r"^\[\d+/\d+\] Building (?:C|CXX|CUDA|HIP|OBJC|OBJCXX) object ")
 _DEFINE_ARG = re.compile(r"^-D([A-Za-z_][A-Za-z0-9_.+-]*)(?::[A-Za-z]+)?=(.*)$", re.DOTALL)
 
 
@@ -780,7 +780,7 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
         nonlocal compiled, steps
         if line.startswith("["):
             steps += 1
-            if _COMPILE_LINE.match(line):
+            if COMPILE_LINE.match(line):
                 compiled += 1
         show(line)
 
