@@ -273,14 +273,12 @@ def test_cli_triage_and_session_flags(project: Project) -> None:
     aborted = invoke("prepare", "--abort", "--json")
     assert aborted.returncode == 0, aborted.stderr
     assert json.loads(aborted.stdout)["action"] == "aborted"
-    ci = subprocess.run(
-        ["invoke", "prepare", "--latest", "--no-interactive"],
-        cwd=project.root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert ci.returncode == ConflictError.exit_code
+    flag = invoke("prepare", "--latest", "--no-interactive")
+    assert flag.returncode == ConflictError.exit_code
     assert wd.in_progress(project.workdir / ".git") is None
+    assert "invoke prepare --continue" not in flag.stderr
+    env["CI"] = "true"  # what every CI runner sets: the same clean abort without the flag
+    on_ci = invoke("prepare", "--latest")
+    assert on_ci.returncode == ConflictError.exit_code
+    assert wd.in_progress(project.workdir / ".git") is None
+    assert "invoke prepare --continue" not in on_ci.stderr
