@@ -41,7 +41,7 @@ from skippy.backends import (
     parse_backend,
     spec,
 )
-from skippy.errors import BuildError, CommandError, SettingsError, SkippyError, ToolchainMissing
+from skippy.errors import BuildError, CommandError, SkippyError, ToolchainMissing
 from skippy.settings import Settings
 from skippy.toolchain import (
     Tool,
@@ -154,21 +154,7 @@ BUILD_TABLE_KEYS: Final = frozenset(
 
 
 def _build_table(settings: Settings) -> Mapping[str, Any]:
-    table = settings.raw.get("build", {})
-    if not isinstance(table, Mapping):
-        raise SettingsError(
-            "[tool.skippy.build] must be a table",
-            untouched="everything",
-            next_step="write it as [tool.skippy.build] with key = value lines",
-        )
-    unknown = sorted(set(table) - BUILD_TABLE_KEYS)
-    if unknown:
-        raise SettingsError(
-            f"[tool.skippy.build]: unknown key(s) {', '.join(unknown)}",
-            untouched="everything: nothing was configured or built",
-            next_step="remove or rename them; known keys: " + ", ".join(sorted(BUILD_TABLE_KEYS)),
-        )
-    return table
+    return settings.subtable("build", BUILD_TABLE_KEYS, example='cuda_architectures = "86"')
 
 
 #: [tool.skippy.build] key -> (the backend it applies to, the CMake variable it sets)

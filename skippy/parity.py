@@ -56,20 +56,7 @@ class ParityConfig:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ParityConfig:
-        table = settings.raw.get("parity", {})
-        if not isinstance(table, Mapping):
-            raise SettingsError(
-                "[tool.skippy.parity] must be a table",
-                untouched="everything",
-                next_step='write [tool.skippy.parity] with files = ["src/*.cpp"]',
-            )
-        unknown = sorted(set(table) - _CONFIG_KEYS)
-        if unknown:
-            raise SettingsError(
-                f"[tool.skippy.parity]: unknown key(s) {', '.join(unknown)}",
-                untouched="everything",
-                next_step="known keys: " + ", ".join(sorted(_CONFIG_KEYS)),
-            )
+        table = settings.subtable("parity", _CONFIG_KEYS, example='files = ["src/*.cpp"]')
         files = table.get("files", list(DEFAULT_FILES))
         if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
             raise SettingsError(

@@ -8,7 +8,7 @@ entry points pass ``os.environ``; tests pass a dict).
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,6 +176,29 @@ class Settings:
     @property
     def on_github(self) -> bool:
         return self.env.get("GITHUB_ACTIONS", "") == "true"
+
+    def subtable(self, name: str, known: Iterable[str], *, example: str) -> Mapping[str, Any]:
+        """``[tool.skippy.<name>]`` (empty when absent), refusing a non-table and unknown keys.
+
+        ``example`` is a line of valid TOML for the table, shown in the error's next step.
+        """
+        table = self.raw.get(name, {})
+        where = f"pyproject.toml [tool.skippy.{name}]"
+        if not isinstance(table, Mapping):
+            raise SettingsError(
+                f"{where} must be a table, got {type(table).__name__}",
+                untouched="everything",
+                next_step=f"write it as [tool.skippy.{name}] with key = value lines, e.g. {example}",
+            )
+        known_keys = frozenset(known)
+        unknown = sorted(set(table) - known_keys)
+        if unknown:
+            raise SettingsError(
+                f"{where}: unknown key(s) {', '.join(unknown)}",
+                untouched="everything",
+                next_step="remove or rename them; known keys: " + ", ".join(sorted(known_keys)),
+            )
+        return table
 
     def relative(self, path: Path) -> str:
         """``path`` relative to the project root when inside it (for messages)."""

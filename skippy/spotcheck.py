@@ -33,7 +33,7 @@ import sh
 
 from skippy import proc
 from skippy.backends import SERVER_TARGET, Backend
-from skippy.errors import SkippyError, SpotCheckFailed
+from skippy.errors import SettingsError, SkippyError, SpotCheckFailed
 from skippy.models import ModelRef, model_refs, resolve_model
 from skippy.settings import Settings
 from skippy.ui import Console
@@ -92,21 +92,7 @@ class Options:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Options:
-        table = settings.raw.get("spot_check", {})
-        if not isinstance(table, Mapping):
-            raise SpotCheckFailed(
-                "[tool.skippy.spot_check] must be a table",
-                untouched="everything",
-                next_step="fix pyproject.toml",
-            )
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(table) - known)
-        if unknown:
-            raise SpotCheckFailed(
-                f"[tool.skippy.spot_check]: unknown key(s) {', '.join(unknown)}",
-                untouched="everything",
-                next_step="known keys: " + ", ".join(sorted(known)),
-            )
+        table = settings.subtable("spot_check", cls.__dataclass_fields__, example="load_timeout = 600")
         defaults = cls()
         values: dict[str, Any] = {}
         for key, value in table.items():
@@ -114,10 +100,10 @@ class Options:
             try:
                 values[key] = kind(value)
             except (TypeError, ValueError):
-                raise SpotCheckFailed(
-                    f"[tool.skippy.spot_check] {key} must be a {kind.__name__}, got {value!r}",
+                raise SettingsError(
+                    f"pyproject.toml [tool.skippy.spot_check] {key} must be a {kind.__name__}, got {value!r}",
                     untouched="everything",
-                    next_step="fix pyproject.toml",
+                    next_step=f"set {key} = {getattr(defaults, key)!r} (the default) or another {kind.__name__}",
                 ) from None
         return cls(**values)
 

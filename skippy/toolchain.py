@@ -341,7 +341,7 @@ def _require(
 
 
 def compiler_cache_choice(settings: Settings) -> str:
-    table = settings.raw.get("build", {})
+    table = settings.raw.get("build", {})  # validated by skippy.build (the table's owner)
     value = settings.env.get("SKIPPY_COMPILER_CACHE") or (
         table.get("compiler_cache") if isinstance(table, Mapping) else None
     )

@@ -82,3 +82,22 @@ def test_find_root_walks_up(tmp_path: Path) -> None:
     assert find_root(nested) == tmp_path.resolve()
     with pytest.raises(SettingsError):
         find_root(Path("/"))
+
+
+def test_subtables_refuse_non_tables_and_unknown_keys(tmp_path: Path) -> None:
+    from skippy.build import BUILD_TABLE_KEYS
+    from skippy.parity import ParityConfig
+    from skippy.spotcheck import Options
+
+    write_pyproject(tmp_path, "[tool.skippy.build]\njobs = 2\n")
+    assert Settings.load(tmp_path, env={}).subtable("build", BUILD_TABLE_KEYS, example="jobs = 2") == {"jobs": 2}
+    write_pyproject(tmp_path, "[tool.skippy.build]\njobs = 2\ncuda_arch = '86'\n")
+    with pytest.raises(SettingsError, match=r"\[tool.skippy.build\]: unknown key\(s\) cuda_arch") as info:
+        Settings.load(tmp_path, env={}).subtable("build", BUILD_TABLE_KEYS, example="jobs = 2")
+    assert "cuda_architectures" in (info.value.next_step or "")
+    write_pyproject(tmp_path, 'parity = "src/*.cpp"\n')
+    with pytest.raises(SettingsError, match=r"\[tool.skippy.parity\] must be a table, got str"):
+        ParityConfig.from_settings(Settings.load(tmp_path, env={}))
+    write_pyproject(tmp_path, "[tool.skippy.spot_check]\nload_timout = 60\n")
+    with pytest.raises(SettingsError, match="unknown key\\(s\\) load_timout"):
+        Options.from_settings(Settings.load(tmp_path, env={}))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.errors import SpotCheckFailed
+from skippy.errors import SettingsError, SpotCheckFailed
 from skippy.settings import Settings
 from skippy.spotcheck import (
     Answer,
@@ -187,9 +187,9 @@ def test_options_from_settings(tmp_path: Path) -> None:
     assert Options.from_settings(settings(tmp_path)) == Options()
     opts = Options.from_settings(settings(tmp_path, load_timeout=60, ctx_size="2048"))
     assert (opts.load_timeout, opts.ctx_size) == (60.0, 2048)
-    with pytest.raises(SpotCheckFailed, match="unknown key"):
+    with pytest.raises(SettingsError, match=r"\[tool.skippy.spot_check\]: unknown key\(s\) load_timout"):
         Options.from_settings(settings(tmp_path, load_timout=60))
-    with pytest.raises(SpotCheckFailed, match="must be a float"):
+    with pytest.raises(SettingsError, match="must be a float"):
         Options.from_settings(settings(tmp_path, grace="soon"))
 
 
