@@ -4,7 +4,7 @@
     model_support lane = <core head>..<model-support head>
 
 1. the current patch dir is backed up (byte for byte) under
-   ``<cache_dir>/backups/``;
+   ``<cache_dir>/backups/`` (the newest KEEP_BACKUPS are kept after a success);
 2. each lane is exported with ``git format-patch --start-number 1`` and the
    fixed options of :mod:`skippy.replay` (zero commit, no signature,
    ``[PATCH]`` subjects, full index, fixed diffstat, no renames, myers, all
@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from skippy import rangediff
 from skippy.errors import QueueError, SettingsError, SkippyError
@@ -39,6 +39,9 @@ from skippy.queue import Lane, load_queue
 from skippy.replay import Store, export_range, pinned_store, replay, sub_queue
 from skippy.settings import Settings
 from skippy.ui import Console
+
+#: queue backups kept under ``<cache_dir>/backups`` after a successful regenerate (a failed one keeps all)
+KEEP_BACKUPS: Final = 10
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,15 @@ def back_up(patch_dir: Path, backups: Path) -> Path:
     else:
         target.mkdir()
     return target
+
+
+def prune_backups(backups: Path, *, keep: int, protect: Path) -> list[Path]:
+    """Delete all but the newest ``keep`` queue backups (never ``protect``); the deleted ones, oldest first."""
+    found = sorted(p for p in backups.glob("patches-*") if p.is_dir() and p != protect)
+    doomed = found[: max(0, len(found) - (keep - 1))]
+    for old in doomed:
+        shutil.rmtree(old)
+    return doomed
 
 
 def restore(backup: Path, patch_dir: Path) -> None:
@@ -231,6 +243,9 @@ def regenerate(
                     f"{settings.relative(backup)}"
                 )
             raise
+    pruned = prune_backups(settings.cache_dir / "backups", keep=KEEP_BACKUPS, protect=backup)
+    if pruned:
+        console.info(f"removed {len(pruned)} older queue backup(s); the newest {KEEP_BACKUPS} are kept")
     queue = load_queue(patch_dir)
     new_items = [rangediff.Item(p.lane.value, p.name, p.data) for p in queue.patches]
     counts = {lane.value: len(queue.lane(lane)) for lane in Lane}

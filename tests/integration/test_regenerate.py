@@ -135,6 +135,30 @@ def test_tree_mismatch_restores_the_backup_exactly(project: Project) -> None:
     assert snapshot(settings.patch_dir) == before
 
 
+def test_old_backups_are_pruned_after_a_success_but_kept_after_a_failure(project: Project) -> None:
+    from skippy.regenerate import KEEP_BACKUPS
+
+    arch_upstream(project)
+    lanes_v1(project)
+    settings = project.settings()
+    backups = settings.cache_dir / "backups"
+    seeded = [backups / f"patches-20200101T0000{i:02d}Z-aaaaaa" for i in range(KEEP_BACKUPS + 2)]
+    for folder in seeded:
+        folder.mkdir(parents=True)
+        (folder / "0001-old.patch").write_bytes(b"old\n")
+    report = regenerate(settings, core_head="core", model_support_head="models", console=QUIET)
+    left = sorted(backups.iterdir())
+    assert len(left) == KEEP_BACKUPS
+    assert report.backup in left
+    assert left[:-1] == seeded[-(KEEP_BACKUPS - 1) :]  # the oldest went first
+
+    branch_from(project.workdir, "models", "models")
+    commit_files(project.workdir, "crlf", {"tools/run.bat": "@echo off\r\n"}, date="2024-06-06T10:00:00+0000")
+    with pytest.raises(QueueError):
+        regenerate(settings, core_head="core", model_support_head="models", console=QUIET)
+    assert len(list(backups.iterdir())) == KEEP_BACKUPS + 1  # a failed run prunes nothing
+
+
 def test_refuses_branches_not_on_the_pin_and_merges(project: Project) -> None:
     arch_upstream(project)
     lanes_v1(project)
