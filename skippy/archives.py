@@ -513,6 +513,8 @@ class Member:
     kind: Kind
     link: str = ""
     executable: bool = False
+    #: bytes the entry unpacks to (0 for everything but files)
+    size: int = 0
 
 
 @dataclass(frozen=True)
@@ -537,7 +539,12 @@ def _escapes(path: str) -> bool:
     return path == ".." or path.startswith("../") or path.startswith("/")
 
 
-def plan_unpack(members: Sequence[Member], folder: str) -> UnpackPlan:
+#: what the selected folder of an archive may unpack to (a llama.cpp tree is ~0.1 GiB): a
+#: guard against a decompression bomb, checked from the headers before anything is written
+MAX_UNPACKED_BYTES: Final = 4 << 30
+
+
+def plan_unpack(members: Sequence[Member], folder: str, *, max_bytes: int = MAX_UNPACKED_BYTES) -> UnpackPlan:
     """Check every member of an archive and pick those under ``folder`` (pure).
 
     Refused, for the whole archive: absolute names, ``..`` components, paths
@@ -604,7 +611,7 @@ def plan_unpack(members: Sequence[Member], folder: str) -> UnpackPlan:
             skipped_git += 1
             continue
         if _inside(name, folder) and name != folder:
-            selected.append(Member(name, member.kind, member.link, member.executable))
+            selected.append(Member(name, member.kind, member.link, member.executable, member.size))
         elif name == folder and member.kind is not Kind.DIR:
             refusals.append(f"{raw}: the folder {folder!r} is not a directory in the archive")
     if refusals:
@@ -624,6 +631,14 @@ def plan_unpack(members: Sequence[Member], folder: str) -> UnpackPlan:
             next_step="set folder in pyproject.toml [tool.skippy.archives] to one of the paths inside the archive",
             details=f"top-level entries: {listing}",
         )
+    total = sum(m.size for m in selected if m.kind is Kind.FILE)
+    if total > max_bytes:
+        raise ArchiveError(
+            f"refusing to unpack the archive: {folder!r} would unpack to {_size(total)}, "
+            f"over the {_size(max_bytes)} limit",
+            untouched="the repository (nothing was unpacked or committed)",
+            next_step="check that folder names the llama.cpp tree and that the archive is the one intended",
+        )
     return UnpackPlan(tuple(selected), skipped_git, tuple(sorted(top)))
 
 
@@ -638,7 +653,7 @@ def _tar_member(info: tarfile.TarInfo) -> Member:
         kind = Kind.HARDLINK
     else:
         kind = Kind.SPECIAL
-    return Member(info.name, kind, info.linkname, bool(info.mode & 0o111))
+    return Member(info.name, kind, info.linkname, bool(info.mode & 0o111), info.size if kind is Kind.FILE else 0)
 
 
 def _zip_member(info: zipfile.ZipInfo) -> Member:
@@ -651,7 +666,7 @@ def _zip_member(info: zipfile.ZipInfo) -> Member:
         kind = Kind.FILE
     else:
         kind = Kind.SPECIAL
-    return Member(info.filename, kind, "", bool(mode & 0o111))
+    return Member(info.filename, kind, "", bool(mode & 0o111), info.file_size if kind is Kind.FILE else 0)
 
 
 def archive_members(archive: Path) -> list[Member]:

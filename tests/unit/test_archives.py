@@ -199,6 +199,19 @@ def test_plan_refuses_writing_through_a_symlink_and_duplicates() -> None:
         archives.plan_unpack(dup, "top")
 
 
+def test_plan_refuses_a_folder_that_unpacks_past_the_limit() -> None:
+    members = [
+        Member("top/a", Kind.FILE, size=600),
+        Member("top/b", Kind.FILE, size=500),
+        Member("big", Kind.FILE, size=9),
+    ]
+    assert len(archives.plan_unpack(members, "top", max_bytes=1100).selected) == 2  # only the folder counts
+    with pytest.raises(ArchiveError, match=r"would unpack to 1\.1 KiB, over the 1\.1 KiB limit") as info:
+        archives.plan_unpack(members, "top", max_bytes=1099)
+    assert "nothing was unpacked" in (info.value.untouched or "")
+    assert archives.MAX_UNPACKED_BYTES >= 1 << 30
+
+
 def test_plan_reports_a_missing_folder_with_top_level_entries() -> None:
     members = [Member("pkg-2/setup.py", Kind.FILE), Member("pkg-2/vendor/x.c", Kind.FILE), Member("LICENSE", Kind.FILE)]
     with pytest.raises(ArchiveError) as info:
@@ -473,3 +486,13 @@ def test_import_message_trailers_round_trip() -> None:
     spec = ArchiveSpec(SHA, "pypi-sdist:x==1", DIGEST, "x-1/tree")
     trailers = archives.parse_trailers(archives.import_message(spec))
     assert trailers == {"Upstream-Commit": SHA, "Archive-SHA256": DIGEST, "Archive-Folder": "x-1/tree"}
+
+
+def test_member_sizes_come_from_real_tar_and_zip_headers(tmp_path: Path) -> None:
+    tar = make_tar(tmp_path / "t.tar.gz", [regular("top/a", b"12345"), regular("top/b", b"x" * 70000)])
+    zipped = make_zip(tmp_path / "z.zip", [("top/a", 0o100644, b"12345"), ("top/b", 0o100644, b"x" * 70000)])
+    for archive in (tar, zipped):
+        members = archives.archive_members(archive)
+        assert {m.name: m.size for m in members if m.kind is Kind.FILE} == {"top/a": 5, "top/b": 70000}
+        with pytest.raises(ArchiveError, match="over the"):
+            archives.plan_unpack(members, "top", max_bytes=70004)
