@@ -5,7 +5,10 @@ It finds every ``switch`` whose case labels are ``LLM_ARCH_*`` (``switch (arch)`
 initializer keyed by ``LLM_ARCH_*`` (``LLM_ARCH_NAMES = { { LLM_ARCH_LLAMA, "llama" }, ... }``).
 
 How: comments, string and character literals and preprocessor lines are
-masked with spaces (offsets and line numbers kept); one pass over the braces
+masked with spaces (offsets and line numbers kept); where the branches of an
+``#if``/``#elif``/``#else`` group do not each balance their braces (``#if A
+if (x) { #else if (y) { #endif``), only the first branch is kept, so the
+braces stay paired as the compiler would see them; one pass over the braces
 then classifies every ``{`` by the text before it (its *header*, back to the
 previous ``;``, ``{`` or ``}`` outside parentheses): a switch body, a function
 body (``name(...)`` followed by qualifiers or a constructor's initializer
@@ -103,6 +106,7 @@ def mask(text: str) -> str:
     n = len(text)
     i = 0
     line_start = True
+    directives: list[tuple[int, int, str]] = []
 
     def blank(a: int, b: int) -> None:
         for k in range(a, min(b, n)):
@@ -124,6 +128,8 @@ def mask(text: str) -> str:
                 if text[j] == "\n" and (j == 0 or text[j - 1] != "\\"):
                     break
                 j += 1
+            word = re.match(r"#\s*(\w*)", text[i:j])
+            directives.append((i, j, word.group(1) if word else ""))
             blank(i, j)
             i = j
             continue
@@ -168,7 +174,29 @@ def mask(text: str) -> str:
             i = j + 1
             continue
         i += 1
+    _keep_first_unbalanced_branch(out, directives)
     return "".join(out)
+
+
+def _keep_first_unbalanced_branch(out: list[str], directives: list[tuple[int, int, str]]) -> None:
+    """Blank the later branches of each conditional group whose branches do not all balance their braces."""
+    groups: list[list[tuple[int, int]]] = []  # per open #if: the branches' (start, end) so far
+    starts: list[int] = []  # where the current branch of each open #if began
+    for start, end, word in directives:
+        if word in ("if", "ifdef", "ifndef"):
+            groups.append([])
+            starts.append(end)
+        elif word in ("elif", "else", "elifdef", "elifndef") and groups:
+            groups[-1].append((starts[-1], start))
+            starts[-1] = end
+        elif word == "endif" and groups:
+            branches = [*groups.pop(), (starts.pop(), start)]
+            deltas = ["".join(out[a:b]).count("{") - "".join(out[a:b]).count("}") for a, b in branches]
+            if len(branches) > 1 and any(deltas):
+                for a, b in branches[1:]:
+                    for k in range(a, b):
+                        if out[k] != "\n":
+                            out[k] = " "
 
 
 @dataclass

@@ -96,6 +96,56 @@ def test_old_style_sources_are_scanned_per_function() -> None:
     )
 
 
+PREPROCESSED = """\
+uint32_t llama_model::n_swa_layers() const {
+#if defined(GGML_USE_METAL)
+    if (hparams.swa_type != LLAMA_SWA_TYPE_NONE) {
+#elif defined(GGML_USE_CUDA)
+    if (true) {
+#else
+    {
+#endif
+        switch (arch) {
+            case LLM_ARCH_GEMMA3: return 1;
+#ifdef SKIPPY_EXTRA
+            case LLM_ARCH_QWEN2: return 2;
+#else
+            case LLM_ARCH_LLAMA: return 3;
+#endif
+            default: return 0;
+        }
+    }
+}
+
+llama_rope_type llama_model_rope_type(const llama_model * model) {
+    if (model->hparams.use_rope) {
+        model->note();
+#if defined(GGML_USE_METAL)
+    }
+#else
+    }
+#endif
+    switch (model->arch) {
+        case LLM_ARCH_GEMMA3: return LLAMA_ROPE_TYPE_NEOX;
+        default: return LLAMA_ROPE_TYPE_NONE;
+    }
+}
+"""
+
+
+def test_unbalanced_preprocessor_branches_keep_the_braces_paired() -> None:
+    scan = cscan.scan("src/llama-model.cpp", PREPROCESSED)
+    got = [(s.function, s.cases) for s in scan.switches]
+    # the three `{` openers of the first #if group count once; balanced alternates count in full
+    assert got == [
+        ("llama_model::n_swa_layers", ("LLM_ARCH_GEMMA3", "LLM_ARCH_QWEN2", "LLM_ARCH_LLAMA")),
+        ("llama_model_rope_type", ("LLM_ARCH_GEMMA3",)),
+    ]
+    masked = cscan.mask(PREPROCESSED)
+    assert len(masked) == len(PREPROCESSED) and masked.count("\n") == PREPROCESSED.count("\n")
+    assert "if (true)" not in masked and "if (hparams.swa_type" in masked
+
+
 def test_mask_keeps_offsets_and_lines() -> None:
     text = "a = \"x{y}\"; // }\n/* { */ b = '{';\n#define Z {\\\n }\nc = 1'000;\n"
     masked = cscan.mask(text)
