@@ -7,11 +7,12 @@ maps errors to exit codes through :func:`skippy.cli.guarded`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from skippy.cli import guarded, load
+from skippy.settings import Settings
 from skippy.ui import Console
 
 
@@ -89,6 +90,51 @@ def generate_main(
     return guarded(action, console=console, as_json=as_json)
 
 
+#: one read-only audit: (settings, console, checkout, offline, as_json) -> the JSON report
+Audit = Callable[[Settings, Console, Path | None, bool, bool], dict[str, Any]]
+
+
+def _audit_main(
+    env: Mapping[str, str],
+    audit: Audit,
+    *,
+    root: Path | None,
+    checkout: str,
+    offline: bool,
+    as_json: bool,
+    verbose: bool,
+) -> int:
+    console = Console(env=env, verbose=verbose)
+    return guarded(
+        lambda: audit(load(root, env), console, _path(checkout), offline, as_json), console=console, as_json=as_json
+    )
+
+
+def _parity(
+    settings: Settings, console: Console, checkout: Path | None, offline: bool, as_json: bool
+) -> dict[str, Any]:
+    from skippy import parity
+
+    report = parity.run_parity(settings, console=console, checkout=checkout, offline=offline)
+    if not as_json:
+        print(report.render())
+    if not report.ok:
+        raise parity.failure(report, settings)
+    return report.as_dict()
+
+
+def _check(settings: Settings, console: Console, checkout: Path | None, offline: bool, as_json: bool) -> dict[str, Any]:
+    from skippy import check
+
+    report = check.run_check(settings, console=console, checkout=checkout, offline=offline)
+    if not as_json:
+        print(report.render())
+    console.summary(report.markdown())
+    if not report.ok:
+        raise check.failure(report)
+    return report.as_dict()
+
+
 def parity_main(
     env: Mapping[str, str],
     *,
@@ -98,20 +144,7 @@ def parity_main(
     as_json: bool = False,
     verbose: bool = False,
 ) -> int:
-    console = Console(env=env, verbose=verbose)
-
-    def action() -> dict[str, Any]:
-        from skippy import parity
-
-        settings = load(root, env)
-        report = parity.run_parity(settings, console=console, checkout=_path(checkout), offline=offline)
-        if not as_json:
-            print(report.render())
-        if not report.ok:
-            raise parity.failure(report, settings)
-        return report.as_dict()
-
-    return guarded(action, console=console, as_json=as_json)
+    return _audit_main(env, _parity, root=root, checkout=checkout, offline=offline, as_json=as_json, verbose=verbose)
 
 
 def check_main(
@@ -123,18 +156,4 @@ def check_main(
     as_json: bool = False,
     verbose: bool = False,
 ) -> int:
-    console = Console(env=env, verbose=verbose)
-
-    def action() -> dict[str, Any]:
-        from skippy import check
-
-        settings = load(root, env)
-        report = check.run_check(settings, console=console, checkout=_path(checkout), offline=offline)
-        if not as_json:
-            print(report.render())
-        console.summary(report.markdown())
-        if not report.ok:
-            raise check.failure(report)
-        return report.as_dict()
-
-    return guarded(action, console=console, as_json=as_json)
+    return _audit_main(env, _check, root=root, checkout=checkout, offline=offline, as_json=as_json, verbose=verbose)
