@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 ARCH_PREFIX = "LLM_ARCH_"
@@ -174,12 +175,17 @@ def mask(text: str) -> str:
             i = j + 1
             continue
         i += 1
-    _keep_first_unbalanced_branch(out, directives)
+    _keep_first_unbalanced_branch(out, directives, blank)
     return "".join(out)
 
 
-def _keep_first_unbalanced_branch(out: list[str], directives: list[tuple[int, int, str]]) -> None:
-    """Blank the later branches of each conditional group whose branches do not all balance their braces."""
+def _keep_first_unbalanced_branch(
+    out: list[str], directives: list[tuple[int, int, str]], blank: Callable[[int, int], None]
+) -> None:
+    """Blank the later branches of each conditional group whose branches do not all balance their braces.
+
+    Groups close innermost first, so an inner group is settled before the branch holding it is counted.
+    """
     groups: list[list[tuple[int, int]]] = []  # per open #if: the branches' (start, end) so far
     starts: list[int] = []  # where the current branch of each open #if began
     for start, end, word in directives:
@@ -191,12 +197,13 @@ def _keep_first_unbalanced_branch(out: list[str], directives: list[tuple[int, in
             starts[-1] = end
         elif word == "endif" and groups:
             branches = [*groups.pop(), (starts.pop(), start)]
-            deltas = ["".join(out[a:b]).count("{") - "".join(out[a:b]).count("}") for a, b in branches]
-            if len(branches) > 1 and any(deltas):
+            if len(branches) > 1 and any(_brace_delta(out[a:b]) for a, b in branches):
                 for a, b in branches[1:]:
-                    for k in range(a, b):
-                        if out[k] != "\n":
-                            out[k] = " "
+                    blank(a, b)
+
+
+def _brace_delta(chars: list[str]) -> int:
+    return chars.count("{") - chars.count("}")
 
 
 @dataclass
