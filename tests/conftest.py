@@ -25,8 +25,10 @@ def hermetic_seal(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
     monkeypatch.setenv("TZ", "UTC")
     # CI runners set CI/GITHUB_ACTIONS; a test that wants the CI behaviour sets them itself.
-    leaks = ("LLAMA_UPSTREAM_URL", "LLAMA_WORKDIR", "LLAMA_PIN_FILE", "LLAMA_PATCH_DIR", "CI", "GITHUB_ACTIONS")
-    for var in (*leaks, "GITHUB_STEP_SUMMARY", "SKIPPY_SKIP_UNAVAILABLE"):
+    for var in (
+        *("LLAMA_UPSTREAM_URL", "LLAMA_WORKDIR", "LLAMA_PIN_FILE", "LLAMA_PATCH_DIR"),
+        *("CI", "GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "SKIPPY_SKIP_UNAVAILABLE"),
+    ):
         monkeypatch.delenv(var, raising=False)
     yield home
 
