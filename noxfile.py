@@ -28,13 +28,13 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs, env={"PYTHONHASHSEED": "0"})
 
 
-# --- build sessions: see skippy.build -------------------------------------
+# --- build sessions: see skippy.build.builder -------------------------------------
 # posargs: extra CMake args (-DNAME=VALUE), -jN, --skip-unavailable
 # (or SKIPPY_SKIP_UNAVAILABLE=1), --no-spot-check, --json, --verbose.
 
 
 def _build(session: nox.Session, backend: str) -> None:
-    from skippy.build import build_main
+    from skippy.build.builder import build_main
 
     code, skipped = build_main(backend, os.environ, root=ROOT, args=session.posargs)
     if skipped:
@@ -73,7 +73,7 @@ def build_rocm(session: nox.Session) -> None:
     _build(session, "rocm")
 
 
-# --- spot-check session: see skippy.spotcheck -----------------------------
+# --- spot-check session: see skippy.check.spotcheck -----------------------------
 
 
 @nox.session(name="spot-check", tags=["spot-check"])
@@ -81,21 +81,21 @@ def spot_check(session: nox.Session) -> None:
     """A real llama-server on a real model: --model X (repeatable; default gemma3-270m), --server PATH, --json."""
     from os import environ
 
-    from skippy.spotcheck import main
+    from skippy.check.spotcheck import main
 
     code = main(session.posargs, env=environ, root=ROOT)
     if code:
         session.error(f"spot check failed (exit code {code})")
 
 
-# --- bench: see skippy.bench ----------------------------------------------
+# --- bench: see benchmarks/bench.py ----------------------------------------------
 
 
 @nox.session(tags=["bench"])
 def bench(session: nox.Session) -> None:
     """Speed targets beside raw git/cmake on the real llama.cpp test-bed; figures to .bench/bench.json."""
-    from skippy.cli import bench_main
+    from benchmarks.bench import main
 
-    code = bench_main(os.environ, root=ROOT, args=session.posargs)
+    code = main(os.environ, root=ROOT, args=session.posargs)
     if code:
         session.error(f"bench failed (exit code {code})")

@@ -49,7 +49,7 @@ def prepare(
     no_interactive: bool = False,
 ) -> None:
     """Check out upstream llama.cpp and apply the patch queue (git am --3way, three lanes)."""
-    from skippy.cli import prepare_main, session_action
+    from skippy.cli.app import prepare_main, session_action
 
     _done(
         prepare_main(
@@ -79,7 +79,7 @@ def prepare(
 )
 def triage(c: Context, latest: bool = False, sha: str = "", offline: bool = False, json: bool = False) -> None:
     """Try every patch of every lane against a target and classify each (clean/3way/conflict/...)."""
-    from skippy.cli import prepare_main
+    from skippy.cli.app import prepare_main
 
     _done(prepare_main(os.environ, root=ROOT, latest=latest, sha=sha, offline=offline, as_json=json, triage=True))
 
@@ -105,7 +105,7 @@ def pin_bump(
     json: bool = False,
 ) -> None:
     """Prepare, build, spot-check and audit a new upstream, then move the pin (atomically) and summarize."""
-    from skippy.cli import pin_bump_main
+    from skippy.cli.app import pin_bump_main
 
     _done(
         pin_bump_main(
@@ -124,7 +124,7 @@ def pin_bump(
 @task(help={"old": "older upstream commit", "new": "newer upstream commit", "json": "print JSON instead"})
 def summary(c: Context, old: str, new: str, json: bool = False) -> None:
     """Pull-request Markdown of upstream OLD..NEW: commits, diffstat, areas, patches exposed."""
-    from skippy.cli import summary_main
+    from skippy.cli.app import summary_main
 
     _done(summary_main(os.environ, root=ROOT, old=old, new=new, as_json=json))
 
@@ -132,7 +132,7 @@ def summary(c: Context, old: str, new: str, json: bool = False) -> None:
 @task(help={"to": "upstream ref to search up to (default: upstream master)", "json": "print JSON instead"})
 def bisect(c: Context, to: str = "", json: bool = False) -> None:
     """Newest upstream commit the whole queue applies to, and the commit that first breaks each failing patch."""
-    from skippy.cli import bisect_main
+    from skippy.cli.app import bisect_main
 
     _done(bisect_main(os.environ, root=ROOT, to=to, as_json=json))
 
@@ -140,12 +140,12 @@ def bisect(c: Context, to: str = "", json: bool = False) -> None:
 @task(help={"json": "print one JSON report on stdout"})
 def status(c: Context, json: bool = False) -> None:
     """Pin, upstream and patched SHAs, queue digest, local work, and what prepare would do."""
-    from skippy.cli import status_main
+    from skippy.cli.app import status_main
 
     _done(status_main(os.environ, root=ROOT, as_json=json))
 
 
-# ---- queue maintenance (skippy/maint_cli.py)
+# ---- queue maintenance (skippy/cli/maintain.py)
 
 _MAINT_HELP = {
     "checkout": "the llama.cpp checkout to read (default: the workdir; only temporary worktrees are used)",
@@ -172,7 +172,7 @@ def regenerate(
     verbose: bool = False,
 ) -> None:
     """Rebuild the core and model_support lanes from branches on the pin (verified; backup restored on failure)."""
-    from skippy.maint_cli import regenerate_main
+    from skippy.cli.maintain import regenerate_main
 
     _done(
         regenerate_main(
@@ -198,7 +198,7 @@ def generate(
     verbose: bool = False,
 ) -> None:
     """Rewrite the generated lane from generated/families.toml and the pinned tree (or --check it)."""
-    from skippy.maint_cli import generate_main
+    from skippy.cli.maintain import generate_main
 
     _done(
         generate_main(
@@ -210,7 +210,7 @@ def generate(
 @task(help=_MAINT_HELP)
 def parity(c: Context, checkout: str = "", offline: bool = False, json: bool = False, verbose: bool = False) -> None:
     """Audit the arch cases the queue drops (allowlist beside the queue) and list its upstream deletions."""
-    from skippy.maint_cli import parity_main
+    from skippy.cli.maintain import parity_main
 
     _done(parity_main(os.environ, root=ROOT, checkout=checkout, offline=offline, as_json=json, verbose=verbose))
 
@@ -218,6 +218,6 @@ def parity(c: Context, checkout: str = "", offline: bool = False, json: bool = F
 @task(help=_MAINT_HELP)
 def check(c: Context, checkout: str = "", offline: bool = False, json: bool = False, verbose: bool = False) -> None:
     """Everything a reviewer needs: validate, apply all lanes, parity, generated-lane drift, boundary lint."""
-    from skippy.maint_cli import check_main
+    from skippy.cli.maintain import check_main
 
     _done(check_main(os.environ, root=ROOT, checkout=checkout, offline=offline, as_json=json, verbose=verbose))

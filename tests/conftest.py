@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.settings import Settings
+from skippy.core.settings import Settings
 from tests.gitfixtures import Upstream, hermetic_git_env, make_patch, pyproject
 
 MODEL_CPP = "".join(f"// model line {i}\n" for i in range(1, 41))

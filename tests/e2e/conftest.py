@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from skippy.settings import Settings
-from skippy.testbed import LlamaTestbed, project_testbed
-from skippy.ui import Console
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.queue.testbed import LlamaTestbed, project_testbed
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -29,6 +29,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def testbed() -> LlamaTestbed:
     # the package index settings (proxies, PIP_* variables) come from the real environment;
-    # git commands inside stay hermetic (skippy.git)
+    # git commands inside stay hermetic (skippy.core.git)
     settings = Settings.load(ROOT, dict(os.environ))
     return project_testbed(settings, Console(env=settings.env))

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from skippy import proc
-from skippy.backends import Backend
-from skippy.build import parse_cmake_cache, read_stamp, run_build_session
-from skippy.errors import NetworkError
-from skippy.settings import Settings
-from skippy.ui import Console
+from skippy.build.backends import Backend
+from skippy.build.builder import parse_cmake_cache, read_stamp, run_build_session
+from skippy.core import proc
+from skippy.core.errors import NetworkError
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
 
 pytestmark = pytest.mark.e2e
 

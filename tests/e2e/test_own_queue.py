@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from skippy import proc
-from skippy import workdir as wd
-from skippy.check import run_check
-from skippy.errors import SpotCheckFailed
-from skippy.prepare import Target, prepare
-from skippy.queue import load_queue
-from skippy.settings import Settings
-from skippy.spotcheck import Provenance, default_server, spot_check
-from skippy.ui import Console
+from skippy.check.spotcheck import Provenance, default_server, spot_check
+from skippy.core import proc
+from skippy.core.errors import SpotCheckFailed
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.maintain.check import run_check
+from skippy.queue import workdir as wd
+from skippy.queue.model import load_queue
+from skippy.queue.prepare import Target, prepare
 
 ROOT = Path(__file__).resolve().parents[2]
 PIN = "4df29be4f4c3673f428170fda944a5b19f743bb8"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from skippy.maint_cli import check_main, parity_main
-from skippy.parity import DEFAULT_FILES, glob_match
-from skippy.testbed import LlamaTestbed
+from skippy.cli.maintain import check_main, parity_main
+from skippy.maintain.parity import DEFAULT_FILES, glob_match
+from skippy.queue.testbed import LlamaTestbed
 from tests.gitfixtures import git, hermetic_git_env, pyproject
 
 VERSION = "0.3.35"

@@ -13,13 +13,13 @@ import re
 import shutil
 from pathlib import Path
 
-from skippy import proc
-from skippy.git import hermetic_env
-from skippy.pinbump import pin_bump, run_bisect
-from skippy.prepare import Target, prepare, triage_target
-from skippy.settings import Settings
-from skippy.testbed import LlamaTestbed
-from skippy.ui import Console
+from skippy.core import proc
+from skippy.core.git import hermetic_env
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.flows.pinbump import pin_bump, run_bisect
+from skippy.queue.prepare import Target, prepare, triage_target
+from skippy.queue.testbed import LlamaTestbed
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / ".deps" / "e2e" / "pinbump"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy import tinymodels
-from skippy.errors import SpotCheckFailed
-from skippy.settings import Settings
-from skippy.spotcheck import ModelCheckFailed, Provenance, default_server, port_is_free, spot_check
-from skippy.ui import Console
+from skippy.check import tinymodels
+from skippy.check.spotcheck import ModelCheckFailed, Provenance, default_server, port_is_free, spot_check
+from skippy.core.errors import SpotCheckFailed
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
 
 pytestmark = pytest.mark.e2e
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy import archives
-from skippy.git import Repo
-from skippy.settings import Settings
-from skippy.testbed import LLAMA_CPP_PYTHON, LlamaTestbed, cache_key
-from skippy.ui import Console
+from skippy.core.git import Repo
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.queue import archives
+from skippy.queue.testbed import LLAMA_CPP_PYTHON, LlamaTestbed, cache_key
 
 pytestmark = pytest.mark.e2e
 

@@ -15,12 +15,12 @@ from typing import ClassVar
 
 import pytest
 
-from skippy import archives
-from skippy.archives import FetchContext
-from skippy.errors import ArchiveError, NetworkError
-from skippy.git import Repo
-from skippy.settings import Settings
-from skippy.ui import Console
+from skippy.core.errors import ArchiveError, NetworkError
+from skippy.core.git import Repo
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.queue import archives
+from skippy.queue.archives import FetchContext
 from tests.gitfixtures import git
 
 pytestmark = pytest.mark.integration

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from skippy import archives
-from skippy.errors import ArchiveError, SettingsError
-from skippy.prepare import Target, prepare
-from skippy.ui import Console
+from skippy.core.errors import ArchiveError, SettingsError
+from skippy.core.ui import Console
+from skippy.queue import archives
+from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env, pyproject
 
@@ -39,7 +39,9 @@ def configure(project: Project, upstream_url: str, mappings: dict[str, tuple[Pat
     extra = ""
     for sha, (path, digest) in mappings.items():
         rel = path.relative_to(project.root).as_posix()
-        extra += f'\n[tool.skippy.archives."{sha}"]\nurl = "file:{rel}"\nsha256 = "{digest}"\nfolder = "{FOLDER}"\n'
+        extra += (
+            f'\n[tool.skippy.archives."{sha}"]\nurl = "file:{rel}"\nsha256 = "{digest}"\nfolder = "{FOLDER}"\n'
+        )
     (project.root / "pyproject.toml").write_text(pyproject(upstream_url, extra), encoding="utf-8")
 
 

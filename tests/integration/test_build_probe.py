@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy import proc
-from skippy.backends import Backend
-from skippy.build import (
+from skippy.build.backends import Backend
+from skippy.build.builder import (
     BuildOptions,
     BuildPlan,
     BuildReport,
@@ -26,10 +25,11 @@ from skippy.build import (
     plan_build,
     stop_cache_server,
 )
-from skippy.errors import BuildError
-from skippy.settings import Settings
-from skippy.toolchain import Tool, Toolchain, inspect_tree, probe_toolchain, tool_version
-from skippy.ui import Console
+from skippy.build.toolchain import Tool, Toolchain, inspect_tree, probe_toolchain, tool_version
+from skippy.core import proc
+from skippy.core.errors import BuildError
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
 
 pytestmark = pytest.mark.integration
 

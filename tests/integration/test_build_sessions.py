@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy import proc
+from skippy.core import proc
 
 pytestmark = pytest.mark.integration
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy import proc
-from skippy.backends import Backend
-from skippy.errors import ToolchainMissing
-from skippy.settings import Settings
-from skippy.toolchain import TreeInfo, check_tree_needs, find_cuda_library, probe_toolchain
+from skippy.build.backends import Backend
+from skippy.build.toolchain import TreeInfo, check_tree_needs, find_cuda_library, probe_toolchain
+from skippy.core import proc
+from skippy.core.errors import ToolchainMissing
+from skippy.core.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from skippy import generate
-from skippy.check import run_check
-from skippy.errors import QueueError
-from skippy.maint_cli import check_main
-from skippy.prepare import Target, prepare
-from skippy.ui import Console
+from skippy.cli.maintain import check_main
+from skippy.core.errors import QueueError
+from skippy.core.ui import Console
+from skippy.maintain import generate
+from skippy.maintain.check import run_check
+from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project
 from tests.gitfixtures import git
 from tests.integration.test_generate import write_spec

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from skippy import workdir as wd
-from skippy.errors import ConflictError, DirtyWorkdirError
-from skippy.prepare import Target, prepare, resume, triage_target
-from skippy.ui import Console
+from skippy.core.errors import ConflictError, DirtyWorkdirError
+from skippy.core.ui import Console
+from skippy.queue import workdir as wd
+from skippy.queue.prepare import Target, prepare, resume, triage_target
 from tests.conftest import MODEL_CPP, Project
 from tests.gitfixtures import git, hermetic_git_env
 

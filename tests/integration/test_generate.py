@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from skippy import generate
-from skippy.errors import QueueError
-from skippy.maint_cli import generate_main
-from skippy.prepare import Target, prepare
-from skippy.queue import Lane, load_queue
-from skippy.regenerate import regenerate
-from skippy.ui import Console
+from skippy.cli.maintain import generate_main
+from skippy.core.errors import QueueError
+from skippy.core.ui import Console
+from skippy.maintain import generate
+from skippy.maintain.regenerate import regenerate
+from skippy.queue.model import Lane, load_queue
+from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project
 from tests.integration.test_parity_fixtures import (
     ADD_HOOK_STEP,

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from skippy import parity
-from skippy.errors import QueueError
-from skippy.maint_cli import parity_main
-from skippy.ui import Console
+from skippy.cli.maintain import parity_main
+from skippy.core.errors import QueueError
+from skippy.core.ui import Console
+from skippy.maintain import parity
 from tests.conftest import Project
 from tests.integration.test_parity_fixtures import (
     CASES,

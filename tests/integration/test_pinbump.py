@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from skippy.errors import ConflictError, SettingsError
-from skippy.pinbump import pin_bump, run_bisect, run_summary
-from skippy.prepare import PrepareReport, Target, prepare
-from skippy.settings import Settings
-from skippy.ui import Console
+from skippy.core.errors import ConflictError, SettingsError
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.flows.pinbump import pin_bump, run_bisect, run_summary
+from skippy.queue.prepare import PrepareReport, Target, prepare
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env
 
@@ -102,7 +102,7 @@ def test_summary_sections(history: tuple[Project, dict[str, str]]) -> None:
 
 
 def test_summary_links_for_github_upstreams() -> None:
-    from skippy.summary import github_base
+    from skippy.maintain.summary import github_base
 
     assert github_base("https://github.com/ggml-org/llama.cpp.git") == "https://github.com/ggml-org/llama.cpp"
     assert github_base("git@github.com:ggml-org/llama.cpp.git") == "https://github.com/ggml-org/llama.cpp"
@@ -213,12 +213,12 @@ def test_failed_build_leaves_the_pin(history: tuple[Project, dict[str, str]]) ->
     before = pin_text(project)
 
     def failing_build(backend: str, settings: Settings, console: Console, prepare_fn: Any) -> object:
-        from skippy.errors import BuildError
+        from skippy.core.errors import BuildError
 
         prepare_fn(settings, console)
         raise BuildError("ninja failed", untouched="the pin")
 
-    from skippy.errors import BuildError
+    from skippy.core.errors import BuildError
 
     with pytest.raises(BuildError):
         pin_bump(project.settings(), sha=shas["u1"], console=QUIET, build_fn=failing_build, parity_fn=Recorder().parity)
@@ -239,7 +239,7 @@ SWITCH = """int llama_model_rope_type(int arch) {
 
 def test_pin_bump_fails_on_a_dropped_arch_case(project: Project) -> None:
     """The real parity audit runs against the new upstream: a queue that drops a case stops the bump."""
-    from skippy.parity import ParityFailed
+    from skippy.maintain.parity import ParityFailed
 
     up = project.upstream
     pin = up.commit("model: rope types", {"src/llama-rope.cpp": SWITCH})

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy import workdir as wd
-from skippy.errors import (
+from skippy.core.errors import (
     ConflictError,
     DirtyWorkdirError,
     LockBusyError,
@@ -21,9 +20,10 @@ from skippy.errors import (
     SettingsError,
     WorkdirError,
 )
-from skippy.prepare import Target, prepare, read_pin
-from skippy.status import compute_status
-from skippy.ui import Console
+from skippy.core.ui import Console
+from skippy.queue import workdir as wd
+from skippy.queue.prepare import Target, prepare, read_pin
+from skippy.queue.status import compute_status
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env
 
@@ -473,7 +473,7 @@ def test_interrupted_am_is_recovered(queued_project: Project, tmp_path: Path, wa
     script = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from skippy.cli import prepare_main\n"
+        "from skippy.cli.app import prepare_main\n"
         "sys.exit(prepare_main(os.environ, root=Path(sys.argv[1])))\n"
     )
     env = dict(os.environ)
@@ -521,7 +521,7 @@ def test_lock_serializes_and_times_out(queued_project: Project) -> None:
     with lock:
         # the holder is this test; filelock's locks are per process, so probe from a subprocess
         code = (
-            "import os, sys\nfrom pathlib import Path\nfrom skippy.cli import prepare_main\n"
+            "import os, sys\nfrom pathlib import Path\nfrom skippy.cli.app import prepare_main\n"
             "sys.exit(prepare_main(os.environ, root=Path(sys.argv[1])))\n"
         )
         result = subprocess.run(

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.errors import QueueError
-from skippy.maint_cli import regenerate_main
-from skippy.prepare import Target, prepare
-from skippy.regenerate import regenerate
-from skippy.ui import Console
+from skippy.cli.maintain import regenerate_main
+from skippy.core.errors import QueueError
+from skippy.core.ui import Console
+from skippy.maintain.regenerate import regenerate
+from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project
 from tests.gitfixtures import git
 from tests.integration.test_parity_fixtures import arch_upstream, commit_files, edit, git_env, snapshot
@@ -136,7 +136,7 @@ def test_tree_mismatch_restores_the_backup_exactly(project: Project) -> None:
 
 
 def test_old_backups_are_pruned_after_a_success_but_kept_after_a_failure(project: Project) -> None:
-    from skippy.regenerate import KEEP_BACKUPS
+    from skippy.maintain.regenerate import KEEP_BACKUPS
 
     arch_upstream(project)
     lanes_v1(project)

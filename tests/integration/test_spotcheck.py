@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy import spotcheck
-from skippy.errors import SpotCheckFailed
-from skippy.settings import Settings
-from skippy.spotcheck import ModelCheckFailed, Provenance, SpotCheckReport, main, port_is_free, spot_check
-from skippy.ui import Console
+from skippy.check import spotcheck
+from skippy.check.spotcheck import ModelCheckFailed, Provenance, SpotCheckReport, main, port_is_free, spot_check
+from skippy.core.errors import SpotCheckFailed
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
 from tests.integration import fake_server
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy import proc
+from skippy.core import proc
 from tests.workflowtools import ROOT, WORKFLOWS, calls
 
 pytestmark = pytest.mark.integration

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from skippy import archives
-from skippy.archives import ArchiveSpec, FetchContext, Kind, Member
-from skippy.errors import ArchiveError, SettingsError
-from skippy.git import Repo
-from skippy.settings import Settings
-from skippy.ui import Console
+from skippy.core.errors import ArchiveError, SettingsError
+from skippy.core.git import Repo
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.queue import archives
+from skippy.queue.archives import ArchiveSpec, FetchContext, Kind, Member
 
 SHA = "4df29be4f4c3673f428170fda944a5b19f743bb8"
 DIGEST = "1139dbb54509074b70893fab8554e3b079aa9f4d312058ce4018ef0019e3de12"

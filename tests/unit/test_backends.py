@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from skippy.backends import (
+from skippy.build.backends import (
     BACKENDS,
     LAUNCHER_LANGUAGES,
     RPC_TARGETS,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from skippy.backends import Backend
-from skippy.build import (
+from skippy.build.backends import Backend
+from skippy.build.builder import (
     BuildPlan,
     cache_mismatches,
     ccache_counts,
@@ -26,9 +26,7 @@ from skippy.build import (
     run_build_session,
     sccache_counts,
 )
-from skippy.errors import BuildError, ToolchainMissing
-from skippy.settings import Settings
-from skippy.toolchain import (
+from skippy.build.toolchain import (
     Tool,
     Toolchain,
     TreeInfo,
@@ -44,7 +42,9 @@ from skippy.toolchain import (
     parse_vulkan_header,
     probe_toolchain,
 )
-from skippy.ui import Console
+from skippy.core.errors import BuildError, ToolchainMissing
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
 
 
 def _plan(tmp_path: Path) -> BuildPlan:
@@ -262,7 +262,7 @@ def test_unavailable_backend_fails_unless_skipping_was_asked(tmp_path: Path) -> 
 
 def test_provenance_defines_only_for_trees_that_declare_them(tmp_path: Path) -> None:
     """The queue's provenance goes to trees that know the variables, and stays out of the dir digest."""
-    from skippy.build import PROVENANCE_DEFINES
+    from skippy.build.builder import PROVENANCE_DEFINES
 
     assert parse_cmake_options('set(SKIPPY_UPSTREAM_SHA "" CACHE STRING "x")\noption(GGML_RPC "rpc" OFF)\n') == {
         "SKIPPY_UPSTREAM_SHA",
@@ -302,7 +302,7 @@ def test_provenance_defines_only_for_trees_that_declare_them(tmp_path: Path) -> 
 def test_build_info_is_pinned_to_the_upstream_commit(tmp_path: Path) -> None:
     """A new patched commit must not recompile all of libllama: the tree's git-derived build info is
     replaced by the upstream commit, for trees that accept it from -D."""
-    from skippy.toolchain import inspect_tree
+    from skippy.build.toolchain import inspect_tree
 
     src = tmp_path / "src"
     src.mkdir()

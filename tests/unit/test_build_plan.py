@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.backends import DEFAULT_AMDGPU_TARGETS, DEFAULT_CUDA_ARCHITECTURES, Backend
-from skippy.build import BuildOptions, BuildPlan, plan_build, requested_defines, split_cmake_args
-from skippy.errors import BuildError, SettingsError
-from skippy.settings import Settings
-from skippy.toolchain import Tool, Toolchain, TreeInfo
+from skippy.build.backends import DEFAULT_AMDGPU_TARGETS, DEFAULT_CUDA_ARCHITECTURES, Backend
+from skippy.build.builder import BuildOptions, BuildPlan, plan_build, requested_defines, split_cmake_args
+from skippy.build.toolchain import Tool, Toolchain, TreeInfo
+from skippy.core.errors import BuildError, SettingsError
+from skippy.core.settings import Settings
 
 SHA = "a" * 40
 ALL_LANGS = frozenset({"C", "CXX", "CUDA", "HIP"})

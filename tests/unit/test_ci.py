@@ -1,4 +1,4 @@
-"""skippy.ci: the checks the workflows run besides nox and invoke."""
+"""skippy.cli.ci: the checks the workflows run besides nox and invoke."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from skippy.ci import CIError, assert_ran, fenced, main, parse_report, publish, ran_problems
+from skippy.cli.ci import CIError, assert_ran, fenced, main, parse_report, publish, ran_problems
 
 
 def report(*sessions: tuple[str, str]) -> dict[str, Any]:

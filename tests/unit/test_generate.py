@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy import generate
-from skippy.errors import QueueError
+from skippy.core.errors import QueueError
+from skippy.maintain import generate
 
 ARCH = 'static const std::map<llm_arch, const char *> LLM_ARCH_NAMES = {\n    { LLM_ARCH_GEMMA3, "gemma3" },\n};\n'
 MODEL = "switch (arch) {\n    case LLM_ARCH_GEMMA3:\n        return new llama_model_gemma3(params);\n}\n"

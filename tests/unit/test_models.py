@@ -11,9 +11,8 @@ import gguf
 import numpy as np
 import pytest
 
-from skippy import tinymodels
-from skippy.errors import NetworkError, SpotCheckFailed
-from skippy.models import (
+from skippy.check import tinymodels
+from skippy.check.models import (
     DEFAULT_MODEL,
     GEMMA3_270M,
     ModelRef,
@@ -27,8 +26,9 @@ from skippy.models import (
     pick_gguf,
     resolve_model,
 )
-from skippy.settings import Settings
-from skippy.ui import Console
+from skippy.core.errors import NetworkError, SpotCheckFailed
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
 
 
 def settings(tmp_path: Path, **env: str) -> Settings:

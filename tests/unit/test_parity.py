@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from skippy import cscan
-from skippy.errors import QueueError
-from skippy.parity import Allowed, compare, glob_match, load_allowlist, parse_hunks
+from skippy.core.errors import QueueError
+from skippy.maintain import cscan
+from skippy.maintain.parity import Allowed, compare, glob_match, load_allowlist, parse_hunks
 
 OLD_STYLE = r"""
 #include "llama-model.h"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from skippy import rangediff
-from skippy.rangediff import Item
+from skippy.maintain import rangediff
+from skippy.maintain.rangediff import Item
 
 
 def mbox(subject: str, hunk: str, *, body: str = "", start: int = 3, index: str = "1111..2222") -> bytes:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy import proc
-from skippy.errors import CommandError, ToolchainMissing
+from skippy.core import proc
+from skippy.core.errors import CommandError, ToolchainMissing
 
 ENV = {"PATH": os.environ.get("PATH", os.defpath)}
 

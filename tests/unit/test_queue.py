@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.errors import QueueError
-from skippy.queue import Lane, load_queue
+from skippy.core.errors import QueueError
+from skippy.queue.model import Lane, load_queue
 
 PATCH = (
     b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.errors import SettingsError
-from skippy.settings import DEFAULT_UPSTREAM, Settings, find_root
+from skippy.core.errors import SettingsError
+from skippy.core.settings import DEFAULT_UPSTREAM, Settings, find_root
 
 
 def write_pyproject(root: Path, table: str) -> None:
@@ -85,9 +85,9 @@ def test_find_root_walks_up(tmp_path: Path) -> None:
 
 
 def test_subtables_refuse_non_tables_and_unknown_keys(tmp_path: Path) -> None:
-    from skippy.build import BUILD_TABLE_KEYS
-    from skippy.parity import ParityConfig
-    from skippy.spotcheck import Options
+    from skippy.build.builder import BUILD_TABLE_KEYS
+    from skippy.check.spotcheck import Options
+    from skippy.maintain.parity import ParityConfig
 
     write_pyproject(tmp_path, "[tool.skippy.build]\njobs = 2\n")
     assert Settings.load(tmp_path, env={}).subtable("build", BUILD_TABLE_KEYS, example="jobs = 2") == {"jobs": 2}

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.errors import SettingsError, SpotCheckFailed
-from skippy.settings import Settings
-from skippy.spotcheck import (
+from skippy.check.spotcheck import (
     Answer,
     ModelCheckFailed,
     ModelResult,
@@ -33,6 +31,8 @@ from skippy.spotcheck import (
     scan_log,
     version_line,
 )
+from skippy.core.errors import SettingsError, SpotCheckFailed
+from skippy.core.settings import Settings
 
 
 def settings(tmp_path: Path, **spot: object) -> Settings:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from skippy.backends import BACKENDS, Backend
-from skippy.build import parse_session_args
-from skippy.ci import COMMANDS
+from skippy.build.backends import BACKENDS, Backend
+from skippy.build.builder import parse_session_args
+from skippy.cli.ci import COMMANDS
 from tests.workflowtools import (
     WORKFLOW_DIR,
     WORKFLOWS,
@@ -33,7 +33,7 @@ CI = WORKFLOW_DIR / "ci.yml"
 ALLOWED_COMMANDS = (
     ("nox",),
     ("invoke",),
-    ("python", "-m", "skippy.ci"),
+    ("python", "-m", "skippy.cli.ci"),
     ("python", "-m", "pip", "install"),
     ("mkdir", "-p"),
     ("apt-get", "update"),
@@ -109,7 +109,7 @@ def test_every_nox_call_is_followed_by_assert_ran_for_the_same_sessions() -> Non
                     words = tail[: tail.index("--")] if "--" in tail else tail
                     sessions = [v for w in words for v in expand(w, step)]
                     by_job.setdefault(step.job_id, []).append(("nox", report, sessions))
-                if argv[:4] == ["python", "-m", "skippy.ci", "assert-ran"]:
+                if argv[:4] == ["python", "-m", "skippy.cli.ci", "assert-ran"]:
                     sessions = [v for w in argv[5:] for v in expand(w, step)]
                     by_job.setdefault(step.job_id, []).append(("assert", argv[4], sessions))
         assert set(by_job) == set(load(path)["jobs"]), path.name
@@ -205,7 +205,7 @@ def test_run_steps_only_install_and_call_the_menus(path: Any) -> None:
 
 
 def test_skippy_ci_commands_exist() -> None:
-    used = {c.name for path in WORKFLOWS for c in calls(path) if c.kind == "skippy.ci"}
+    used = {c.name for path in WORKFLOWS for c in calls(path) if c.kind == "skippy.cli.ci"}
     assert used
     assert used <= set(COMMANDS)
 

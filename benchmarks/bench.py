@@ -1,0 +1,653 @@
+"""``nox -s bench``: skippy's speed targets, measured beside the raw tools in the same run.
+
+Prepare figures use the real llama.cpp test-bed (three vendored upstream trees
+in a local bare repository) as the upstream and a small real queue written
+against the pinned tree.  Figures go to one JSON file.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skippy.build.builder import COMPILE_LINE
+from skippy.cli.app import guarded, load
+from skippy.core import proc
+from skippy.core.git import Repo, hermetic_env
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+
+#: targets from the issues; the report says whether each was met
+NOOP_TARGET_S = 0.3
+COLD_RATIO_TARGET = 1.15
+
+BENCH_PYPROJECT = """\
+[project]
+name = "skippy-bench"
+version = "0"
+
+[tool.skippy]
+upstream_url = "{url}"
+pin_file = "upstream.txt"
+patch_dir = "patches"
+workdir = "work/llama.cpp"
+compat_link = false
+"""
+
+#: (lane, file, path in the tree, line put at its top): a small real queue, all lanes
+BENCH_EDITS: tuple[tuple[str, str, str, str], ...] = (
+    ("core", "0001-core-provenance-comment.patch", "src/llama.cpp", "// skippy bench: core 1\n"),
+    ("core", "0002-core-model-comment.patch", "src/llama-model.cpp", "// skippy bench: core 2\n"),
+    ("core", "0003-core-new-file.patch", "src/skippy-bench.h", "#pragma once\n"),
+    ("model_support", "0001-gemma3-comment.patch", "src/llama-arch.cpp", "// skippy bench: model support\n"),
+    ("generated", "0001-family-llama.patch", "src/skippy-generated-llama.inc", "// generated llama\n"),
+)
+
+
+@dataclass(frozen=True)
+class Timing:
+    samples: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "median_s": round(self.median, 4),
+            "min_s": round(min(self.samples), 4),
+            "max_s": round(max(self.samples), 4),
+            "samples_s": [round(s, 4) for s in self.samples],
+        }
+
+
+def timed(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def mtimes(root: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                out[str(path.relative_to(root))] = path.stat().st_mtime_ns
+    return out
+
+
+def write_bench_queue(
+    upstream_url: str,
+    pin: str,
+    into: Path,
+    env: Mapping[str, str],
+    scratch: Path,
+    *,
+    edits: Sequence[tuple[str, str, str, str]] = BENCH_EDITS,
+) -> list[Path]:
+    """Write BENCH_EDITS as format-patch mailboxes against ``pin`` (one commit per patch, each on the pin)."""
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    genv = hermetic_env(env, scratch.parent)
+    proc.run(["git", "clone", "--quiet", "--no-checkout", upstream_url, str(scratch)], env=genv)
+    repo = Repo(scratch, env)
+    if into.exists():
+        shutil.rmtree(into)
+    into.mkdir(parents=True)
+    written: list[Path] = []
+    for lane, name, rel, line in edits:
+        repo.git("checkout", "--quiet", "--force", "--detach", pin)
+        target = scratch / rel
+        before = target.read_text(encoding="utf-8") if target.exists() else ""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(line + before, encoding="utf-8")
+        repo.git("add", "--", rel)
+        subject = name.split("-", 1)[1].removesuffix(".patch").replace("-", " ")
+        repo.git(
+            "commit",
+            "--quiet",
+            "-m",
+            f"bench: {subject}",
+            env={"GIT_AUTHOR_DATE": "2024-06-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2024-06-01T00:00:00+0000"},
+        )
+        mbox = repo.git("format-patch", "--stdout", "--zero-commit", "--no-signature", "-1", "HEAD").stdout
+        folder = into if lane == "core" else into / lane
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / name
+        path.write_text(mbox, encoding="utf-8")
+        if lane != "core":
+            with (folder / "series").open("a", encoding="utf-8") as fh:
+                fh.write(name + "\n")
+        written.append(path)
+    shutil.rmtree(scratch)
+    return written
+
+
+def with_shipped(shipped: Path, bench: Path) -> list[Path]:
+    """Put the shipped queue's lanes before the bench patches in ``bench`` (renumbering them)."""
+    from skippy.queue.model import LANES, Lane, load_queue
+
+    ship = load_queue(shipped)
+    ordered: list[Path] = []
+    for lane in LANES:
+        folder = bench if lane is Lane.CORE else bench / str(lane.folder)
+        own = sorted(folder.glob("*.patch")) if folder.is_dir() else []
+        theirs = ship.lane(lane)
+        folder.mkdir(parents=True, exist_ok=True)
+        renamed: list[Path] = []
+        for path in reversed(own):  # highest first, so no rename overwrites another
+            number, rest = path.name.split("-", 1)
+            target = folder / f"{int(number) + len(theirs):04d}-{rest}"
+            path.rename(target)
+            renamed.insert(0, target)
+        copied = []
+        for patch in theirs:
+            target = folder / patch.name
+            target.write_bytes(patch.data)
+            copied.append(target)
+        names = [p.name for p in (*copied, *renamed)]
+        if lane is not Lane.CORE:
+            (folder / "series").write_text("".join(n + "\n" for n in names), encoding="utf-8")
+        ordered += [folder / n for n in names]
+    return ordered
+
+
+def bench_prepare(
+    settings: Settings,
+    console: Console,
+    *,
+    rounds: int,
+    noop_rounds: int,
+    python: str = sys.executable,
+) -> dict[str, Any]:
+    from skippy.queue.testbed import testbed_for
+
+    bed = testbed_for(settings, console)
+    version = "0.3.35" if "0.3.35" in bed.versions else bed.versions[0]
+    pin = bed.commits[version]
+    base = settings.cache_dir.parent / "bench"
+    project = base / "project"
+    if project.exists():
+        shutil.rmtree(project)
+    project.mkdir(parents=True)
+    (project / "pyproject.toml").write_text(BENCH_PYPROJECT.format(url=bed.url), encoding="utf-8")
+    (project / "upstream.txt").write_text(pin + "\n", encoding="utf-8")
+    shutil.copy(settings.root / "tasks.py", project / "tasks.py")
+    write_bench_queue(bed.url, pin, project / "patches", settings.env, base / "scratch")
+    # the shipped queue first (it applies to this tree: the test-bed's 0.3.35 commit has the pin's
+    # tree), then the bench's own patches: the figures are those of the product's queue
+    patches = with_shipped(settings.patch_dir, project / "patches")
+    invoke = str(Path(python).parent / "invoke")
+    env = dict(settings.env)
+    env.pop("CI", None)  # measure the interactive path
+    for var in ("LLAMA_UPSTREAM_URL", "LLAMA_WORKDIR", "LLAMA_PIN_FILE", "LLAMA_PATCH_DIR"):
+        env.pop(var, None)
+    workdir = project / "work" / "llama.cpp"
+    raw_dir = project / "raw" / "llama.cpp"
+    raw_env = hermetic_env(settings.env, raw_dir.parent)
+
+    def skippy_cold() -> None:
+        shutil.rmtree(project / "work", ignore_errors=True)
+        proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)
+
+    def raw_cold() -> None:
+        shutil.rmtree(raw_dir.parent, ignore_errors=True)
+        raw_dir.parent.mkdir(parents=True)
+        proc.run(["git", "clone", "--quiet", bed.url, str(raw_dir)], env=raw_env)
+        proc.run(["git", "-C", str(raw_dir), "checkout", "--quiet", "--detach", pin], env=raw_env)
+        proc.run(
+            ["git", "-C", str(raw_dir), "am", "--3way", "--quiet", *map(str, patches)],
+            env=raw_env,
+        )
+
+    console.info(f"bench: cold prepare vs raw git, {rounds} round(s) each, alternating")
+    skippy_samples: list[float] = []
+    raw_samples: list[float] = []
+    skippy_cold()  # warm the page cache and the archive-free path once
+    raw_cold()
+    for i in range(rounds):
+        order: Sequence[tuple[list[float], Callable[[], None]]] = (
+            ((skippy_samples, skippy_cold), (raw_samples, raw_cold))
+            if i % 2 == 0
+            else ((raw_samples, raw_cold), (skippy_samples, skippy_cold))
+        )
+        for samples, action in order:
+            samples.append(timed(action))
+    raw_head = proc.run(["git", "-C", str(raw_dir), "rev-parse", "HEAD^{tree}"], env=raw_env).stdout.strip()
+    ours_head = proc.run(["git", "-C", str(workdir), "rev-parse", "HEAD^{tree}"], env=raw_env).stdout.strip()
+    cold_skippy, cold_raw = Timing(tuple(skippy_samples)), Timing(tuple(raw_samples))
+    ratio = cold_skippy.median / cold_raw.median
+
+    console.info(f"bench: no-op `invoke prepare --pinned`, {noop_rounds} round(s)")
+    before = mtimes(workdir)
+    noop_samples = [
+        timed(lambda: proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)) for _ in range(noop_rounds)
+    ]
+    after = mtimes(workdir)
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    noop = Timing(tuple(noop_samples))
+    files = sum(1 for k in before if not k.startswith(".git/"))
+    return {
+        "upstream": {"testbed": str(bed.path), "version": version, "pin": pin, "files": files},
+        "queue": {"patches": len(patches)},
+        "cold_prepare": {
+            "skippy": cold_skippy.as_dict(),
+            "raw_git": cold_raw.as_dict(),
+            "ratio": round(ratio, 3),
+            "target_ratio": COLD_RATIO_TARGET,
+            "met": ratio <= COLD_RATIO_TARGET,
+            "same_tree_as_raw": raw_head == ours_head,
+        },
+        "noop_prepare": {
+            **noop.as_dict(),
+            "target_s": NOOP_TARGET_S,
+            "met": noop.median <= NOOP_TARGET_S,
+            "files_with_changed_mtime": len(changed),
+            "changed": changed[:20],
+        },
+    }
+
+
+def bed_url(workdir: Path, env: Mapping[str, str]) -> str:
+    """The upstream URL the bench workdir was cloned from."""
+    return proc.run(["git", "-C", str(workdir), "remote", "get-url", "origin"], env=env).stdout.strip()
+
+
+def compile_step_set(build_dir: Path, env: Mapping[str, str], target: str) -> frozenset[str]:
+    """The compile steps Ninja would run for ``target`` (``ninja -n``), by object file.
+
+    The manifest is brought up to date for real first: a dry run whose build.ninja is stale
+    (CMake re-runs when the checkout's git index changes) lists only the CMake step.
+    """
+    proc.run(["ninja", "-C", str(build_dir), "build.ninja"], env=env, timeout=3600)
+    out = proc.run(["ninja", "-C", str(build_dir), "-n", target], env=env).stdout
+    return frozenset(line.split(" object ", 1)[1].strip() for line in out.splitlines() if COMPILE_LINE.match(line))
+
+
+class StepCounter:
+    """Counts ``ninja -n`` compile steps beyond the ones a fresh, complete build still lists.
+
+    llama.cpp's UI-assets step always runs and, in a dry run, drags the objects below it along
+    (a real run prunes them with restat); those are measured once, right after the build, and
+    not counted.
+    """
+
+    def __init__(self, build_dir: Path, env: Mapping[str, str], target: str) -> None:
+        self.build_dir, self.env, self.target = build_dir, env, target
+        self.always = compile_step_set(build_dir, env, target)
+
+    def __call__(self) -> int:
+        return len(self.objects())
+
+    def objects(self) -> list[str]:
+        return sorted(compile_step_set(self.build_dir, self.env, self.target) - self.always)
+
+
+def _snapshot(root: Path, paths: Sequence[str]) -> dict[str, tuple[bytes, int]]:
+    return {p: ((root / p).read_bytes(), (root / p).stat().st_mtime_ns) for p in paths if (root / p).exists()}
+
+
+def _restore(root: Path, saved: Mapping[str, tuple[bytes, int]]) -> None:
+    """Put content and modification times back, so Ninja sees the tree it built."""
+    for rel, (data, mtime) in saved.items():
+        path = root / rel
+        if not path.exists() or path.read_bytes() != data:
+            path.write_bytes(data)
+        os.utime(path, ns=(mtime, mtime))
+
+
+def bench_minimal_touch(settings: Settings, console: Console, *, python: str = sys.executable) -> dict[str, Any]:
+    """Compile steps after one patch changes: skippy's re-prepare vs editing by hand vs reset + re-apply.
+
+    Runs in the bench project that :func:`bench_prepare` left (real llama.cpp tree, five-patch queue):
+    builds ``llama-server`` once (compiler cache under the cache dir), then measures with ``ninja -n``.
+    """
+    from skippy.build.builder import execute_plan, plan_build
+    from skippy.build.toolchain import inspect_tree, probe_toolchain
+    from skippy.core.settings import Settings as _Settings
+    from skippy.queue import workdir as wd
+
+    project = settings.cache_dir.parent / "bench" / "project"
+    workdir = project / "work" / "llama.cpp"
+    invoke = str(Path(python).parent / "invoke")
+    env = dict(settings.env)
+    env.pop("CI", None)
+    genv = hermetic_env(settings.env, workdir.parent)
+    if not (workdir / ".git").is_dir():
+        proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)
+    first = wd.read_stamp(workdir / ".git")
+    assert first is not None
+    # the build exactly as `nox -s build-cpu` plans it (flags, launcher, provenance, build info)
+    build_settings = _Settings.from_table(
+        project, {"build_root": str(project / "build"), "cache_dir": str(settings.cache_dir / "bench")}, env
+    )
+    plan = plan_build(
+        "cpu",
+        build_settings,
+        tree=inspect_tree(workdir),
+        toolchain=probe_toolchain("cpu", build_settings),
+        patched_sha=first.patched_sha,
+        upstream_sha=first.upstream_sha,
+        queue_digest=first.queue_digest,
+        build_number=0,
+    )
+    build_dir = plan.build_dir
+    build_env = {**env, **plan.env_overrides}
+    target = "llama-server"
+    with console.step("bench: configure and build llama-server once (compile counts need a built tree)"):
+        started = time.perf_counter()
+        execute_plan(plan, Console(env={}, stream=_Null()))
+        build_seconds = time.perf_counter() - started
+    results: dict[str, Any] = {"target": target, "initial_build_s": round(build_seconds, 1)}
+    compile_steps = StepCounter(build_dir, build_env, target)
+    results["dry_run_always_listed"] = sorted(compile_steps.always)
+    proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)
+    results["nothing_changed"] = {"after_skippy_noop": compile_steps()}
+    # one patch changes: the model-support patch now adds a second line
+    stamp = wd.read_stamp(workdir / ".git")
+    assert stamp is not None
+    base, old_head = stamp.base_commit, stamp.patched_sha
+    (patch,) = (project / "patches" / "model_support").glob("*-gemma3-comment.patch")
+    old_patch = patch.read_bytes()
+    variant = tuple(
+        (lane, name, rel, line + "// and one more line\n" if lane == "model_support" else line)
+        for lane, name, rel, line in BENCH_EDITS
+    )
+    scratch_queue = project.parent / "variant-queue"
+    write_bench_queue(bed_url(workdir, genv), base, scratch_queue, env, project.parent / "scratch", edits=variant)
+    new_patch = (scratch_queue / "model_support" / "0001-gemma3-comment.patch").read_bytes()
+    shutil.rmtree(scratch_queue)
+    # the new patched commit, computed aside (nothing in the workdir moves)
+    patch.write_bytes(new_patch)
+    from skippy.core.settings import Settings as _Settings
+    from skippy.queue.model import load_queue
+    from skippy.queue.prepare import apply_queue_aside
+
+    bench_settings = _Settings.load(project, env)
+    queue = load_queue(bench_settings.patch_dir)
+    repo = Repo(workdir, env)
+    new_head = apply_queue_aside(bench_settings, repo, base, queue, console=console)
+    patch.write_bytes(old_patch)
+    changed = [
+        p
+        for p in proc.run(
+            ["git", "-C", str(workdir), "diff", "--name-only", old_head, new_head], env=genv
+        ).stdout.splitlines()
+        if p
+    ]
+    all_patched = [
+        p
+        for p in proc.run(
+            ["git", "-C", str(workdir), "diff", "--name-only", base, old_head], env=genv
+        ).stdout.splitlines()
+        if p
+    ]
+    saved = _snapshot(workdir, sorted(set(changed) | set(all_patched)))
+    # (a) the physical minimum: write the new content of the changed files by hand
+    for rel in changed:
+        (workdir / rel).write_bytes(
+            proc.run(["git", "-C", str(workdir), "show", f"{new_head}:{rel}"], env=genv).stdout.encode()
+        )
+    by_hand = compile_steps()
+    _restore(workdir, saved)
+    assert compile_steps() == 0
+    # (b) what the old scripts did: reset to upstream and re-apply the whole (new) queue
+    patch.write_bytes(new_patch)
+    proc.run(["git", "-C", str(workdir), "checkout", "--quiet", "--force", "--detach", base], env=genv)
+    proc.run(
+        ["git", "-C", str(workdir), "am", "--3way", "--quiet", *[str(p.path) for p in queue.patches]],
+        env=genv,
+    )
+    reset_reapply = compile_steps()
+    proc.run(["git", "-C", str(workdir), "checkout", "--quiet", "--force", "--detach", old_head], env=genv)
+    _restore(workdir, saved)
+    assert compile_steps() == 0
+    # (c) skippy's re-prepare with the changed patch
+    re_prepare = timed(lambda: proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project))
+    skippy_objects = compile_steps.objects()
+    skippy_steps = len(skippy_objects)
+    patch.write_bytes(old_patch)
+    results["one_patch_changed"] = {
+        "files_changed": changed,
+        "compile_steps_skippy_reprepare": skippy_steps,
+        "compile_steps_by_hand": by_hand,
+        "compile_steps_reset_reapply": reset_reapply,
+        "skippy_equals_minimum": skippy_steps == by_hand,
+        "objects_after_skippy_reprepare": skippy_objects,
+        "reprepare_s": round(re_prepare, 3),
+    }
+    # leave the project as the queue says (the next bench starts from here)
+    proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)
+    proc.run(["ninja", "-C", str(build_dir), target], env=build_env, timeout=3 * 3600)
+    return results
+
+
+def bench_builds(settings: Settings, console: Console, *, python: str = sys.executable) -> dict[str, Any]:
+    """Build figures on the bench checkout (real llama.cpp + the bench queue):
+
+    * orchestrator overhead on a cold CPU build (no compiler cache) vs the same cmake + ninja
+      argv run raw into another fresh dir, in the same run;
+    * ``nox -s build-cpu`` of the project when everything is up to date (before the spot check);
+    * a rebuild into a fresh dir with a warm compiler cache vs a cold one.
+    """
+    from skippy.build.builder import BuildOptions, build_backend, plan_build
+    from skippy.build.toolchain import inspect_tree, probe_toolchain
+    from skippy.core.settings import Settings as _Settings
+
+    project = settings.cache_dir.parent / "bench" / "project"
+    workdir = project / "work" / "llama.cpp"
+    stamp = _read_bench_stamp(workdir)
+    root = settings.cache_dir.parent / "bench" / "builds"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    base_env = dict(settings.env)
+    base_env.pop("CI", None)
+
+    def bench_settings(build_root: Path, cache: str, cache_dir: Path | None = None) -> _Settings:
+        env = {**base_env, "SKIPPY_COMPILER_CACHE": cache}
+        table = {"build_root": str(build_root), "cache_dir": str(cache_dir or root / "cache")}
+        return _Settings.from_table(project, table, env)
+
+    quiet = Console(env={}, stream=_Null())
+    # (1) cold, no compiler cache: skippy's build vs the same argv run raw
+    ours_settings = bench_settings(root / "ours", "none")
+    started = time.perf_counter()
+    ours = build_backend("cpu", ours_settings, quiet, source_dir=workdir, patched_sha=stamp)
+    ours_wall = time.perf_counter() - started
+    raw_settings = bench_settings(root / "raw", "none")
+    toolchain = probe_toolchain("cpu", raw_settings)
+    plan = plan_build(
+        "cpu",
+        raw_settings,
+        tree=inspect_tree(workdir),
+        toolchain=toolchain,
+        patched_sha=stamp,
+        options=BuildOptions(),
+    )
+    raw_env = {**base_env, **plan.env_overrides}
+    started = time.perf_counter()
+    proc.run(plan.configure_argv, env=raw_env, timeout=3600)
+    raw_configure = time.perf_counter() - started
+    proc.run(plan.build_argv, env=raw_env, timeout=3 * 3600)
+    raw_wall = time.perf_counter() - started
+    overhead = ours_wall - raw_wall
+    # (2) the project's own `nox -s build-cpu` when up to date (no spot check)
+    nox = str(Path(python).parent / "nox")
+    up_to_date = [
+        timed(lambda: proc.run([nox, "-s", "build-cpu", "--", "--no-spot-check"], env=base_env, cwd=settings.root))
+        for _ in range(3)
+    ]
+    # (3) compiler cache: cold (empty cache) then a fresh dir with the warm cache
+    cache_dir = root / "sccache-cache"
+    cold_settings = bench_settings(root / "cold", "sccache", cache_dir)
+    started = time.perf_counter()
+    cold = build_backend("cpu", cold_settings, quiet, source_dir=workdir, patched_sha=stamp)
+    cold_wall = time.perf_counter() - started
+    warm_settings = bench_settings(root / "warm", "sccache", cache_dir)
+    started = time.perf_counter()
+    warm = build_backend("cpu", warm_settings, quiet, source_dir=workdir, patched_sha=stamp)
+    warm_wall = time.perf_counter() - started
+    from skippy.build.builder import stop_cache_server
+
+    stop_cache_server(
+        plan_build(
+            "cpu",
+            warm_settings,
+            tree=inspect_tree(workdir),
+            toolchain=probe_toolchain("cpu", warm_settings),
+            patched_sha=stamp,
+        )
+    )
+    shutil.rmtree(root, ignore_errors=True)
+    return {
+        "cold_build": {
+            "skippy_s": round(ours_wall, 2),
+            "skippy_cmake_ninja_s": round(ours.total_seconds, 2),
+            "raw_s": round(raw_wall, 2),
+            "raw_configure_s": round(raw_configure, 2),
+            "compile_steps": ours.compiled,
+            "overhead_s": round(overhead, 2),
+            "overhead_pct": round(100 * overhead / raw_wall, 2),
+            "overhead_outside_cmake_ninja_s": round(ours_wall - ours.total_seconds, 2),
+            "target_pct": 2.0,
+            "met": overhead / raw_wall <= 0.02,
+        },
+        "up_to_date_nox_build_cpu": {
+            **Timing(tuple(up_to_date)).as_dict(),
+            "target_s": 5.0,
+            "met": statistics.median(up_to_date) < 5.0,
+        },
+        "compiler_cache": {
+            "cold_s": round(cold_wall, 2),
+            "warm_fresh_dir_s": round(warm_wall, 2),
+            "ratio": round(warm_wall / cold_wall, 3),
+            "warm_hits": warm.cache.hits if warm.cache else None,
+            "warm_misses": warm.cache.misses if warm.cache else None,
+            "target_ratio": 0.25,
+            "met": warm_wall / cold_wall <= 0.25,
+            "cold_compile_steps": cold.compiled,
+        },
+    }
+
+
+class _Null(io.StringIO):
+    """A console stream that keeps nothing."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def _read_bench_stamp(workdir: Path) -> str:
+    from skippy.queue import workdir as wd
+
+    stamp = wd.read_stamp(workdir / ".git")
+    assert stamp is not None, "bench_prepare leaves a prepared bench checkout"
+    return stamp.patched_sha
+
+
+SECTIONS = ("prepare", "minimal-touch", "builds")
+
+
+def run(
+    settings: Settings,
+    console: Console,
+    *,
+    output: Path,
+    rounds: int = 5,
+    noop_rounds: int = 15,
+    builds: bool = True,
+    only: Sequence[str] = (),
+) -> int:
+    """Run the bench sections (``only`` limits them; figures already in ``output`` are kept)."""
+    wanted = set(only) or set(SECTIONS)
+    if not builds:
+        wanted -= {"minimal-touch", "builds"}
+    report: dict[str, Any] = {}
+    if output.is_file() and only:
+        report = json.loads(output.read_text(encoding="utf-8"))
+    report.update({"schema": 1, "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}})
+    if "prepare" in wanted or not (settings.cache_dir.parent / "bench" / "project").is_dir():
+        report["prepare"] = bench_prepare(settings, console, rounds=rounds, noop_rounds=noop_rounds)
+    if "minimal-touch" in wanted:
+        report["minimal_touch"] = bench_minimal_touch(settings, console)
+    if "builds" in wanted:
+        with console.step("bench: build figures (cold vs raw, up to date, compiler cache)"):
+            report["builds"] = bench_builds(settings, console)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    p = report.get("prepare")
+    if p:
+        console.info(
+            f"cold prepare: skippy {p['cold_prepare']['skippy']['median_s']:.3f} s vs raw git "
+            f"{p['cold_prepare']['raw_git']['median_s']:.3f} s = {p['cold_prepare']['ratio']:.3f}x "
+            f"(target <= {COLD_RATIO_TARGET}x: {'met' if p['cold_prepare']['met'] else 'MISSED'})"
+        )
+        console.info(
+            f"no-op prepare: median {p['noop_prepare']['median_s']:.3f} s "
+            f"(target <= {NOOP_TARGET_S} s: {'met' if p['noop_prepare']['met'] else 'MISSED'}), "
+            f"{p['noop_prepare']['files_with_changed_mtime']} file(s) with a changed mtime"
+        )
+    if "minimal_touch" in report:
+        m = report["minimal_touch"]["one_patch_changed"]
+        console.info(
+            f"one patch changed: {m['compile_steps_skippy_reprepare']} compile step(s) after skippy's re-prepare, "
+            f"{m['compile_steps_by_hand']} after editing by hand, {m['compile_steps_reset_reapply']} after "
+            f"reset + re-apply; nothing changed: {report['minimal_touch']['nothing_changed']['after_skippy_noop']}"
+        )
+    if "builds" in report:
+        b = report["builds"]
+        console.info(
+            f"cold CPU build: skippy {b['cold_build']['skippy_s']:.1f} s vs raw {b['cold_build']['raw_s']:.1f} s "
+            f"({b['cold_build']['overhead_pct']:+.2f}%, target <= 2%); up-to-date nox -s build-cpu median "
+            f"{b['up_to_date_nox_build_cpu']['median_s']:.2f} s (target < 5 s); warm-cache fresh dir "
+            f"{b['compiler_cache']['warm_fresh_dir_s']:.1f} s vs cold {b['compiler_cache']['cold_s']:.1f} s "
+            f"= {b['compiler_cache']['ratio']:.2f} (target <= 0.25)"
+        )
+    console.info(f"figures written to {output}")
+    return 0
+
+
+def main(env: Mapping[str, str], *, root: Path | None = None, args: Sequence[str] = ()) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="nox -s bench --")
+    parser.add_argument("--output", type=Path, default=None, help="JSON figures (default .bench/bench.json)")
+    parser.add_argument("--rounds", type=int, default=5, help="cold prepare rounds per side")
+    parser.add_argument("--noop-rounds", type=int, default=15, help="no-op prepare rounds")
+    parser.add_argument("--no-builds", action="store_true", help="skip the figures that need a llama.cpp build")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        choices=["prepare", "minimal-touch", "builds"],
+        help="run only this section (repeatable); the other figures in --output are kept",
+    )
+    opts = parser.parse_args(list(args))
+    console = Console(env=env)
+
+    def action() -> dict[str, Any]:
+        settings = load(root, env)
+        output = opts.output or settings.root / ".bench" / "bench.json"
+        run(
+            settings,
+            console,
+            output=output,
+            rounds=opts.rounds,
+            noop_rounds=opts.noop_rounds,
+            builds=not opts.no_builds,
+            only=tuple(opts.only),
+        )
+        return {"output": str(output)}
+
+    return guarded(action, console=console, as_json=False)

@@ -1,0 +1,200 @@
+"""Glue between the entry points (tasks.py, noxfile.py, scripts/) and the library.
+
+Errors are caught once, here: rendered for humans (stderr) or as JSON
+(stdout, with ``--json``), and turned into the error's exit code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from skippy.core.errors import SettingsError, SkippyError
+from skippy.core.settings import Settings, find_root
+from skippy.core.ui import Console, print_json
+
+
+def load(root: Path | None, env: Mapping[str, str]) -> Settings:
+    return Settings.load(root if root is not None else find_root(Path.cwd()), env)
+
+
+def guarded(
+    action: Callable[[], dict[str, Any]],
+    *,
+    console: Console,
+    as_json: bool,
+) -> int:
+    """Run ``action``; print its report as JSON when asked; map SkippyError to its exit code."""
+    try:
+        report = action()
+    except SkippyError as exc:
+        if as_json:
+            print_json({"ok": False, **exc.as_dict()})
+        console.error(exc.render())
+        return exc.exit_code
+    except KeyboardInterrupt:
+        console.error("interrupted: the next run recognizes and recovers what this one left")
+        return 130
+    if as_json:
+        print_json({"ok": True, **report})
+    return 0
+
+
+def prepare_main(
+    env: Mapping[str, str],
+    *,
+    root: Path | None = None,
+    pinned: bool = False,
+    latest: bool = False,
+    sha: str = "",
+    force: bool = False,
+    offline: bool = False,
+    as_json: bool = False,
+    verbose: bool = False,
+    triage: bool = False,
+    resume: str = "",
+    interactive: bool | None = None,
+) -> int:
+    console = Console(env=env, verbose=verbose)
+
+    def action() -> dict[str, Any]:
+        from skippy.queue.prepare import Target, prepare, resume_session, triage_target
+
+        chosen = [name for name, on in (("--pinned", pinned), ("--latest", latest), ("--sha", bool(sha))) if on]
+        if len(chosen) > 1:
+            raise SettingsError(
+                f"choose one of --pinned, --latest, --sha (got {' and '.join(chosen)})",
+                untouched="everything",
+                next_step="invoke prepare --pinned",
+            )
+        target = Target.latest() if latest else Target.at(sha) if sha else Target.pinned()
+        settings = load(root, env)
+        if resume:
+            if chosen or triage or force:
+                raise SettingsError(
+                    f"--{resume} drives the stopped session: it takes no target, --triage or --force",
+                    untouched="everything",
+                    next_step=f"invoke prepare --{resume}",
+                )
+            report = resume_session(settings, resume, console=console)
+        elif triage:
+            result = triage_target(settings, target, console=console, offline=offline)
+            if not as_json:
+                print(result.render())
+            if not result.ok:
+                from skippy.core.errors import ConflictError
+
+                error = ConflictError(
+                    f"{sum(1 for v in result.verdicts if not v.ok)} patch(es) do not apply to {result.target[:12]}",
+                    untouched="the workdir's checkout: triage ran in a temporary worktree",
+                    next_step="refresh the patches marked conflict/preimage-missing, drop the already-applied ones",
+                )
+                error.triage = result
+                raise error
+            return result.as_dict()
+        else:
+            report = prepare(settings, target, console=console, force=force, offline=offline, interactive=interactive)
+        verb = {
+            "noop": "up to date",
+            "cloned": "cloned and patched",
+            "applied": "patched",
+            "resumed": "session finished and patched",
+            "aborted": "session aborted, back",
+        }.get(report.action, report.action)
+        extra = f", {report.changed_files} file(s) rewritten" if report.changed_files else ""
+        console.info(
+            f"{settings.relative(report.workdir)}: {verb} at {report.patched_sha[:12]} "
+            f"(upstream {report.upstream_sha[:12]}, queue {report.queue_digest[:12]}{extra}) "
+            f"in {report.seconds:.2f} s"
+        )
+        for note in report.notes:
+            console.info(f"note: {note}")
+        return report.as_dict()
+
+    return guarded(action, console=console, as_json=as_json)
+
+
+def pin_bump_main(
+    env: Mapping[str, str],
+    *,
+    root: Path | None = None,
+    sha: str = "",
+    backends: Sequence[str] = (),
+    dry_run: bool = False,
+    allow_non_descendant: bool = False,
+    newest_compatible: bool = False,
+    as_json: bool = False,
+) -> int:
+    console = Console(env=env)
+
+    def action() -> dict[str, Any]:
+        from skippy.flows.pinbump import pin_bump
+
+        settings = load(root, env)
+        report = pin_bump(
+            settings,
+            sha=sha or None,
+            console=console,
+            backends=tuple(backends) or ("cpu",),
+            dry_run=dry_run,
+            allow_non_descendant=allow_non_descendant,
+            newest_compatible=newest_compatible,
+        )
+        if report.summary is not None and not as_json:
+            print(report.summary.markdown())
+        verb = "would move" if report.dry_run else "moved" if report.written else "left"
+        console.info(f"pin {verb}: {report.old_pin[:12]} -> {report.new_pin[:12]}")
+        return report.as_dict()
+
+    return guarded(action, console=console, as_json=as_json)
+
+
+def summary_main(env: Mapping[str, str], *, root: Path | None = None, old: str, new: str, as_json: bool = False) -> int:
+    console = Console(env=env)
+
+    def action() -> dict[str, Any]:
+        from skippy.flows.pinbump import run_summary
+
+        summary = run_summary(load(root, env), old, new, console=console)
+        if not as_json:
+            print(summary.markdown())
+        console.summary(summary.markdown())
+        return summary.as_dict()
+
+    return guarded(action, console=console, as_json=as_json)
+
+
+def bisect_main(env: Mapping[str, str], *, root: Path | None = None, to: str = "", as_json: bool = False) -> int:
+    console = Console(env=env)
+
+    def action() -> dict[str, Any]:
+        from skippy.flows.pinbump import run_bisect
+
+        report = run_bisect(load(root, env), to=to or None, console=console)
+        if not as_json:
+            print(report.render())
+        return report.as_dict()
+
+    return guarded(action, console=console, as_json=as_json)
+
+
+def session_action(*, continue_: bool, skip: bool, abort: bool) -> str:
+    chosen = [name for name, on in (("continue", continue_), ("skip", skip), ("abort", abort)) if on]
+    if len(chosen) > 1:
+        raise SystemExit(f"error: choose one of --continue, --skip, --abort (got {', '.join(chosen)})")
+    return chosen[0] if chosen else ""
+
+
+def status_main(env: Mapping[str, str], *, root: Path | None = None, as_json: bool = False) -> int:
+    console = Console(env=env)
+
+    def action() -> dict[str, Any]:
+        from skippy.queue.status import compute_status
+
+        status = compute_status(load(root, env))
+        if not as_json:
+            print(status.render())
+        return status.as_dict()
+
+    return guarded(action, console=console, as_json=as_json)

@@ -1,0 +1,129 @@
+"""One error hierarchy, caught once at the entry points.
+
+Every error says what happened, what was left untouched, and the next command
+to run.  Each subclass carries its own exit code so scripts can tell them apart.
+"""
+
+from __future__ import annotations
+
+
+class SkippyError(Exception):
+    """Base class: a failure the user can act on."""
+
+    exit_code: int = 1
+    title: str = "skippy failed"
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        untouched: str | None = None,
+        next_step: str | None = None,
+        details: str | None = None,
+    ) -> None:
+        super().__init__(what)
+        self.what = what
+        self.untouched = untouched
+        self.next_step = next_step
+        self.details = details
+
+    def render(self) -> str:
+        lines = [f"error: {self.what}"]
+        if self.details:
+            lines.append("")
+            lines.extend("  " + line for line in self.details.rstrip().splitlines())
+            lines.append("")
+        if self.untouched:
+            lines.append(f"untouched: {self.untouched}")
+        if self.next_step:
+            lines.append(f"next: {self.next_step}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "error": type(self).__name__,
+            "exit_code": self.exit_code,
+            "what": self.what,
+            "untouched": self.untouched,
+            "next": self.next_step,
+            "details": self.details,
+        }
+
+
+class SettingsError(SkippyError):
+    exit_code = 2
+
+
+class QueueError(SkippyError):
+    exit_code = 3
+
+
+class CommandError(SkippyError):
+    """A subprocess failed; carries argv, exit code and the output tail."""
+
+    exit_code = 4
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        argv: tuple[str, ...] = (),
+        returncode: int | None = None,
+        output_tail: str = "",
+        untouched: str | None = None,
+        next_step: str | None = None,
+    ) -> None:
+        details = f"$ {' '.join(argv)}\nexit code: {returncode}"
+        if output_tail:
+            details += "\n" + output_tail
+        super().__init__(what, untouched=untouched, next_step=next_step, details=details)
+        self.argv = argv
+        self.returncode = returncode
+        self.output_tail = output_tail
+
+
+class NetworkError(SkippyError):
+    exit_code = 5
+
+
+class DirtyWorkdirError(SkippyError):
+    exit_code = 6
+
+
+class ConflictError(SkippyError):
+    exit_code = 7
+    #: the triage report (skippy.queue.triage.TriageReport) when one was made
+    triage: object | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        data = super().as_dict()
+        as_dict = getattr(self.triage, "as_dict", None)
+        if callable(as_dict):
+            data["triage"] = as_dict()
+        return data
+
+
+class LockBusyError(SkippyError):
+    exit_code = 8
+
+
+class WorkdirError(SkippyError):
+    """The workdir is not something skippy can safely manage."""
+
+    exit_code = 9
+
+
+class ArchiveError(SkippyError):
+    exit_code = 10
+
+
+class ToolchainMissing(SkippyError):
+    exit_code = 11
+
+
+class BuildError(SkippyError):
+    exit_code = 12
+
+
+class SpotCheckFailed(SkippyError):
+    exit_code = 13

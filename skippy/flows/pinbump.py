@@ -1,0 +1,375 @@
+"""Moving the pin: ``invoke bisect``, ``invoke summary``, ``invoke pin-bump``.
+
+``bisect`` finds the newest upstream commit between the pin and a target on
+which the whole queue still applies, and for each patch that fails at the
+target the first upstream commit that breaks it.  Commits are tested in a
+temporary index (``git apply --cached --3way``): nothing is checked out.
+
+``pin-bump`` prepares the target, builds and spot-checks it, runs the parity
+audit, then writes the new pin atomically and prints the summary.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from skippy.core.errors import ConflictError, SettingsError, SkippyError
+from skippy.core.git import Repo
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.maintain.summary import Summary, summarize
+from skippy.queue import workdir as wd
+from skippy.queue.model import Patch, Queue, load_queue
+from skippy.queue.prepare import PrepareReport, Target, prepare, read_pin, resolve_target
+
+# --------------------------------------------------------------------------- applying in an index
+
+
+class IndexApplier:
+    """Try the queue on a commit in a temporary index: triage semantics (a patch
+    that fails is left out and the next ones are tried on top of the rest)."""
+
+    def __init__(self, repo: Repo, scratch: Path) -> None:
+        self.repo = repo
+        self.index = scratch / "bisect.index"
+        self.backup = scratch / "bisect.index.bak"
+        self.env = {"GIT_INDEX_FILE": str(self.index)}
+        self.cache: dict[str, tuple[bool, ...]] = {}
+
+    def verdicts(self, commit: str, patches: Sequence[Patch]) -> tuple[bool, ...]:
+        if commit in self.cache:
+            return self.cache[commit]
+        self.repo.git("read-tree", commit, env=self.env)
+        out: list[bool] = []
+        for patch in patches:
+            shutil.copyfile(self.index, self.backup)
+            ok = self.repo.git("apply", "--cached", "--3way", str(patch.path), env=self.env, check=False).ok
+            if not ok:
+                shutil.copyfile(self.backup, self.index)
+            out.append(ok)
+        result = tuple(out)
+        self.cache[commit] = result
+        return result
+
+
+@dataclass(frozen=True)
+class Breaker:
+    patch: str
+    subject: str
+    commit: str | None  # first upstream commit after the pin where the patch no longer applies
+    commit_subject: str | None
+
+
+@dataclass(frozen=True)
+class BisectReport:
+    pin: str
+    target: str
+    tested: int
+    candidates: int
+    newest_compatible: str
+    newest_compatible_subject: str
+    breakers: tuple[Breaker, ...] = field(default=())
+
+    @property
+    def target_applies(self) -> bool:
+        return self.newest_compatible == self.target
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pin": self.pin,
+            "target": self.target,
+            "commits_between": self.candidates,
+            "commits_tested": self.tested,
+            "newest_compatible": self.newest_compatible,
+            "newest_compatible_subject": self.newest_compatible_subject,
+            "target_applies": self.target_applies,
+            "breakers": [
+                {"patch": b.patch, "subject": b.subject, "commit": b.commit, "commit_subject": b.commit_subject}
+                for b in self.breakers
+            ],
+        }
+
+    def render(self) -> str:
+        lines = [
+            f"bisect {self.pin[:12]}..{self.target[:12]}: {self.candidates} upstream commit(s), {self.tested} tested",
+            f"newest upstream commit the whole queue applies to: {self.newest_compatible[:12]} "
+            f"{self.newest_compatible_subject}" + (" (the target itself)" if self.target_applies else ""),
+        ]
+        for b in self.breakers:
+            where = f"{b.commit[:12]} {b.commit_subject}" if b.commit else "(no single commit found)"
+            lines.append(f"  {b.patch} first breaks at {where}")
+        return "\n".join(lines)
+
+
+def _first_parent_range(repo: Repo, pin: str, target: str) -> list[str]:
+    out = repo.git("rev-list", "--first-parent", "--reverse", f"{pin}..{target}").stdout
+    return [line for line in out.splitlines() if line]
+
+
+def _subject(repo: Repo, sha: str) -> str:
+    return repo.git("log", "-1", "--format=%s", sha).stdout.strip()
+
+
+def bisect_queue(repo: Repo, queue: Queue, pin: str, target: str, *, scratch: Path) -> BisectReport:
+    """Binary searches over the first-parent line ``pin..target`` (local commits).
+
+    Assumes, as git bisect does, that once a patch stops applying it stays broken.
+    """
+    if not repo.is_ancestor(pin, target):
+        raise SettingsError(
+            f"{target[:12]} does not descend from the pin {pin[:12]}: there is no line of commits to bisect",
+            untouched="everything",
+            next_step="bisect towards a descendant of the pin (`invoke bisect --to <ref>`)",
+        )
+    applier = IndexApplier(repo, scratch)
+    patches = queue.patches
+    line = [pin, *_first_parent_range(repo, pin, target)]
+    at_pin = applier.verdicts(pin, patches)
+    if not all(at_pin):
+        failing = [p.label for p, ok in zip(patches, at_pin, strict=True) if not ok]
+        raise ConflictError(
+            f"the queue does not apply to the pin itself ({', '.join(failing)})",
+            untouched="everything",
+            next_step="fix the queue against the pin first (`invoke prepare --triage`)",
+        )
+
+    def whole(i: int) -> bool:
+        return all(applier.verdicts(line[i], patches))
+
+    lo, hi = 0, len(line) - 1  # whole(lo) is true
+    if whole(hi):
+        lo = hi
+    else:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if whole(mid):
+                lo = mid
+            else:
+                hi = mid
+    breakers: list[Breaker] = []
+    at_target = applier.verdicts(line[-1], patches)
+    for index, (patch, ok) in enumerate(zip(patches, at_target, strict=True)):
+        if ok:
+            continue
+        good, bad = 0, len(line) - 1
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            if applier.verdicts(line[mid], patches)[index]:
+                good = mid
+            else:
+                bad = mid
+        commit = line[bad]
+        breakers.append(Breaker(patch.label, patch.subject, commit, _subject(repo, commit)))
+    return BisectReport(
+        pin=pin,
+        target=target,
+        tested=len(applier.cache),
+        candidates=len(line) - 1,
+        newest_compatible=line[lo],
+        newest_compatible_subject=_subject(repo, line[lo]),
+        breakers=tuple(breakers),
+    )
+
+
+# --------------------------------------------------------------------------- shared plumbing
+
+
+def _repo_for(settings: Settings, console: Console) -> Repo:
+    """The workdir repository; prepared at the pin first if there is none yet."""
+    if wd.git_dir_of(settings.workdir) is None:
+        prepare(settings, Target.pinned(), console=console, interactive=False)
+    return Repo(settings.workdir, settings.env, echo=console.command)
+
+
+def _target(target_sha: str | None) -> Target:
+    return Target.at(target_sha) if target_sha else Target.latest()
+
+
+def _upstream_pin(settings: Settings, repo: Repo, console: Console) -> tuple[str, str]:
+    """(pin SHA, local commit for it in upstream history) — archive imports have no history."""
+    pin = read_pin(settings)
+    upstream_sha, base, source = resolve_target(settings, repo, Target.pinned(), console=console)
+    if source == "archive" and not repo.has_commit(upstream_sha):
+        raise SettingsError(
+            f"the pin {pin[:12]} is only available from its source archive here, without upstream history",
+            untouched="everything",
+            next_step="run where the upstream answers (LLAMA_UPSTREAM_URL can point at a local mirror)",
+        )
+    return pin, base
+
+
+def run_bisect(settings: Settings, *, to: str | None, console: Console) -> BisectReport:
+    repo = _repo_for(settings, console)
+    _pin, pin_base = _upstream_pin(settings, repo, console)
+    _up, target, _src = resolve_target(settings, repo, _target(to), console=console)
+    queue = load_queue(settings.patch_dir)
+    scratch_root = settings.cache_dir / "tmp"
+    scratch_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bisect-", dir=scratch_root) as tmp:
+        return bisect_queue(repo, queue, pin_base, target, scratch=Path(tmp))
+
+
+def run_summary(settings: Settings, old: str, new: str, *, console: Console) -> Summary:
+    repo = _repo_for(settings, console)
+    _o, old_base, old_source = resolve_target(settings, repo, Target.at(old), console=console)
+    _n, new_base, _ns = resolve_target(settings, repo, Target.at(new), console=console)
+    if not repo.is_ancestor(old_base, new_base):
+        raise SettingsError(
+            f"{old[:12]} is not an ancestor of {new[:12]}"
+            + (" (it is only known from its source archive)" if old_source == "archive" else ""),
+            untouched="everything",
+            next_step="summarize OLD..NEW where OLD is an upstream ancestor of NEW",
+        )
+    return summarize(repo, old_base, new_base, load_queue(settings.patch_dir), upstream_url=settings.upstream_url)
+
+
+# --------------------------------------------------------------------------- pin-bump
+
+
+@dataclass(frozen=True)
+class BumpReport:
+    old_pin: str
+    new_pin: str
+    written: bool
+    dry_run: bool
+    patched_sha: str
+    backends: tuple[str, ...]
+    summary: Summary | None
+    parity: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "old_pin": self.old_pin,
+            "new_pin": self.new_pin,
+            "written": self.written,
+            "dry_run": self.dry_run,
+            "patched_sha": self.patched_sha,
+            "backends": list(self.backends),
+            "summary": self.summary.as_dict() if self.summary else None,
+            "parity": self.parity,
+            "notes": list(self.notes),
+        }
+
+
+BuildFn = Callable[[str, Settings, Console, Callable[[Settings, Console], PrepareReport]], object]
+ParityFn = Callable[[Settings, Console, Repo, str, str], dict[str, Any] | None]
+
+
+def _default_build(
+    backend: str, settings: Settings, console: Console, prepare_fn: Callable[[Settings, Console], PrepareReport]
+) -> object:
+    from skippy.build.builder import run_build_session
+
+    outcome = run_build_session(backend, settings, console, prepare_fn=prepare_fn)
+    if outcome.skipped:
+        raise SkippyError(f"build-{backend} was skipped: {outcome.skipped}", untouched="the pin")
+    return outcome
+
+
+def _default_parity(settings: Settings, console: Console, repo: Repo, base: str, upstream_sha: str) -> dict[str, Any]:
+    """The parity audit of the queue replayed on the new upstream; raises ParityFailed on unlisted drops."""
+    from skippy.maintain import parity
+    from skippy.queue.replay import replay
+
+    config = parity.ParityConfig.from_settings(settings)
+    allowlist = parity.load_allowlist(config.allowlist)
+    queue = load_queue(settings.patch_dir)
+    replayed = replay(settings, repo, base, queue, console=console)
+    report = parity.audit(repo, replayed, config, allowlist, upstream_sha=upstream_sha)
+    if not report.ok:
+        raise parity.failure(report, settings)
+    return report.as_dict()
+
+
+def write_pin_atomic(path: Path, sha: str) -> None:
+    wd.write_text_atomic(path, sha + "\n")
+
+
+def pin_bump(
+    settings: Settings,
+    *,
+    sha: str | None,
+    console: Console,
+    backends: Sequence[str] = ("cpu",),
+    dry_run: bool = False,
+    allow_non_descendant: bool = False,
+    newest_compatible: bool = False,
+    build_fn: BuildFn = _default_build,
+    parity_fn: ParityFn = _default_parity,
+) -> BumpReport:
+    repo = _repo_for(settings, console)
+    old_pin, old_base = _upstream_pin(settings, repo, console)
+    new_pin, new_base, _src = resolve_target(settings, repo, _target(sha), console=console)
+    notes: list[str] = []
+    queue = load_queue(settings.patch_dir)
+    if newest_compatible:
+        scratch_root = settings.cache_dir / "tmp"
+        scratch_root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="bisect-", dir=scratch_root) as tmp:
+            found = bisect_queue(repo, queue, old_base, new_base, scratch=Path(tmp))
+        console.info(found.render())
+        new_pin = new_base = found.newest_compatible
+        notes.append(f"newest compatible upstream commit: {new_pin[:12]}")
+    if new_base == old_base:
+        console.info(f"the pin is already {old_pin[:12]}: nothing to bump")
+        return BumpReport(old_pin, old_pin, False, dry_run, "", (), None, notes=(*notes, "already at the target"))
+    if not repo.is_ancestor(old_base, new_base) and not allow_non_descendant:
+        backwards = repo.is_ancestor(new_base, old_base)
+        raise SettingsError(
+            f"{new_pin[:12]} is "
+            + ("behind the pin (an ancestor of it)" if backwards else "not a descendant of the pin")
+            + f" {old_pin[:12]}: refusing to move the pin {'backwards' if backwards else 'sideways'}",
+            untouched=f"{settings.relative(settings.pin_file)} and the workdir",
+            next_step="pass --allow-non-descendant if this is really meant",
+        )
+    target = Target.at(new_pin)
+    try:
+        prepared = prepare(settings, target, console=console, interactive=False)
+    except ConflictError as exc:
+        if repo.is_ancestor(old_base, new_base):
+            scratch_root = settings.cache_dir / "tmp"
+            scratch_root.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix="bisect-", dir=scratch_root) as tmp:
+                found = bisect_queue(repo, queue, old_base, new_base, scratch=Path(tmp))
+            exc.details = (exc.details or "") + "\n\n" + found.render()
+            exc.next_step = (
+                f"refresh the patches named above, or bump to the newest compatible commit "
+                f"{found.newest_compatible[:12]} with `invoke pin-bump --newest-compatible`"
+            )
+        exc.untouched = f"{settings.relative(settings.pin_file)}: the pin was not changed"
+        raise
+
+    def prepare_new(s: Settings, c: Console) -> PrepareReport:
+        return prepare(s, target, console=c, interactive=False)
+
+    for backend in backends:
+        with console.step(f"build and spot-check {backend} at {new_pin[:12]}"):
+            build_fn(backend, settings, console, prepare_new)
+    with console.step("parity audit against the new upstream"):
+        parity = parity_fn(settings, console, repo, new_base, new_pin)
+    summary = summarize(repo, old_base, new_base, queue, upstream_url=settings.upstream_url)
+    written = False
+    if not dry_run:
+        write_pin_atomic(settings.pin_file, new_pin)
+        if settings.pin_mirror is not None:
+            write_pin_atomic(settings.pin_mirror, new_pin)
+            notes.append(f"mirrored the pin to {settings.relative(settings.pin_mirror)}")
+        written = True
+    console.summary(summary.markdown())
+    return BumpReport(
+        old_pin=old_pin,
+        new_pin=new_pin,
+        written=written,
+        dry_run=dry_run,
+        patched_sha=prepared.patched_sha,
+        backends=tuple(backends),
+        summary=summary,
+        parity=parity,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,298 @@
+"""``invoke regenerate``: rebuild the core and model_support lanes from branches carried on the pin.
+
+    core lane          = <pin>..<core head>
+    model_support lane = <core head>..<model-support head>
+
+1. the current patch dir is backed up (byte for byte) under
+   ``<cache_dir>/backups/`` (the newest KEEP_BACKUPS are kept after a success);
+2. each lane is exported with ``git format-patch --start-number 1`` and the
+   fixed options of :mod:`skippy.queue.replay` (zero commit, no signature,
+   ``[PATCH]`` subjects, full index, fixed diffstat, no renames, myers, all
+   output-shaping config forced), so re-exporting an unchanged branch gives
+   the same bytes; ``model_support/series`` lists the sorted names;
+3. the generated lane is left as it is unless its inputs changed
+   (``generated/inputs.sha256``), in which case it is regenerated;
+4. the new queue is replayed on a clean checkout of the pin (a temporary
+   worktree): the tree after the two lanes must be the model-support head's
+   tree, and the whole queue must apply.  On any failure the backup is
+   restored byte for byte and the error says what differed;
+5. a range-diff report classifies every patch (unchanged, context, changed,
+   new, dropped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from skippy.core.errors import QueueError, SettingsError, SkippyError
+from skippy.core.git import Repo
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.maintain import rangediff
+from skippy.queue.model import Lane, load_queue
+from skippy.queue.replay import Store, export_range, pinned_store, replay, sub_queue
+
+#: queue backups kept under ``<cache_dir>/backups`` after a successful regenerate (a failed one keeps all)
+KEEP_BACKUPS: Final = 10
+
+
+@dataclass(frozen=True)
+class RegenerateReport:
+    upstream_sha: str
+    core_head: str
+    model_support_head: str
+    patched_sha: str
+    backup: Path
+    entries: tuple[rangediff.Entry, ...]
+    generated: str  # "kept" | "regenerated" | "none"
+    counts: dict[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "upstream_sha": self.upstream_sha,
+            "core_head": self.core_head,
+            "model_support_head": self.model_support_head,
+            "patched_sha": self.patched_sha,
+            "backup": str(self.backup),
+            "generated_lane": self.generated,
+            "lanes": self.counts,
+            "range_diff": [e.as_dict() for e in self.entries],
+            "range_diff_counts": rangediff.counts(self.entries),
+        }
+
+    def render(self) -> str:
+        return "\n".join(
+            [
+                rangediff.render(self.entries),
+                f"lanes: {self.counts['core']} core, {self.counts['model_support']} model_support, "
+                f"{self.counts['generated']} generated (generated lane {self.generated})",
+                f"verified: the new queue on {self.upstream_sha[:12]} gives {self.patched_sha[:12]}; "
+                f"the lanes reproduce {self.model_support_head[:12]}'s tree",
+                f"backup of the previous queue: {self.backup}",
+            ]
+        )
+
+
+# --------------------------------------------------------------------------- backups
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (relative path -> bytes), for byte-for-byte comparisons."""
+    out: dict[str, bytes] = {}
+    if not folder.exists():
+        return out
+    for dirpath, _dirs, files in os.walk(folder):
+        for name in files:
+            path = Path(dirpath) / name
+            out[str(path.relative_to(folder))] = path.read_bytes()
+    return out
+
+
+def back_up(patch_dir: Path, backups: Path) -> Path:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    target = backups / f"patches-{stamp}-{uuid.uuid4().hex[:6]}"
+    backups.mkdir(parents=True, exist_ok=True)
+    if patch_dir.exists():
+        shutil.copytree(patch_dir, target, symlinks=True)
+    else:
+        target.mkdir()
+    return target
+
+
+def prune_backups(backups: Path, *, keep: int, protect: Path) -> list[Path]:
+    """Delete all but the newest ``keep`` queue backups (never ``protect``); the deleted ones, oldest first."""
+    found = sorted(p for p in backups.glob("patches-*") if p.is_dir() and p != protect)
+    doomed = found[: max(0, len(found) - (keep - 1))]
+    for old in doomed:
+        shutil.rmtree(old)
+    return doomed
+
+
+def restore(backup: Path, patch_dir: Path) -> None:
+    """Make ``patch_dir`` exactly the backup again."""
+    if patch_dir.exists():
+        shutil.rmtree(patch_dir)
+    shutil.copytree(backup, patch_dir, symlinks=True)
+
+
+# --------------------------------------------------------------------------- the lanes on disk
+
+
+def loose_items(patch_dir: Path) -> list[rangediff.Item]:
+    """The queue's patches as files, valid or not (the range-diff's old side)."""
+    items = (
+        [rangediff.Item("core", p.name, p.read_bytes()) for p in sorted(patch_dir.glob("*.patch")) if p.is_file()]
+        if patch_dir.is_dir()
+        else []
+    )
+    for lane in ("model_support", "generated"):
+        folder = patch_dir / lane
+        if not folder.is_dir():
+            continue
+        series = folder / "series"
+        names = (
+            [n.strip() for n in series.read_text(encoding="utf-8").splitlines() if n.strip() and not n.startswith("#")]
+            if series.is_file()
+            else sorted(p.name for p in folder.glob("*.patch"))
+        )
+        items += [rangediff.Item(lane, n, (folder / n).read_bytes()) for n in names if (folder / n).is_file()]
+    return items
+
+
+def write_lanes(patch_dir: Path, core: list[Path], model_support: list[Path]) -> None:
+    """Replace the core and model_support lanes with the exported files (other files stay)."""
+    patch_dir.mkdir(parents=True, exist_ok=True)
+    for old in patch_dir.glob("*.patch"):
+        old.unlink()
+    for path in core:
+        shutil.copyfile(path, patch_dir / path.name)
+    folder = patch_dir / "model_support"
+    if folder.is_dir():
+        for old in folder.glob("*.patch"):
+            old.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            (folder / "series").unlink()
+    if model_support:
+        folder.mkdir(exist_ok=True)
+        for path in model_support:
+            shutil.copyfile(path, folder / path.name)
+        names = sorted(p.name for p in model_support)
+        (folder / "series").write_text("".join(n + "\n" for n in names), encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- regenerate
+
+
+def _commit(repo: Repo, ref: str, flag: str) -> str:
+    sha = repo.rev_parse(f"{ref}^{{commit}}")
+    if sha is None:
+        raise SettingsError(
+            f"{flag} {ref!r} is not a commit in {repo.path}",
+            untouched="everything: the queue was not changed",
+            next_step=f"pass a branch or commit of that checkout ({flag} my-branch)",
+        )
+    return sha
+
+
+def _check_range(repo: Repo, lower: str, upper: str, what: str) -> None:
+    if not repo.is_ancestor(lower, upper):
+        raise QueueError(
+            f"{what}: {upper[:12]} does not descend from {lower[:12]}",
+            untouched="everything: the queue was not changed",
+            next_step="rebase the branch onto the pin (core) or onto the core head (model_support)",
+        )
+    merges = repo.out("rev-list", "--merges", f"{lower}..{upper}").split()
+    if merges:
+        raise QueueError(
+            f"{what}: {len(merges)} merge commit(s) in {lower[:12]}..{upper[:12]} "
+            f"({', '.join(m[:12] for m in merges)})",
+            untouched="everything: the queue was not changed",
+            next_step="linearize the branch (git rebase) so every commit is one patch",
+        )
+
+
+@contextlib.contextmanager
+def _scratch(settings: Settings) -> Iterator[Path]:
+    path = settings.cache_dir / "tmp" / f"regenerate-{uuid.uuid4().hex[:8]}"
+    path.mkdir(parents=True)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def regenerate(
+    settings: Settings,
+    *,
+    core_head: str,
+    model_support_head: str,
+    console: Console,
+    checkout: Path | None = None,
+    offline: bool = False,
+) -> RegenerateReport:
+    patch_dir = settings.patch_dir
+    old_items = loose_items(patch_dir)
+    with pinned_store(settings, console=console, checkout=checkout, offline=offline) as store:
+        repo = store.repo
+        core = _commit(repo, core_head, "--core-head")
+        ms = _commit(repo, model_support_head, "--model-support-head")
+        _check_range(repo, store.base, core, "core lane")
+        _check_range(repo, core, ms, "model_support lane")
+        backup = back_up(patch_dir, settings.cache_dir / "backups")
+        console.info(f"backed up {settings.relative(patch_dir)} to {settings.relative(backup)}")
+        try:
+            with _scratch(settings) as scratch:
+                with console.step(f"export the lanes ({store.base[:12]}..{core[:12]}..{ms[:12]})"):
+                    core_files = export_range(repo, f"{store.base}..{core}", scratch / "core")
+                    ms_files = export_range(repo, f"{core}..{ms}", scratch / "model_support")
+                write_lanes(patch_dir, core_files, ms_files)
+            patched, generated = _verify(settings, store, ms, console=console)
+        except BaseException as exc:
+            restore(backup, patch_dir)
+            if isinstance(exc, SkippyError):
+                exc.untouched = (
+                    f"the queue: {settings.relative(patch_dir)} was restored byte for byte from "
+                    f"{settings.relative(backup)}"
+                )
+            raise
+    pruned = prune_backups(settings.cache_dir / "backups", keep=KEEP_BACKUPS, protect=backup)
+    if pruned:
+        console.info(f"removed {len(pruned)} older queue backup(s); the newest {KEEP_BACKUPS} are kept")
+    queue = load_queue(patch_dir)
+    new_items = [rangediff.Item(p.lane.value, p.name, p.data) for p in queue.patches]
+    counts = {lane.value: len(queue.lane(lane)) for lane in Lane}
+    return RegenerateReport(
+        store.upstream_sha, core, ms, patched, backup, rangediff.range_diff(old_items, new_items), generated, counts
+    )
+
+
+def _verify(settings: Settings, store: Store, ms: str, *, console: Console) -> tuple[str, str]:
+    """Replay the new queue on the pin; the lanes must give ``ms``'s tree.  (patched commit, generated status)"""
+    from skippy.maintain import generate
+
+    repo = store.repo
+    queue = load_queue(settings.patch_dir)
+    lower = sub_queue(queue, (Lane.CORE, Lane.MODEL_SUPPORT))
+    with console.step(f"verify: replay {len(lower.patches)} lane patch(es) on a clean checkout of the pin"):
+        tip = replay(settings, repo, store.base, lower, console=console).patched
+    wanted, got = repo.out("rev-parse", f"{ms}^{{tree}}"), repo.out("rev-parse", f"{tip}^{{tree}}")
+    if wanted != got:
+        differ = repo.out("diff", "--no-renames", "--name-status", tip, ms)
+        raise QueueError(
+            f"the exported lanes replayed on the pin do not give the tree of {ms[:12]} "
+            f"(tree {got[:12]}, not {wanted[:12]})",
+            details="files that differ (replayed -> head):\n" + differ,
+            next_step="look for what `git format-patch`/`git am` cannot carry (CR line endings, empty commits), "
+            "fix the branch, then re-run `invoke regenerate`",
+        )
+    status = "none"
+    spec = generate.load_spec(settings)
+    folder = generate.lane_dir(settings)
+    if spec is not None:
+        expected = generate.expected_manifest(spec, repo, store.base, store.upstream_sha, queue)
+        recorded = folder / generate.INPUTS_NAME
+        if recorded.is_file() and recorded.read_text(encoding="utf-8") == expected:
+            status = "kept"
+        else:
+            with console.step("the generated lane's inputs changed: regenerate it"):
+                lane = generate.generate_lane(
+                    settings, repo, store.base, upstream_sha=store.upstream_sha, queue=queue, spec=spec, console=console
+                )
+                generate.write_lane(folder, lane)
+            status = "regenerated"
+    elif queue.lane(Lane.GENERATED):
+        status = "kept"
+    queue = load_queue(settings.patch_dir)
+    if not queue.lane(Lane.GENERATED):
+        return tip, status
+    with console.step("verify: the whole queue applies"):
+        patched = replay(settings, repo, store.base, queue, console=console).patched
+    return patched, status

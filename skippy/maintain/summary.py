@@ -1,0 +1,152 @@
+"""``invoke summary OLD NEW``: what upstream changed between two commits, as pull-request Markdown.
+
+Sections: the commit list (with links when the upstream is on GitHub), the
+diffstat, counts per area, and the bump risk: the files the queue touches
+crossed with the files upstream changed (which patches are exposed, by which
+upstream commits).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from skippy.core.git import Repo
+from skippy.queue.model import Queue
+from skippy.queue.triage import touched_paths
+
+#: area -> path patterns (fnmatch; a trailing / means "anything below")
+AREAS: Final[Mapping[str, tuple[str, ...]]] = {
+    "runtime": ("src/", "include/", "common/", "tools/server/"),
+    "GGUF": ("gguf-py/", "ggml/src/gguf.cpp", "ggml/include/gguf.h"),
+    "Metal": ("ggml/src/ggml-metal/", "ggml/include/ggml-metal.h"),
+    "CUDA": ("ggml/src/ggml-cuda/", "ggml/include/ggml-cuda.h"),
+    "ROCm": ("ggml/src/ggml-hip/", "ggml/src/ggml-cuda/vendors/hip.h"),
+    "Vulkan": ("ggml/src/ggml-vulkan/", "ggml/include/ggml-vulkan.h"),
+    "tokenizer": ("src/llama-vocab.*", "src/unicode*", "models/ggml-vocab-*"),
+    "build": ("CMakeLists.txt", "*/CMakeLists.txt", "cmake/", "*.cmake", "Makefile", ".github/", "ci/"),
+    "tests": ("tests/",),
+}
+
+
+def in_area(path: str, patterns: Sequence[str]) -> bool:
+    for pattern in patterns:
+        if pattern.endswith("/"):
+            if path.startswith(pattern):
+                return True
+        elif fnmatch.fnmatchcase(path, pattern):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class UpstreamCommit:
+    sha: str
+    subject: str
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Exposure:
+    patch: str
+    files: tuple[str, ...]
+    commits: tuple[UpstreamCommit, ...]
+
+
+@dataclass(frozen=True)
+class Summary:
+    old: str
+    new: str
+    commits: tuple[UpstreamCommit, ...]
+    shortstat: str
+    top_files: tuple[tuple[str, int], ...]
+    areas: Mapping[str, int]
+    exposures: tuple[Exposure, ...] = field(default=())
+    link_base: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "old": self.old,
+            "new": self.new,
+            "commits": [{"sha": c.sha, "subject": c.subject, "paths": list(c.paths)} for c in self.commits],
+            "diffstat": self.shortstat,
+            "top_files": [{"path": p, "lines": n} for p, n in self.top_files],
+            "areas": dict(self.areas),
+            "exposed_patches": [
+                {"patch": e.patch, "files": list(e.files), "commits": [c.sha for c in e.commits]}
+                for e in self.exposures
+            ],
+        }
+
+    def _link(self, sha: str) -> str:
+        if self.link_base:
+            return f"[`{sha[:12]}`]({self.link_base}/commit/{sha})"
+        return f"`{sha[:12]}`"
+
+    def markdown(self) -> str:
+        out = [f"## llama.cpp {self.old[:12]} → {self.new[:12]}", ""]
+        if self.link_base:
+            out += [f"Compare: {self.link_base}/compare/{self.old}...{self.new}", ""]
+        out += [f"### Upstream commits ({len(self.commits)})", ""]
+        out += [f"- {self._link(c.sha)} {c.subject}" for c in self.commits] or ["(none)"]
+        out += ["", "### Diffstat", "", self.shortstat or "(no changes)", ""]
+        if self.top_files:
+            out += ["| file | lines changed |", "| --- | ---: |"]
+            out += [f"| `{p}` | {n} |" for p, n in self.top_files]
+            out.append("")
+        out += ["### Commits per area", "", "| area | commits |", "| --- | ---: |"]
+        out += [f"| {area} | {n} |" for area, n in self.areas.items()]
+        out += ["", "### Bump risk", ""]
+        if not self.exposures:
+            out.append("No file the queue touches changed upstream.")
+        for e in self.exposures:
+            files = ", ".join(f"`{f}`" for f in e.files)
+            out.append(f"- **{e.patch}** is exposed through {files}:")
+            out += [f"  - {self._link(c.sha)} {c.subject}" for c in e.commits]
+        return "\n".join(out) + "\n"
+
+
+def github_base(url: str) -> str | None:
+    """``https://github.com/org/repo`` for a GitHub clone URL, else None."""
+    match = re.match(r"^(?:https://|git@|ssh://git@)github\.com[:/]([^/]+)/([^/]+?)(?:\.git)?/?$", url)
+    return f"https://github.com/{match[1]}/{match[2]}" if match else None
+
+
+def summarize(repo: Repo, old: str, new: str, queue: Queue, *, upstream_url: str, top: int = 15) -> Summary:
+    """The summary of ``old..new`` (local commits; ``old`` an ancestor of ``new``)."""
+    log = repo.git("log", "--no-merges", "--format=%x01%H%x00%s", "--name-only", f"{old}..{new}").stdout
+    commits: list[UpstreamCommit] = []
+    for chunk in log.split("\x01")[1:]:
+        head, _, names = chunk.partition("\n")
+        sha, _, subject = head.partition("\0")
+        commits.append(UpstreamCommit(sha, subject, tuple(n for n in names.splitlines() if n)))
+    shortstat = repo.git("diff", "--shortstat", old, new).stdout.strip()
+    numstat = repo.git("diff", "--numstat", "--no-renames", old, new).stdout
+    sizes: list[tuple[str, int]] = []
+    for line in numstat.splitlines():
+        added, _, rest = line.partition("\t")
+        deleted, _, path = rest.partition("\t")
+        lines = (int(added) if added.isdigit() else 0) + (int(deleted) if deleted.isdigit() else 0)
+        sizes.append((path, lines))
+    sizes.sort(key=lambda item: (-item[1], item[0]))
+    areas = {area: sum(1 for c in commits if any(in_area(p, pats) for p in c.paths)) for area, pats in AREAS.items()}
+    changed = {p for c in commits for p in c.paths}
+    exposures: list[Exposure] = []
+    for patch in queue.patches:
+        files = tuple(sorted(set(touched_paths(patch)) & changed))
+        if files:
+            by = tuple(c for c in commits if set(c.paths) & set(files))
+            exposures.append(Exposure(patch.label, files, by))
+    return Summary(
+        old=old,
+        new=new,
+        commits=tuple(commits),
+        shortstat=shortstat,
+        top_files=tuple(sizes[:top]),
+        areas=areas,
+        exposures=tuple(exposures),
+        link_base=github_base(upstream_url),
+    )

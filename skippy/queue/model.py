@@ -1,0 +1,358 @@
+"""The patch queue: three lanes, validated before anything is touched.
+
+Lanes, in application order:
+
+* ``core``: ``<patch_dir>/NNNN-*.patch``, sorted, numbered 0001.. contiguously;
+* ``model_support``: ``<patch_dir>/model_support/series``;
+* ``generated``: ``<patch_dir>/generated/series``.
+
+The queue digest (sha256 over lane, file name and bytes, in application order)
+identifies the queue in stamps, build provenance and reports.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from skippy.core.errors import QueueError
+
+DIGEST_SCHEMA = b"skippy-queue-v1\n"
+_NUMBERED = re.compile(r"^(?P<num>\d{4})-(?P<slug>[^/\\]+)\.patch$")
+_HEADER_LIMIT = 64 * 1024
+
+
+class Lane(enum.Enum):
+    CORE = "core"
+    MODEL_SUPPORT = "model_support"
+    GENERATED = "generated"
+
+    @property
+    def folder(self) -> str | None:
+        """Sub-folder of the patch dir, or None for the top level."""
+        return None if self is Lane.CORE else self.value
+
+
+LANES: tuple[Lane, ...] = (Lane.CORE, Lane.MODEL_SUPPORT, Lane.GENERATED)
+
+
+@dataclass(frozen=True)
+class Patch:
+    lane: Lane
+    path: Path
+    number: int
+    data: bytes
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def label(self) -> str:
+        return f"{self.lane.value}/{self.name}"
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    @property
+    def subject(self) -> str:
+        return mail_subject(self.data)
+
+
+@dataclass(frozen=True)
+class Violation:
+    lane: Lane
+    file: Path
+    line: int | None
+    problem: str
+    fix: str
+
+    def render(self, root: Path) -> str:
+        try:
+            shown = self.file.relative_to(root)
+        except ValueError:
+            shown = self.file
+        where = f"{shown}:{self.line}" if self.line else str(shown)
+        return f"[{self.lane.value}] {where}: {self.problem}\n    fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class Queue:
+    root: Path
+    patches: tuple[Patch, ...]
+    digest: str
+
+    def lane(self, lane: Lane) -> tuple[Patch, ...]:
+        return tuple(p for p in self.patches if p.lane is lane)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "digest": self.digest,
+            "patches": {lane.value: [p.name for p in self.lane(lane)] for lane in LANES},
+        }
+
+
+def queue_digest(patches: tuple[Patch, ...]) -> str:
+    h = hashlib.sha256(DIGEST_SCHEMA)
+    for patch in patches:
+        name = patch.name.encode("utf-8")
+        h.update(patch.lane.value.encode() + b"\0" + name + b"\0")
+        h.update(str(len(patch.data)).encode() + b"\0")
+        h.update(patch.data)
+    return h.hexdigest()
+
+
+def load_queue(patch_dir: Path) -> Queue:
+    """Read and validate the whole queue; raise one QueueError listing every violation."""
+    if not patch_dir.is_dir():
+        raise QueueError(
+            f"patch dir {patch_dir} does not exist or is not a directory",
+            untouched="everything: no checkout was read or written",
+            next_step="create it (an empty queue is fine) or point LLAMA_PATCH_DIR / "
+            "[tool.skippy] patch_dir at the queue",
+        )
+    violations: list[Violation] = []
+    patches: list[Patch] = []
+    patches += _load_core(patch_dir, violations)
+    for lane in (Lane.MODEL_SUPPORT, Lane.GENERATED):
+        patches += _load_series_lane(patch_dir, lane, violations)
+    if violations:
+        body = "\n".join(v.render(patch_dir) for v in violations)
+        raise QueueError(
+            f"the patch queue in {patch_dir} is invalid ({len(violations)} problem"
+            f"{'s' if len(violations) != 1 else ''})",
+            details=body,
+            untouched="the llama.cpp workdir and the queue: nothing was applied",
+            next_step="fix the files named above, then re-run `invoke prepare`",
+        )
+    ordered = tuple(patches)
+    return Queue(root=patch_dir, patches=ordered, digest=queue_digest(ordered))
+
+
+def _load_core(patch_dir: Path, violations: list[Violation]) -> list[Patch]:
+    files = sorted(p for p in patch_dir.iterdir() if p.name.endswith(".patch"))
+    patches: list[Patch] = []
+    seen: dict[int, Path] = {}
+    for path in files:
+        match = _NUMBERED.match(path.name)
+        if not path.is_file():
+            violations.append(Violation(Lane.CORE, path, None, "is not a regular file", "replace it with a patch file"))
+            continue
+        if match is None:
+            violations.append(
+                Violation(
+                    Lane.CORE,
+                    path,
+                    None,
+                    "core patch names must look like NNNN-subject.patch",
+                    f"rename it, e.g. {len(files):04d}-{_slug(path.stem)}.patch",
+                )
+            )
+            continue
+        number = int(match["num"])
+        if number in seen:
+            violations.append(
+                Violation(
+                    Lane.CORE,
+                    path,
+                    None,
+                    f"number {number:04d} is also used by {seen[number].name}",
+                    "renumber the core patches so each number is used once",
+                )
+            )
+            continue
+        seen[number] = path
+        data = path.read_bytes()
+        _check_mailbox(Lane.CORE, path, data, violations)
+        patches.append(Patch(Lane.CORE, path, number, data))
+    _check_contiguous(Lane.CORE, [(p.number, p.path, None) for p in patches], violations)
+    return patches
+
+
+def _load_series_lane(patch_dir: Path, lane: Lane, violations: list[Violation]) -> list[Patch]:
+    assert lane.folder is not None
+    folder = patch_dir / lane.folder
+    if not folder.exists():
+        return []
+    if not folder.is_dir():
+        violations.append(Violation(lane, folder, None, "is not a directory", "remove it or make it a lane folder"))
+        return []
+    on_disk = {p.name for p in folder.iterdir() if p.name.endswith(".patch")}
+    series = folder / "series"
+    if not series.is_file():
+        if on_disk:
+            violations.append(
+                Violation(
+                    lane,
+                    series,
+                    None,
+                    f"missing, but the folder holds {len(on_disk)} patch file(s)",
+                    f"create {lane.folder}/series listing them in order, one per line",
+                )
+            )
+        return []
+    listed: dict[str, int] = {}
+    entries: list[tuple[int, str]] = []
+    text = series.read_bytes().decode("utf-8", errors="replace")
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        entry = raw.rstrip("\r").strip()
+        if not entry or entry.startswith("#"):
+            continue
+        if entry.startswith("/") or "/" in entry or "\\" in entry or entry in (".", "..") or ".." in entry.split("/"):
+            violations.append(
+                Violation(
+                    lane,
+                    series,
+                    lineno,
+                    f"entry {entry!r} is not a plain file name in {lane.folder}/",
+                    "list patches by file name only; keep them in the lane folder",
+                )
+            )
+            continue
+        if " " in entry or "\t" in entry:
+            violations.append(
+                Violation(
+                    lane,
+                    series,
+                    lineno,
+                    f"entry {entry!r} carries options or spaces",
+                    "one patch file name per line, no quilt options",
+                )
+            )
+            continue
+        if entry in listed:
+            violations.append(
+                Violation(
+                    lane,
+                    series,
+                    lineno,
+                    f"{entry} is listed again (first on line {listed[entry]})",
+                    "remove the duplicate line",
+                )
+            )
+            continue
+        listed[entry] = lineno
+        if entry not in on_disk:
+            violations.append(
+                Violation(
+                    lane,
+                    series,
+                    lineno,
+                    f"{entry} does not exist in {lane.folder}/",
+                    "add the patch file or remove the line",
+                )
+            )
+            continue
+        entries.append((lineno, entry))
+    for name in sorted(on_disk - set(listed)):
+        violations.append(
+            Violation(
+                lane,
+                folder / name,
+                None,
+                "is not listed in series",
+                f"add {name} to {lane.folder}/series or delete the file",
+            )
+        )
+    patches: list[Patch] = []
+    numbered: list[tuple[int, Path, int | None]] = []
+    for lineno, entry in entries:
+        path = folder / entry
+        match = _NUMBERED.match(entry)
+        if match is None:
+            violations.append(
+                Violation(
+                    lane,
+                    series,
+                    lineno,
+                    f"{entry} is not named NNNN-subject.patch",
+                    "rename the patch with its position in the series",
+                )
+            )
+            continue
+        data = path.read_bytes()
+        _check_mailbox(lane, path, data, violations)
+        number = int(match["num"])
+        numbered.append((number, path, lineno))
+        patches.append(Patch(lane, path, number, data))
+    _check_contiguous(lane, numbered, violations, series=series)
+    return patches
+
+
+def _check_contiguous(
+    lane: Lane,
+    numbered: list[tuple[int, Path, int | None]],
+    violations: list[Violation],
+    series: Path | None = None,
+) -> None:
+    for expected, (number, path, lineno) in enumerate(numbered, start=1):
+        if number != expected:
+            violations.append(
+                Violation(
+                    lane,
+                    series if series is not None else path,
+                    lineno,
+                    f"{path.name} is number {number:04d} but position {expected} "
+                    f"expects {expected:04d} (numbers run 0001.. without gaps"
+                    f"{', in series order' if series is not None else ''})",
+                    "renumber the patches (git format-patch --start-number 1 does this)",
+                )
+            )
+            return
+
+
+def _check_mailbox(lane: Lane, path: Path, data: bytes, violations: list[Violation]) -> None:
+    head = data[:_HEADER_LIMIT].decode("utf-8", errors="replace")
+    lines = head.splitlines()
+    header_end = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
+    headers = lines[:header_end]
+    has_from = any(line.startswith("From: ") for line in headers)
+    has_subject = any(line.startswith("Subject: ") for line in headers)
+    if not (has_from and has_subject):
+        missing = [h for h, ok in (("From:", has_from), ("Subject:", has_subject)) if not ok]
+        violations.append(
+            Violation(
+                lane,
+                path,
+                1,
+                f"not a mailbox patch: header block lacks {' and '.join(missing)}",
+                "export it with `git format-patch` (a plain `git diff` cannot be applied with `git am`)",
+            )
+        )
+        return
+    text = data.decode("utf-8", errors="replace")
+    if not re.search(r"^diff --git ", text, flags=re.MULTILINE):
+        violations.append(
+            Violation(
+                lane,
+                path,
+                header_end + 1,
+                "has headers but no `diff --git` section",
+                "re-export it with `git format-patch`; empty commits do not belong in the queue",
+            )
+        )
+
+
+def mail_subject(data: bytes) -> str:
+    text = data[:_HEADER_LIMIT].decode("utf-8", errors="replace")
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            break
+        if line.startswith("Subject: "):
+            subject = line[len("Subject: ") :]
+            for cont in lines[i + 1 :]:
+                if cont.startswith((" ", "\t")):
+                    subject += " " + cont.strip()
+                else:
+                    break
+            return re.sub(r"^\[PATCH[^\]]*\]\s*", "", subject).strip()
+    return ""
+
+
+def _slug(stem: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", stem).strip("-").lower() or "patch"

@@ -1,0 +1,131 @@
+"""``invoke status``: wanted (pin, queue digest) vs actual (stamp, HEAD, work tree),
+and what ``invoke prepare --pinned`` would do.  Read-only and offline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from skippy.core.errors import SkippyError
+from skippy.core.git import Repo
+from skippy.core.settings import Settings
+from skippy.queue import workdir as wd
+from skippy.queue.model import load_queue
+from skippy.queue.prepare import read_pin
+
+
+@dataclass(frozen=True)
+class Status:
+    workdir: str
+    pin: str | None
+    queue_digest: str | None
+    queue_patches: int
+    queue_error: str | None
+    exists: bool
+    head: str | None
+    stamp: wd.Stamp | None
+    work: wd.LocalWork | None
+    interrupted: str | None
+    would: str
+    up_to_date: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "workdir": self.workdir,
+            "pin": self.pin,
+            "queue": {"digest": self.queue_digest, "patches": self.queue_patches, "error": self.queue_error},
+            "exists": self.exists,
+            "head": self.head,
+            "stamp": self.stamp.as_dict() if self.stamp else None,
+            "local_work": self.work.as_dict() if self.work else None,
+            "interrupted": self.interrupted,
+            "would": self.would,
+            "up_to_date": self.up_to_date,
+        }
+
+    def render(self) -> str:
+        def short(value: str | None) -> str:
+            return value[:12] if value else "-"
+
+        lines = [
+            f"workdir:       {self.workdir}" + ("" if self.exists else " (missing)"),
+            f"pin:           {self.pin or '-'}",
+            f"upstream:      {self.stamp.upstream_sha if self.stamp else '-'}"
+            + (f" (from {self.stamp.source})" if self.stamp else ""),
+            f"patched:       {self.stamp.patched_sha if self.stamp else '-'}",
+            f"HEAD:          {self.head or '-'}",
+            f"queue digest:  {short(self.queue_digest)} ({self.queue_patches} patches)"
+            + (
+                f", recorded {short(self.stamp.queue_digest)}"
+                + (" (same)" if self.stamp.queue_digest == self.queue_digest else " (differs)")
+                if self.stamp
+                else ""
+            ),
+        ]
+        if self.queue_error:
+            lines.append(f"queue:         INVALID: {self.queue_error}")
+        if self.interrupted:
+            lines.append(f"interrupted:   {self.interrupted}")
+        if self.work is not None:
+            findings = self.work.findings()
+            lines.append("local work:    " + ("none" if not findings else findings[0]))
+            lines.extend("               " + f for f in findings[1:])
+        lines.append(f"prepare would: {self.would}")
+        return "\n".join(lines)
+
+
+def compute_status(settings: Settings) -> Status:
+    queue_error: str | None = None
+    digest: str | None = None
+    count = 0
+    try:
+        queue = load_queue(settings.patch_dir)
+        digest, count = queue.digest, len(queue.patches)
+    except SkippyError as exc:
+        queue_error = exc.what
+    pin: str | None
+    try:
+        pin = read_pin(settings)
+    except SkippyError as exc:
+        pin = None
+        queue_error = queue_error or exc.what
+    rel = settings.relative(settings.workdir)
+    git_dir = wd.git_dir_of(settings.workdir)
+    if not settings.workdir.exists() or git_dir is None:
+        exists = settings.workdir.exists()
+        would = "clone upstream, check out the pin and apply the queue"
+        if exists:
+            would = f"refuse: {rel} exists but is not a git checkout skippy can manage"
+        return Status(rel, pin, digest, count, queue_error, exists, None, None, None, None, would, False)
+    repo = Repo(settings.workdir, settings.env)
+    stamp = wd.read_stamp(git_dir)
+    journal = wd.read_journal(git_dir)
+    interrupted = f"a prepare was interrupted ({journal.op})" if journal else None
+    work = wd.local_work(repo, git_dir, stamp, settings.tolerated_untracked)
+    head = repo.head()
+    up_to_date = bool(
+        stamp
+        and pin
+        and stamp.upstream_sha == pin
+        and stamp.queue_digest == digest
+        and head == stamp.patched_sha
+        and work.empty
+        and journal is None
+    )
+    if queue_error:
+        would = "refuse: fix the queue / pin first"
+    elif interrupted:
+        would = "recover the interrupted run, then re-apply"
+    elif not work.empty:
+        would = "refuse: local work present (commit it into the queue, or use --force: it is backed up first)"
+    elif up_to_date:
+        would = "nothing (up to date)"
+    elif stamp is None:
+        would = f"check out {pin[:12] if pin else 'the pin'} and apply the queue"
+    elif pin and stamp.upstream_sha != pin:
+        would = f"move from upstream {stamp.upstream_sha[:12]} to the pin {pin[:12]} and re-apply the queue"
+    elif stamp.queue_digest != digest:
+        would = "re-apply the changed queue (only files whose content changes are rewritten)"
+    else:
+        would = f"move HEAD back to the patched commit {stamp.patched_sha[:12]}"
+    return Status(rel, pin, digest, count, queue_error, True, head, stamp, work, interrupted, would, up_to_date)

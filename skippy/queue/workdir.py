@@ -1,0 +1,384 @@
+"""The llama.cpp workdir: stamps, journal, local-work detection, backups.
+
+Everything here reads or writes small files under ``<git dir>/skippy/`` or
+asks git about the work tree; nothing here moves HEAD.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fnmatch
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from skippy.core.errors import WorkdirError
+from skippy.core.git import Repo
+
+STAMP_SCHEMA = 1
+STAMP_NAME = "prepare.json"
+JOURNAL_NAME = "journal.json"
+BACKUP_PREFIX = "refs/skippy/backups/"
+
+#: markers of an operation in progress, relative to the git dir
+_IN_PROGRESS: tuple[tuple[str, str], ...] = (
+    ("rebase-apply/applying", "a `git am` session"),
+    ("rebase-apply", "a `git rebase` (apply backend) session"),
+    ("rebase-merge", "a `git rebase` session"),
+    ("MERGE_HEAD", "a merge"),
+    ("CHERRY_PICK_HEAD", "a cherry-pick"),
+    ("REVERT_HEAD", "a revert"),
+    ("BISECT_LOG", "a bisect"),
+)
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What the last successful prepare produced (written last, atomically)."""
+
+    upstream_sha: str
+    patched_sha: str
+    queue_digest: str
+    #: the local commit that stands for upstream_sha (itself, or an archive import)
+    base_commit: str
+    source: str = "git"
+    schema: int = STAMP_SCHEMA
+    #: patches whose conflicts the maintainer resolved by hand in a session (not yet in the queue)
+    resolved: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["resolved"] = list(self.resolved)
+        return data
+
+
+@dataclass(frozen=True)
+class Journal:
+    """Written before skippy changes the workdir; removed when it is done."""
+
+    op: str  # "apply" (git am in the workdir), "switch" (checkout of a prepared commit), "session"
+    from_commit: str | None
+    to_commit: str | None
+    upstream_sha: str
+    #: conflict sessions: the local base commit, queue digest, source, and the patch stopped at
+    base: str | None = None
+    queue_digest: str | None = None
+    source: str | None = None
+    stopped_at: int | None = None
+    stopped_patch: str | None = None
+    resolved: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LocalWork:
+    """Maintainer work in the workdir that a prepare must not lose."""
+
+    modified: tuple[str, ...] = ()
+    untracked: tuple[str, ...] = ()
+    in_progress: str | None = None
+    in_progress_marker: str | None = None
+    head_problem: str | None = None
+    tolerated: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.modified or self.untracked or self.in_progress or self.head_problem)
+
+    def findings(self) -> list[str]:
+        out: list[str] = []
+        if self.in_progress:
+            out.append(f"{self.in_progress} is in progress")
+        if self.modified:
+            out.append(f"{len(self.modified)} uncommitted change(s): {_listing(self.modified)}")
+        if self.untracked:
+            out.append(f"{len(self.untracked)} untracked file(s): {_listing(self.untracked)}")
+        if self.head_problem:
+            out.append(self.head_problem)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "modified": list(self.modified),
+            "untracked": list(self.untracked),
+            "in_progress": self.in_progress,
+            "head_problem": self.head_problem,
+        }
+
+
+def _listing(paths: tuple[str, ...], limit: int = 5) -> str:
+    shown = ", ".join(paths[:limit])
+    return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def skippy_dir(git_dir: Path) -> Path:
+    return git_dir / "skippy"
+
+
+def git_dir_of(workdir: Path) -> Path | None:
+    """The git dir of a workdir made by skippy (a plain ``.git`` directory)."""
+    candidate = workdir / ".git"
+    return candidate if candidate.is_dir() else None
+
+
+def read_stamp(git_dir: Path) -> Stamp | None:
+    path = skippy_dir(git_dir) / STAMP_NAME
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None  # a damaged stamp is no stamp: the next prepare re-checks everything
+    if not isinstance(data, dict) or data.get("schema") != STAMP_SCHEMA:
+        return None
+    try:
+        return Stamp(
+            upstream_sha=str(data["upstream_sha"]),
+            patched_sha=str(data["patched_sha"]),
+            queue_digest=str(data["queue_digest"]),
+            base_commit=str(data["base_commit"]),
+            source=str(data.get("source", "git")),
+            resolved=tuple(str(x) for x in data.get("resolved", ())),
+        )
+    except KeyError:
+        return None
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temp file beside ``path``, fsync it, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            Path(tmp).unlink()
+        raise
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_stamp(git_dir: Path, stamp: Stamp) -> None:
+    write_json_atomic(skippy_dir(git_dir) / STAMP_NAME, stamp.as_dict())
+
+
+def clear_stamp(git_dir: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (skippy_dir(git_dir) / STAMP_NAME).unlink()
+
+
+def read_journal(git_dir: Path) -> Journal | None:
+    path = skippy_dir(git_dir) / JOURNAL_NAME
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Journal(
+            op=str(data["op"]),
+            from_commit=data.get("from_commit"),
+            to_commit=data.get("to_commit"),
+            upstream_sha=str(data["upstream_sha"]),
+            base=data.get("base"),
+            queue_digest=data.get("queue_digest"),
+            source=data.get("source"),
+            stopped_at=data.get("stopped_at"),
+            stopped_patch=data.get("stopped_patch"),
+            resolved=tuple(data.get("resolved", ())),
+        )
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return Journal(op="unknown", from_commit=None, to_commit=None, upstream_sha="")
+
+
+@contextlib.contextmanager
+def journal(git_dir: Path, entry: Journal) -> Iterator[None]:
+    """Record ``entry`` while the block runs; keep it if the block is interrupted."""
+    write_json_atomic(skippy_dir(git_dir) / JOURNAL_NAME, asdict(entry))
+    yield
+    with contextlib.suppress(FileNotFoundError):
+        (skippy_dir(git_dir) / JOURNAL_NAME).unlink()
+
+
+def write_journal(git_dir: Path, entry: Journal) -> None:
+    data = asdict(entry)
+    data["resolved"] = list(entry.resolved)
+    write_json_atomic(skippy_dir(git_dir) / JOURNAL_NAME, data)
+
+
+def drop_journal(git_dir: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (skippy_dir(git_dir) / JOURNAL_NAME).unlink()
+
+
+def in_progress(git_dir: Path) -> tuple[str, str] | None:
+    for marker, label in _IN_PROGRESS:
+        if (git_dir / marker).exists():
+            return marker, label
+    return None
+
+
+def status_entries(repo: Repo) -> list[tuple[str, str]]:
+    """``(XY, path)`` pairs of ``git status --porcelain -z`` (untracked: ``??``)."""
+    result = repo.git(
+        "status",
+        "--porcelain=v1",
+        "-z",
+        "--untracked-files=normal",
+        "--no-renames",
+        "--ignore-submodules=none",
+    )
+    entries: list[tuple[str, str]] = []
+    for item in result.stdout.split("\0"):
+        if len(item) > 3:
+            entries.append((item[:2], item[3:]))
+    return entries
+
+
+def is_tolerated(path: str, patterns: tuple[str, ...]) -> bool:
+    for pattern in patterns:
+        if pattern.endswith("/"):
+            if path.endswith("/") and fnmatch.fnmatchcase(path.rstrip("/"), pattern.rstrip("/")):
+                return True
+            first = path.split("/", 1)[0]
+            if "/" in path and fnmatch.fnmatchcase(first, pattern.rstrip("/")):
+                return True
+        elif fnmatch.fnmatchcase(path, pattern) or fnmatch.fnmatchcase(path.rsplit("/", 1)[-1], pattern):
+            return True
+    return False
+
+
+def local_work(repo: Repo, git_dir: Path, stamp: Stamp | None, tolerated: tuple[str, ...]) -> LocalWork:
+    """Everything in the workdir that is not what skippy left there."""
+    modified: list[str] = []
+    untracked: list[str] = []
+    ignored_ok: list[str] = []
+    for xy, path in status_entries(repo):
+        if xy == "??":
+            (ignored_ok if is_tolerated(path, tolerated) else untracked).append(path)
+        else:
+            modified.append(path)
+    progress = in_progress(git_dir)
+    head = repo.head()
+    head_problem: str | None = None
+    if head is not None:
+        if stamp is not None:
+            if head != stamp.patched_sha:
+                if repo.has_commit(stamp.patched_sha) and repo.is_ancestor(stamp.patched_sha, head):
+                    count = repo.commit_count(f"{stamp.patched_sha}..{head}")
+                    head_problem = f"{count} commit(s) on top of the recorded patched commit {stamp.patched_sha[:12]}"
+                else:
+                    head_problem = f"HEAD is {head[:12]}, not the recorded patched commit {stamp.patched_sha[:12]}"
+        elif not _reachable_from_upstream(repo, head):
+            head_problem = f"HEAD {head[:12]} holds commits that no upstream ref contains (no skippy stamp)"
+    return LocalWork(
+        modified=tuple(modified),
+        untracked=tuple(untracked),
+        in_progress=progress[1] if progress else None,
+        in_progress_marker=progress[0] if progress else None,
+        head_problem=head_problem,
+        tolerated=tuple(ignored_ok),
+    )
+
+
+def _reachable_from_upstream(repo: Repo, commit: str) -> bool:
+    result = repo.git(
+        "for-each-ref",
+        "--count=1",
+        "--contains",
+        commit,
+        "--format=%(refname)",
+        "refs/remotes/",
+        "refs/tags/",
+        "refs/skippy/archive/",
+        check=False,
+    )
+    return result.ok and bool(result.stdout.strip())
+
+
+def save_backup(repo: Repo, git_dir: Path, work: LocalWork, reason: str) -> str:
+    """Save HEAD, the index/work tree and untracked files under a backup ref; return the ref.
+
+    Uses a temporary index: the work tree and the real index are not touched.
+    """
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    ref = BACKUP_PREFIX + stamp
+    n = 1
+    while repo.rev_parse(ref) is not None:
+        n += 1
+        ref = f"{BACKUP_PREFIX}{stamp}-{n}"
+    tmp_dir = skippy_dir(git_dir)
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    index = tmp_dir / "backup.index"
+    with contextlib.suppress(FileNotFoundError):
+        index.unlink()
+    env = {"GIT_INDEX_FILE": str(index)}
+    head = repo.head()
+    try:
+        if head is not None:
+            repo.git("read-tree", "HEAD", env=env)
+        repo.git("add", "-A", "--", ".", env=env)
+        tree = repo.git("write-tree", env=env).stdout.strip()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            index.unlink()
+    message = f"skippy backup before {reason}\n\n" + "\n".join(f"- {f}" for f in work.findings()) + "\n"
+    parents = ["-p", head] if head is not None else []
+    commit = repo.git("commit-tree", tree, *parents, input=message).stdout.strip()
+    repo.git("update-ref", "-m", f"skippy backup: {reason}", ref, commit)
+    if work.in_progress_marker is not None:
+        marker_dir = (git_dir / work.in_progress_marker.split("/", 1)[0]).resolve()
+        if marker_dir.is_dir():
+            dest = tmp_dir / "backups" / ref.removeprefix(BACKUP_PREFIX) / marker_dir.name
+            shutil.copytree(marker_dir, dest)
+    return ref
+
+
+def abort_in_progress(repo: Repo, git_dir: Path) -> None:
+    """Abort an in-progress am/rebase/merge/... (only after a backup, or when it is skippy's own)."""
+    progress = in_progress(git_dir)
+    if progress is None:
+        return
+    marker = progress[0]
+    commands: dict[str, tuple[str, ...]] = {
+        "rebase-apply/applying": ("am", "--abort"),
+        "rebase-apply": ("rebase", "--abort"),
+        "rebase-merge": ("rebase", "--abort"),
+        "MERGE_HEAD": ("merge", "--abort"),
+        "CHERRY_PICK_HEAD": ("cherry-pick", "--abort"),
+        "REVERT_HEAD": ("revert", "--abort"),
+        "BISECT_LOG": ("bisect", "reset"),
+    }
+    result = repo.git(*commands[marker], check=False)
+    if not result.ok and marker.startswith("rebase-apply"):
+        # a half-written am session that git itself cannot abort: quit keeps HEAD and the tree
+        repo.git("am", "--quit", check=False)
+    if in_progress(git_dir) is not None:
+        raise WorkdirError(
+            f"could not end the {progress[1]} in {repo.path}",
+            untouched="the workdir, apart from the abort attempt",
+            next_step=f"finish or abort it by hand in {repo.path}, then re-run `invoke prepare`",
+            details=result.tail(),
+        )
+
+
+def discard_local_changes(repo: Repo, tolerated: tuple[str, ...]) -> None:
+    """Restore tracked files to HEAD and remove untracked, non-ignored, non-tolerated files.
+
+    Only called after :func:`save_backup`.  Ignored files (build outputs) stay.
+    """
+    if repo.head() is not None:
+        repo.git("checkout", "--force", "--detach", "HEAD")
+    excludes: list[str] = []
+    for pattern in tolerated:
+        excludes += ["-e", pattern]
+    repo.git("clean", "-fd", *excludes)
