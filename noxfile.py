@@ -43,34 +43,24 @@ def _build(session: nox.Session, backend: str) -> None:
         session.error(f"build-{backend} failed (exit code {code})")
 
 
-@nox.session(name="build-cpu", tags=["build"])
-def build_cpu(session: nox.Session) -> None:
-    """Build llama-server and the RPC server for the CPU backend, then spot-check them."""
-    _build(session, "cpu")
+def _register_build_session(backend: str, title: str, gpu: bool) -> None:
+    def session_fn(session: nox.Session) -> None:
+        _build(session, backend)
+
+    session_fn.__doc__ = f"Build and spot-check: {title}."
+    session_fn.__name__ = f"build_{backend}"
+    nox.session(name=f"build-{backend}", tags=["build", "gpu"] if gpu else ["build"])(session_fn)
 
 
-@nox.session(name="build-metal", tags=["build", "gpu"])
-def build_metal(session: nox.Session) -> None:
-    """Build and spot-check the Metal backend (macOS with Xcode command line tools)."""
-    _build(session, "metal")
+def _register_build_sessions() -> None:
+    """One build-<backend> session per registered backend (skippy.build.backends)."""
+    from skippy.build.backends import registry
+
+    for name, spec in registry().items():
+        _register_build_session(name, spec.title, spec.gpu)
 
 
-@nox.session(name="build-cuda", tags=["build", "gpu"])
-def build_cuda(session: nox.Session) -> None:
-    """Build and spot-check the CUDA backend (nvcc; architectures given, detected or default)."""
-    _build(session, "cuda")
-
-
-@nox.session(name="build-vulkan", tags=["build", "gpu"])
-def build_vulkan(session: nox.Session) -> None:
-    """Build and spot-check the Vulkan backend (glslc, Vulkan and SPIR-V headers)."""
-    _build(session, "vulkan")
-
-
-@nox.session(name="build-rocm", tags=["build", "gpu"])
-def build_rocm(session: nox.Session) -> None:
-    """Build and spot-check the ROCm/HIP backend (hipconfig, hipBLAS, rocBLAS)."""
-    _build(session, "rocm")
+_register_build_sessions()
 
 
 # --- spot-check session: see skippy.check.spotcheck -----------------------------

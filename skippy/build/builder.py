@@ -31,17 +31,17 @@ from typing import Any, Final, Protocol
 
 from skippy.build.backends import (
     COMMON_DEFINES,
-    DEFAULT_AMDGPU_TARGETS,
-    DEFAULT_CUDA_ARCHITECTURES,
     RPC_TARGETS,
     SERVER_TARGET,
     TREE_OPTIONAL_DEFINES,
     Backend,
     parse_backend,
+    registry,
     spec,
+    switches,
 )
+from skippy.build.backends.base import Tool
 from skippy.build.toolchain import (
-    Tool,
     Toolchain,
     TreeInfo,
     check_tree_needs,
@@ -147,39 +147,23 @@ def split_cmake_args(args: Sequence[str]) -> tuple[dict[str, str], tuple[str, ..
     return defines, tuple(rest)
 
 
-BUILD_TABLE_KEYS: Final = frozenset(
-    {"cuda_architectures", "amdgpu_targets", "vulkan_include_dir", "cuda_fa_all_quants", "native", "jobs"}
-    | {"compiler_cache"}
-)
+#: [tool.skippy.build] keys of every build, besides those each backend reads
+COMMON_TABLE_KEYS: Final = frozenset({"native", "jobs", "compiler_cache"})
+
+
+def build_table_keys() -> frozenset[str]:
+    """Every key [tool.skippy.build] may hold: the common ones and each registered backend's."""
+    return COMMON_TABLE_KEYS.union(*(b.table_keys for b in registry().values()))
 
 
 def _build_table(settings: Settings) -> Mapping[str, Any]:
-    return settings.subtable("build", BUILD_TABLE_KEYS, example='cuda_architectures = "86"')
+    return settings.subtable("build", build_table_keys(), example="jobs = 2")
 
 
-#: [tool.skippy.build] key -> (the backend it applies to, the CMake variable it sets)
-_TABLE_DEFINES: Final = {
-    "cuda_architectures": (Backend.CUDA, "CMAKE_CUDA_ARCHITECTURES"),
-    "amdgpu_targets": (Backend.ROCM, "AMDGPU_TARGETS"),
-    "vulkan_include_dir": (Backend.VULKAN, "Vulkan_INCLUDE_DIR"),
-}
-
-
-def requested_defines(settings: Settings, options: BuildOptions, backend: Backend | str) -> dict[str, str]:
-    """The -D values the user asked for: [tool.skippy.build] and CUDAARCHS (for the backend
-    they concern), then the command line's -D values (last wins, any backend)."""
-    b = parse_backend(backend)
-    table = _build_table(settings)
-    out: dict[str, str] = {}
-    for key, (owner, name) in _TABLE_DEFINES.items():
-        if owner is b and table.get(key):
-            out[name] = str(table[key])
-    if b is Backend.CUDA:
-        if "cuda_fa_all_quants" in table:
-            out["GGML_CUDA_FA_ALL_QUANTS"] = "ON" if table["cuda_fa_all_quants"] else "OFF"
-        if settings.env.get("CUDAARCHS"):
-            # CMake's own variable for the default CUDA architectures
-            out["CMAKE_CUDA_ARCHITECTURES"] = settings.env["CUDAARCHS"]
+def requested_defines(settings: Settings, options: BuildOptions, backend: Backend) -> dict[str, str]:
+    """The -D values the user asked for: [tool.skippy.build] and the environment (read by the
+    backend they concern), then the command line's -D values (last wins, any backend)."""
+    out = spec(backend).requested(_build_table(settings), settings.env)
     given, _ = split_cmake_args(options.cmake_args)
     out.update(given)
     return out
@@ -195,7 +179,7 @@ PROVENANCE_DEFINES: tuple[str, str] = ("SKIPPY_UPSTREAM_SHA", "SKIPPY_QUEUE_DIGE
 
 
 def plan_build(
-    backend: Backend | str,
+    backend: Backend,
     settings: Settings,
     *,
     tree: TreeInfo,
@@ -214,7 +198,7 @@ def plan_build(
     """
     options = options or BuildOptions()
     s = spec(backend)
-    given = requested_defines(settings, options, s.backend)
+    given = requested_defines(settings, options, s.name)
     _, extra_args = split_cmake_args(options.cmake_args)
     provenance: dict[str, str] = {}
 
@@ -230,7 +214,7 @@ def plan_build(
     for name, value in TREE_OPTIONAL_DEFINES.items():
         if name in tree.options:
             put(name, value)
-    for name, value in s.defines.items():
+    for name, value in {**switches(s.name), **s.extra_defines}.items():
         put(name, value)
     if settings.on_ci or not _native(settings):
         # portable code: the same binaries (and compiler cache) locally and on CI, and no
@@ -247,31 +231,10 @@ def plan_build(
         put(PROVENANCE_DEFINES[0], upstream_sha, path=True, source="queue provenance")
         put(PROVENANCE_DEFINES[1], queue_digest, path=True, source="queue provenance")
 
-    if s.backend is Backend.CUDA:
-        if "CMAKE_CUDA_ARCHITECTURES" in given:
-            put("CMAKE_CUDA_ARCHITECTURES", given["CMAKE_CUDA_ARCHITECTURES"], source="given")
-        elif toolchain.cuda_architectures:
-            put("CMAKE_CUDA_ARCHITECTURES", toolchain.cuda_architectures, source="detected (nvidia-smi)")
-        else:
-            put("CMAKE_CUDA_ARCHITECTURES", DEFAULT_CUDA_ARCHITECTURES, source="default (no GPU visible)")
-        put("GGML_CUDA_FA_ALL_QUANTS", "ON", source="default (opt out with -DGGML_CUDA_FA_ALL_QUANTS=OFF)")
-        if toolchain.cuda_compiler:
-            put("CMAKE_CUDA_COMPILER", toolchain.cuda_compiler, path=True)
-    elif s.backend is Backend.ROCM:
-        if "AMDGPU_TARGETS" in given or "GPU_TARGETS" in given:
-            provenance["AMDGPU_TARGETS"] = "given"
-        elif toolchain.amdgpu_targets:
-            put("AMDGPU_TARGETS", toolchain.amdgpu_targets, source="detected (rocminfo/amdgpu-arch)")
-        else:
-            put("AMDGPU_TARGETS", DEFAULT_AMDGPU_TARGETS, source="default (no GPU visible)")
-        if toolchain.hip_compiler:
-            put("CMAKE_HIP_COMPILER", toolchain.hip_compiler, path=True, source="hipconfig -l")
-    elif s.backend is Backend.VULKAN and toolchain.vulkan_include_dir:
-        put("Vulkan_INCLUDE_DIR", toolchain.vulkan_include_dir, path=True)
-
-    env_overrides: dict[str, str] = {}
-    if s.backend is Backend.ROCM and toolchain.hip_path:
-        env_overrides["HIP_PATH"] = toolchain.hip_path
+    facts = toolchain.plan_facts(given, tree.source_dir)
+    for choice in s.choices(facts):
+        put(choice.name, choice.value, path=choice.path, source=choice.source)
+    env_overrides: dict[str, str] = dict(s.env_overrides(facts))
     launcher = toolchain.launcher
     if launcher is not None:
         languages = [lang for lang in s.languages if lang in tree.languages or lang in ("C", "CXX")]
@@ -290,7 +253,7 @@ def plan_build(
     defines = tuple(sorted(values.values(), key=lambda d: d.name))
     digest = _digest(
         {
-            "backend": s.backend.value,
+            "backend": s.name,
             "generator": GENERATOR,
             "defines": [[d.name, d.value] for d in defines if not d.path],
             "path_defines": [d.name for d in defines if d.path],
@@ -305,7 +268,7 @@ def plan_build(
             untouched="everything: nothing was configured or built",
             next_step="set [tool.skippy] build_root to a directory outside the llama.cpp tree",
         )
-    build_dir = build_root / f"{s.backend.value}-{digest}"
+    build_dir = build_root / f"{s.name}-{digest}"
 
     rpc_target = tree.rpc_target or RPC_TARGETS[0]
     targets = tuple(rpc_target if t in RPC_TARGETS else t for t in s.default_targets)
@@ -332,7 +295,7 @@ def plan_build(
     expectations = {d.name: d.value for d in defines if not d.path}
     stamp = {
         "schema": STAMP_SCHEMA,
-        "backend": s.backend.value,
+        "backend": s.name,
         "patched_sha": patched_sha,
         "generator": GENERATOR,
         "source_dir": str(source_dir),
@@ -341,7 +304,7 @@ def plan_build(
     }
     spot_env = {k: v.replace("{cache_dir}", str(settings.cache_dir)) for k, v in s.spot_check_env.items()}
     return BuildPlan(
-        backend=s.backend,
+        backend=s.name,
         source_dir=source_dir,
         build_dir=build_dir,
         digest=digest,
@@ -547,7 +510,7 @@ class BuildReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "backend": self.backend.value,
+            "backend": self.backend,
             "build_dir": str(self.build_dir),
             "configured": self.configured,
             "configure_reason": self.configure_reason,
@@ -669,7 +632,7 @@ def _timed(console: Console, title: str, box: list[float]) -> Iterator[None]:
 
 def _build_error(exc: CommandError, what: str, plan: BuildPlan, next_step: str) -> BuildError:
     return BuildError(
-        f"{what} ({plan.backend.value}): exit code {exc.returncode}",
+        f"{what} ({plan.backend}): exit code {exc.returncode}",
         untouched=f"the source tree; the build dir {plan.build_dir} is kept for inspection",
         next_step=next_step,
         details=exc.details,
@@ -703,7 +666,7 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
         if decision.wipe:
             console.info(f"reconfiguring {build_dir.name}: {decision.reason}")
             _wipe_cache(build_dir)
-        with _timed(console, f"configure {plan.backend.value} ({decision.reason})", configure_time):
+        with _timed(console, f"configure {plan.backend} ({decision.reason})", configure_time):
             try:
                 result = proc.run(plan.configure_argv, env=plan.env, on_line=show, echo=console.command)
             except CommandError as exc:
@@ -711,7 +674,7 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
                     exc,
                     "CMake configure failed",
                     plan,
-                    f"read the CMake error above, fix it, and rerun `nox -s build-{plan.backend.value}`",
+                    f"read the CMake error above, fix it, and rerun `nox -s build-{plan.backend}`",
                 ) from None
             unused = parse_unused_variables(result.stdout + "\n" + result.stderr)
             if unused:
@@ -770,7 +733,7 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
                 compiled += 1
         show(line)
 
-    with _timed(console, f"build {plan.backend.value}: {' '.join(targets)}", build_time):
+    with _timed(console, f"build {plan.backend}: {' '.join(targets)}", build_time):
         try:
             proc.run(build_argv, env=plan.env, on_line=on_line, echo=console.command)
         except CommandError as exc:
@@ -778,7 +741,7 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
                 exc,
                 "the build failed",
                 plan,
-                f"fix the compile error above and rerun `nox -s build-{plan.backend.value}`",
+                f"fix the compile error above and rerun `nox -s build-{plan.backend}`",
             ) from None
     stats = probe.after()
     if stats is not None:
@@ -952,7 +915,7 @@ def _upstream_count(settings: Settings, prepared: _Prepared) -> int | None:
 
 
 def run_build_session(
-    backend: Backend | str,
+    backend: Backend,
     settings: Settings,
     console: Console,
     posargs: Sequence[str] = (),
@@ -970,7 +933,7 @@ def run_build_session(
     args = parse_session_args(posargs, settings.env)
     options = BuildOptions(cmake_args=args.cmake_args, jobs=args.jobs)
     try:
-        with console.step(f"probe the {b.value} toolchain"):
+        with console.step(f"probe the {b} toolchain"):
             toolchain = probe_toolchain(b, settings, given=requested_defines(settings, options, b))
     except ToolchainMissing as exc:
         if args.skip_unavailable:
@@ -1001,7 +964,7 @@ def run_build_session(
         console.detail(f"{name}={plan.define(name)} ({source})")
     report = execute_plan(plan, console)
     console.info(
-        f"{b.value}: built {', '.join(report.binaries)} in {report.total_seconds:.1f} s "
+        f"{b}: built {', '.join(report.binaries)} in {report.total_seconds:.1f} s "
         f"({report.compiled} compile steps) in {settings.relative(report.build_dir)}"
     )
     if args.spot_check:
@@ -1053,7 +1016,7 @@ def build_main(
 
 
 def build_backend(
-    backend: Backend | str,
+    backend: Backend,
     settings: Settings,
     console: Console,
     *,

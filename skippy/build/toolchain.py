@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from skippy.build.backends import LAUNCHER_LANGUAGES, RPC_TARGETS, Backend, BackendSpec, Platform, spec
+from skippy.build.backends.base import PlanFacts, Tool
 from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings
@@ -27,23 +28,8 @@ from skippy.core.settings import Settings
 #: directories never scanned when reading a tree's CMake files
 _SKIP_DIRS = frozenset({".git", "node_modules", "build", ".deps"})
 
-#: a marker in the tree's Vulkan sources -> the header macro it needs
-VULKAN_TREE_NEEDS: Mapping[str, str] = {
-    "vk::LayerSettingEXT": "VK_EXT_layer_settings",
-}
-
 #: compiler caches we know how to drive, in the order "auto" tries them
 COMPILER_CACHES = ("sccache", "ccache")
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    path: str
-    version: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"path": self.path, "version": self.version}
 
 
 @dataclass(frozen=True)
@@ -57,8 +43,6 @@ class TreeInfo:
     languages: frozenset[str]
     #: the RPC server target, or None when the tree does not say (resolved after configure)
     rpc_target: str | None
-    #: header macros the tree's Vulkan backend needs (see VULKAN_TREE_NEEDS)
-    vulkan_needs: frozenset[str] = frozenset()
     #: the top-level CMakeLists.txt takes LLAMA_BUILD_COMMIT/LLAMA_BUILD_NUMBER from -D when given
     #: (else it asks git for HEAD, so every new patched commit recompiles all of libllama)
     build_info_overridable: bool = False
@@ -76,17 +60,15 @@ class Toolchain:
     tools: tuple[Tool, ...] = ()
     #: sccache or ccache, when one is in use
     launcher: Tool | None = None
-    cuda_architectures: str | None = None
-    amdgpu_targets: str | None = None
-    hip_compiler: str | None = None
-    hip_path: str | None = None
-    cuda_compiler: str | None = None
-    vulkan_include_dir: str | None = None
-    vulkan_header_version: str | None = None
-    #: header macros defined by the Vulkan headers found (e.g. VK_EXT_layer_settings)
-    vulkan_features: frozenset[str] = frozenset()
+    #: named facts the backend's probe found (e.g. ``cuda_compiler``); read back by its plan hooks
+    facts: Mapping[str, str] = field(default_factory=dict)
+    #: feature macros the backend's probe found (e.g. the Vulkan headers' VK_EXT_* extensions)
+    features: frozenset[str] = frozenset()
     platform: Platform | None = None
     notes: tuple[str, ...] = field(default=())
+
+    def plan_facts(self, given: Mapping[str, str], source_dir: Path) -> PlanFacts:
+        return PlanFacts(given=given, facts=self.facts, features=self.features, source_dir=source_dir)
 
     def tool_versions(self) -> dict[str, dict[str, str]]:
         out = {"cmake": self.cmake.as_dict(), "ninja": self.ninja.as_dict()}
@@ -145,39 +127,6 @@ def parse_ninja_targets(text: str) -> set[str]:
         if sep:
             names.add(name.strip())
     return names
-
-
-def parse_cuda_compute_caps(text: str) -> str | None:
-    """``nvidia-smi --query-gpu=compute_cap --format=csv,noheader`` -> ``"86;89"``."""
-    caps: set[int] = set()
-    for line in text.splitlines():
-        m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", line)
-        if m:
-            caps.add(int(m.group(1)) * 10 + int(m.group(2)))
-    return ";".join(str(c) for c in sorted(caps)) or None
-
-
-def parse_amdgpu_targets(text: str) -> str | None:
-    """gfx names from ``rocminfo`` (``Name: gfx1100``) or ``amdgpu-arch`` (one a line)."""
-    names = set(re.findall(r"\b(gfx[0-9a-f]{3,5})\b", text))
-    names.discard("gfx000")  # rocminfo lists the CPU agent as gfx000 on some versions
-    return ";".join(sorted(names)) or None
-
-
-def parse_vulkan_header(text: str) -> tuple[str | None, frozenset[str]]:
-    """(``"1.3.239"``, macros defined) from vulkan_core.h."""
-    header = re.search(r"^#define\s+VK_HEADER_VERSION\s+(\d+)", text, re.MULTILINE)
-    complete = re.search(
-        r"^#define\s+VK_HEADER_VERSION_COMPLETE\s+VK_MAKE_API_VERSION\(\s*\d+\s*,\s*(\d+)\s*,\s*(\d+)",
-        text,
-        re.MULTILINE,
-    )
-    version = None
-    if header:
-        major_minor = f"{complete.group(1)}.{complete.group(2)}" if complete else "1.?"
-        version = f"{major_minor}.{header.group(1)}"
-    features = frozenset(re.findall(r"^#define\s+(VK_[A-Z]+_[a-z0-9_]+)\s+1\s*$", text, re.MULTILINE))
-    return version, features
 
 
 def parse_os_release(text: str) -> Platform | None:
@@ -241,18 +190,12 @@ def inspect_tree(source_dir: Path) -> TreeInfo:
             rpc_target = parse_rpc_target(candidate.read_text(encoding="utf-8", errors="replace"))
             if rpc_target:
                 break
-    needs: set[str] = set()
-    vk_source = source_dir / "ggml/src/ggml-vulkan/ggml-vulkan.cpp"
-    if vk_source.is_file():
-        text = vk_source.read_text(encoding="utf-8", errors="replace")
-        needs = {macro for marker, macro in VULKAN_TREE_NEEDS.items() if marker in text}
     top = (source_dir / "CMakeLists.txt").read_text(encoding="utf-8", errors="replace")
     return TreeInfo(
         source_dir=source_dir,
         options=frozenset(options),
         languages=frozenset(languages),
         rpc_target=rpc_target,
-        vulkan_needs=frozenset(needs),
         build_info_overridable=all(
             re.search(rf"if\s*\(\s*NOT\s+DEFINED\s+{name}\s*\)", top) for name in BUILD_INFO_DEFINES
         ),
@@ -269,7 +212,7 @@ def _missing(
     untouched: str = "everything: nothing was prepared, configured or built",
 ) -> ToolchainMissing:
     return ToolchainMissing(
-        f"the {backend_spec.backend.value} backend {what}",
+        f"the {backend_spec.name} backend {what}",
         untouched=untouched,
         next_step=(
             f"install the toolchain (below) and rerun `nox -s {backend_spec.session}`, "
@@ -292,27 +235,6 @@ def find_program(name: str, env: Mapping[str, str], extra_dirs: Iterable[Path] =
         candidate = directory / name
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
-    return None
-
-
-def find_cuda_library(name: str, roots: Iterable[Path]) -> Path | None:
-    """``lib<name>.so*`` or ``lib<name>_static.a`` under a CUDA root or the system library dirs."""
-    dirs: list[Path] = []
-    for root in roots:
-        dirs += [root / "lib64", root / "lib", *sorted(root.glob("targets/*/lib"))]
-    dirs += [
-        Path("/usr/lib/x86_64-linux-gnu"),
-        Path("/usr/lib/aarch64-linux-gnu"),
-        Path("/usr/lib64"),
-        Path("/usr/lib"),
-    ]
-    for directory in dirs:
-        if not directory.is_dir():
-            continue
-        for pattern in (f"lib{name}.so*", f"lib{name}_static.a", f"{name}*.lib"):
-            found = sorted(directory.glob(pattern))
-            if found:
-                return found[0]
     return None
 
 
@@ -357,7 +279,7 @@ def compiler_cache_choice(settings: Settings) -> str:
 
 
 def probe_toolchain(
-    backend: Backend | str,
+    backend: Backend,
     settings: Settings,
     *,
     given: Mapping[str, str] | None = None,
@@ -388,83 +310,8 @@ def probe_toolchain(
         _require(env.get("CC") or "cc", env, backend_spec=s, platform=plat, label="cc"),
         _require(env.get("CXX") or "c++", env, backend_spec=s, platform=plat, label="c++"),
     ]
-    notes: list[str] = []
-    cuda_compiler = cuda_architectures = amdgpu_targets = hip_compiler = hip_path = None
-    vulkan_include_dir = vulkan_header_version = None
-    vulkan_features: frozenset[str] = frozenset()
-
-    if s.backend is Backend.METAL:
-        tools.append(_require("xcrun", env, backend_spec=s, platform=plat))
-    elif s.backend is Backend.CUDA:
-        cuda_dirs = [Path(env[v]) / "bin" for v in ("CUDA_PATH", "CUDA_HOME") if env.get(v)]
-        cuda_dirs.append(Path("/usr/local/cuda/bin"))
-        nvcc_name = env.get("CUDACXX") or "nvcc"
-        nvcc = _require(nvcc_name, env, backend_spec=s, platform=plat, extra_dirs=cuda_dirs, label="nvcc")
-        tools.append(nvcc)
-        cuda_compiler = nvcc.path
-        roots = [Path(os.path.realpath(nvcc.path)).parent.parent, *(d.parent for d in cuda_dirs)]
-        if not find_cuda_library("cublas", roots):
-            raise _missing(s, "needs cuBLAS (libcublas) from the CUDA toolkit, which was not found", plat)
-        if "CMAKE_CUDA_ARCHITECTURES" not in given:
-            smi = find_program("nvidia-smi", env)
-            if smi:
-                result = proc.run(
-                    [smi, "--query-gpu=compute_cap", "--format=csv,noheader"], env=env, check=False, timeout=60
-                )
-                cuda_architectures = parse_cuda_compute_caps(result.stdout) if result.ok else None
-                if not cuda_architectures:
-                    notes.append("nvidia-smi found no GPU; using the default CUDA architectures")
-            else:
-                notes.append("no nvidia-smi: using the default CUDA architectures")
-    elif s.backend is Backend.ROCM:
-        rocm_dirs = [Path(env[v]) / "bin" for v in ("ROCM_PATH", "HIP_PATH") if env.get(v)]
-        rocm_dirs.append(Path("/opt/rocm/bin"))
-        hipconfig = _require("hipconfig", env, backend_spec=s, platform=plat, extra_dirs=rocm_dirs)
-        tools.append(hipconfig)
-        clang_dir = first_line(proc.run([hipconfig.path, "-l"], env=env, check=False, timeout=60).stdout)
-        hip_path = first_line(proc.run([hipconfig.path, "--path"], env=env, check=False, timeout=60).stdout)
-        compiler = Path(clang_dir) / "clang++" if clang_dir else None
-        if compiler is None or not compiler.is_file():
-            raise _missing(s, f"needs the HIP clang (`hipconfig -l` gave {clang_dir!r})", plat)
-        hip_compiler = str(compiler)
-        hip_path = hip_path or None
-        tools.append(Tool("hip-clang", str(compiler), tool_version(str(compiler), env)))
-        if "AMDGPU_TARGETS" not in given and "GPU_TARGETS" not in given:
-            for program, args in (("rocminfo", ()), ("amdgpu-arch", ())):
-                found = find_program(program, env, rocm_dirs)
-                if found:
-                    result = proc.run([found, *args], env=env, check=False, timeout=60)
-                    targets = parse_amdgpu_targets(result.stdout) if result.ok else None
-                    if targets:
-                        amdgpu_targets = targets
-                        break
-            else:
-                notes.append("no AMD GPU visible; using the default AMDGPU targets")
-    elif s.backend is Backend.VULKAN:
-        tools.append(_require("glslc", env, backend_spec=s, platform=plat))
-        system_dirs = [Path("/usr/include"), Path("/usr/local/include"), Path("/opt/homebrew/include")]
-        if env.get("VULKAN_SDK"):
-            system_dirs.insert(0, Path(env["VULKAN_SDK"]) / "include")
-        include_dirs: list[Path] = []
-        if given.get("Vulkan_INCLUDE_DIR"):
-            include_dirs.append(Path(given["Vulkan_INCLUDE_DIR"]))
-        else:
-            include_dirs += system_dirs
-        header_dir = next((d for d in include_dirs if (d / "vulkan" / "vulkan_core.h").is_file()), None)
-        if header_dir is None:
-            searched = ", ".join(str(d) for d in include_dirs)
-            raise _missing(s, f"needs the Vulkan headers (vulkan/vulkan_core.h not in {searched})", plat)
-        if not (header_dir / "vulkan" / "vulkan.hpp").is_file():
-            raise _missing(s, f"needs the Vulkan C++ headers (no vulkan/vulkan.hpp in {header_dir})", plat)
-        version, features = parse_vulkan_header(
-            (header_dir / "vulkan" / "vulkan_core.h").read_text(encoding="utf-8", errors="replace")
-        )
-        spirv_dirs = [header_dir, *system_dirs]
-        if not any((d / "spirv" / "unified1" / "spirv.hpp").is_file() for d in spirv_dirs):
-            raise _missing(s, "needs the SPIR-V headers (spirv/unified1/spirv.hpp not found)", plat)
-        vulkan_include_dir = str(header_dir)
-        vulkan_header_version = version
-        vulkan_features = features
+    found = s.probe(_Context(env=env, given=given, backend_spec=s, platform=plat))
+    tools += found.tools
 
     launcher = None
     choice = compiler_cache_choice(settings)
@@ -480,40 +327,50 @@ def probe_toolchain(
                 raise _missing(s, f"was asked to use {choice}, which is not on PATH", plat)
 
     return Toolchain(
-        backend=s.backend,
+        backend=s.name,
         system=system,
         cmake=cmake,
         ninja=ninja,
         tools=tuple(tools),
         launcher=launcher,
         platform=plat,
-        notes=tuple(notes),
-        cuda_compiler=cuda_compiler,
-        cuda_architectures=cuda_architectures,
-        amdgpu_targets=amdgpu_targets,
-        hip_compiler=hip_compiler,
-        hip_path=hip_path,
-        vulkan_include_dir=vulkan_include_dir,
-        vulkan_header_version=vulkan_header_version,
-        vulkan_features=vulkan_features,
+        notes=found.notes,
+        facts=dict(found.facts),
+        features=found.features,
     )
 
 
 def check_tree_needs(tree: TreeInfo, toolchain: Toolchain) -> None:
-    """Fail before configuring when the toolchain lacks what this tree needs (pure)."""
-    if toolchain.backend is not Backend.VULKAN:
-        return
-    missing = sorted(tree.vulkan_needs - toolchain.vulkan_features)
-    if missing:
-        s = spec(Backend.VULKAN)
-        raise _missing(
-            s,
-            (
-                f"needs Vulkan headers that define {', '.join(missing)}; the headers in "
-                f"{toolchain.vulkan_include_dir} (version {toolchain.vulkan_header_version}) do not "
-                "(ggml-vulkan.cpp would fail to compile after minutes); pass newer headers with "
-                "-DVulkan_INCLUDE_DIR=<dir>"
-            ),
-            toolchain.platform,
-            untouched="the prepared tree; nothing was configured or built",
+    """Fail before configuring when the toolchain lacks what this tree needs (pure but for reading the tree)."""
+    s = spec(toolchain.backend)
+    problem = s.tree_problem(toolchain.plan_facts({}, tree.source_dir))
+    if problem:
+        raise _missing(s, problem, toolchain.platform, untouched="the prepared tree; nothing was configured or built")
+
+
+@dataclass(frozen=True)
+class _Context:
+    """The probe helpers handed to a backend's ``probe`` hook (see ``ProbeContext``)."""
+
+    env: Mapping[str, str]
+    given: Mapping[str, str]
+    backend_spec: BackendSpec
+    platform: Platform | None
+
+    def require(self, name: str, *, extra_dirs: tuple[Path, ...] = (), label: str | None = None) -> Tool:
+        return _require(
+            name, self.env, backend_spec=self.backend_spec, platform=self.platform, extra_dirs=extra_dirs, label=label
         )
+
+    def find(self, name: str, extra_dirs: tuple[Path, ...] = ()) -> str | None:
+        return find_program(name, self.env, extra_dirs)
+
+    def output(self, argv: tuple[str, ...]) -> str | None:
+        result = proc.run(list(argv), env=self.env, check=False, timeout=60)
+        return result.stdout if result.ok else None
+
+    def version(self, path: str) -> str:
+        return tool_version(path, self.env)
+
+    def missing(self, what: str) -> ToolchainMissing:
+        return _missing(self.backend_spec, what, self.platform)

@@ -31,7 +31,8 @@ from typing import Any, Final, Literal
 
 import sh
 
-from skippy.build.backends import SERVER_TARGET, Backend
+from skippy.build.backends import SERVER_TARGET
+from skippy.build.backends import names as backend_names
 from skippy.check.models import ModelRef, model_refs, resolve_model
 from skippy.core import proc
 from skippy.core.errors import SettingsError, SkippyError, SpotCheckFailed
@@ -301,12 +302,12 @@ def backend_of(server: Path, settings: Settings) -> str:
     """The backend a server binary was built for (``<build_root>/<backend>-<digest>/bin/...``)."""
     build_dir = build_dir_of(server, settings)
     if build_dir is None:
-        return Backend.CPU.value
+        return "cpu"
     name = build_dir.name
-    for backend in Backend:
-        if name == backend.value or name.startswith(backend.value + "-"):
-            return backend.value
-    return Backend.CPU.value
+    for backend in backend_names():
+        if name == backend or name.startswith(backend + "-"):
+            return backend
+    return "cpu"
 
 
 @dataclass(frozen=True)
@@ -753,7 +754,7 @@ def default_server(settings: Settings) -> Path:
         found = sorted(settings.build_root.glob(pattern), key=lambda p: p.stat().st_mtime)
         return found[-1] if found else None
 
-    for pattern in (f"{Backend.CPU.value}-*/bin/{SERVER_TARGET}", f"{Backend.CPU.value}/bin/{SERVER_TARGET}"):
+    for pattern in (f"cpu-*/bin/{SERVER_TARGET}", f"cpu/bin/{SERVER_TARGET}"):
         found = newest(pattern)
         if found is not None:
             return found

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends import Backend
 from skippy.build.builder import parse_cmake_cache, read_stamp, run_build_session
 from skippy.core import proc
 from skippy.core.errors import NetworkError
@@ -38,7 +37,7 @@ def project() -> Settings:
 def test_build_cpu_builds_and_spot_checks_the_pinned_tree(project: Settings) -> None:
     stream = io.StringIO()
     try:
-        outcome = run_build_session(Backend.CPU, project, Console(env={}, stream=stream))
+        outcome = run_build_session("cpu", project, Console(env={}, stream=stream))
     except NetworkError as exc:  # only the first fetch needs the package index
         pytest.skip(f"cannot fetch the pinned sources: {exc.what}")
     assert outcome.skipped is None
@@ -64,10 +63,10 @@ def test_build_cpu_builds_and_spot_checks_the_pinned_tree(project: Settings) -> 
 def test_up_to_date_build_configures_and_compiles_nothing(project: Settings) -> None:
     console = Console(env={}, stream=io.StringIO())
     try:
-        run_build_session(Backend.CPU, project, console, ["--no-spot-check"])
+        run_build_session("cpu", project, console, ["--no-spot-check"])
     except NetworkError as exc:
         pytest.skip(f"cannot fetch the pinned sources: {exc.what}")
-    again = run_build_session(Backend.CPU, project, console, ["--no-spot-check"])
+    again = run_build_session("cpu", project, console, ["--no-spot-check"])
     assert again.build is not None
     assert not again.build.configured
     assert again.build.configure_reason == "up to date"

@@ -39,9 +39,7 @@ def configure(project: Project, upstream_url: str, mappings: dict[str, tuple[Pat
     extra = ""
     for sha, (path, digest) in mappings.items():
         rel = path.relative_to(project.root).as_posix()
-        extra += (
-            f'\n[tool.skippy.archives."{sha}"]\nurl = "file:{rel}"\nsha256 = "{digest}"\nfolder = "{FOLDER}"\n'
-        )
+        extra += f'\n[tool.skippy.archives."{sha}"]\nurl = "file:{rel}"\nsha256 = "{digest}"\nfolder = "{FOLDER}"\n'
     (project.root / "pyproject.toml").write_text(pyproject(upstream_url, extra), encoding="utf-8")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends import Backend
+from skippy.build.backends.base import Tool
 from skippy.build.builder import (
     BuildOptions,
     BuildPlan,
@@ -25,7 +25,7 @@ from skippy.build.builder import (
     plan_build,
     stop_cache_server,
 )
-from skippy.build.toolchain import Tool, Toolchain, inspect_tree, probe_toolchain, tool_version
+from skippy.build.toolchain import Toolchain, inspect_tree, probe_toolchain, tool_version
 from skippy.core import proc
 from skippy.core.errors import BuildError
 from skippy.core.settings import Settings
@@ -43,14 +43,14 @@ class Env:
         shutil.copytree(PROBE, self.src)
         env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path / "home")}
         self.settings = Settings.from_table(tmp_path / "proj", {}, env)
-        self.toolchain = probe_toolchain(Backend.CPU, self.settings)
+        self.toolchain = probe_toolchain("cpu", self.settings)
         self.out = io.StringIO()
         self.console = Console(env={}, stream=self.out)
         self.plans: list[BuildPlan] = []
 
     def plan(self, *args: str, sha: str = SHA, toolchain: Toolchain | None = None) -> BuildPlan:
         p = plan_build(
-            Backend.CPU,
+            "cpu",
             self.settings,
             tree=inspect_tree(self.src),
             toolchain=toolchain or self.toolchain,
@@ -269,10 +269,10 @@ def test_ccache_launcher_and_hit_rate(tmp_path: Path) -> None:
     shutil.copytree(PROBE, src)
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(tmp_path), "SKIPPY_COMPILER_CACHE": "ccache"}
     settings = Settings.from_table(tmp_path / "proj", {}, env)
-    toolchain = probe_toolchain(Backend.CPU, settings)
+    toolchain = probe_toolchain("cpu", settings)
     assert toolchain.launcher is not None
     assert toolchain.launcher.name == "ccache"
-    plan = plan_build(Backend.CPU, settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha=SHA)
+    plan = plan_build("cpu", settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha=SHA)
     assert plan.env_overrides == {"CCACHE_DIR": str(settings.cache_dir / "ccache")}
     console = Console(env={}, stream=io.StringIO())
     cold = execute_plan(plan, console)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends import Backend
-from skippy.build.toolchain import TreeInfo, check_tree_needs, find_cuda_library, probe_toolchain
+from skippy.build.backends.cuda import find_cuda_library
+from skippy.build.toolchain import TreeInfo, check_tree_needs, probe_toolchain
 from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings
@@ -34,6 +34,13 @@ def _headers(root: Path, version: int, *, layer_settings: bool) -> Path:
     return inc
 
 
+def _tree_needing_layer_settings(source_dir: Path) -> TreeInfo:
+    vk = source_dir / "ggml/src/ggml-vulkan/ggml-vulkan.cpp"
+    vk.parent.mkdir(parents=True)
+    vk.write_text("vk::LayerSettingEXT setting{};\n", encoding="utf-8")
+    return TreeInfo(source_dir, frozenset(), frozenset(), "ggml-rpc-server")
+
+
 def test_vulkan_probe_reads_the_given_headers(tmp_path: Path) -> None:
     s = settings(tmp_path)
     if proc.which("glslc", s.env) is None:
@@ -44,15 +51,15 @@ def test_vulkan_probe_reads_the_given_headers(tmp_path: Path) -> None:
     if not spirv_found:
         pytest.skip("no SPIR-V headers installed")
     old = _headers(tmp_path / "old", 239, layer_settings=False)
-    tc = probe_toolchain(Backend.VULKAN, s, given={"Vulkan_INCLUDE_DIR": str(old)})
-    assert tc.vulkan_include_dir == str(old)
-    assert tc.vulkan_header_version == "1.3.239"
+    tc = probe_toolchain("vulkan", s, given={"Vulkan_INCLUDE_DIR": str(old)})
+    assert tc.facts["vulkan_include_dir"] == str(old)
+    assert tc.facts["vulkan_header_version"] == "1.3.239"
     assert any(t.name == "glslc" for t in tc.tools)
-    tree = TreeInfo(tmp_path, frozenset(), frozenset(), "ggml-rpc-server", frozenset({"VK_EXT_layer_settings"}))
+    tree = _tree_needing_layer_settings(tmp_path / "tree")
     with pytest.raises(ToolchainMissing, match="VK_EXT_layer_settings"):
         check_tree_needs(tree, tc)
     new = _headers(tmp_path / "new", 309, layer_settings=True)
-    check_tree_needs(tree, probe_toolchain(Backend.VULKAN, s, given={"Vulkan_INCLUDE_DIR": str(new)}))
+    check_tree_needs(tree, probe_toolchain("vulkan", s, given={"Vulkan_INCLUDE_DIR": str(new)}))
 
 
 def test_vulkan_probe_without_headers_names_what_is_missing(tmp_path: Path) -> None:
@@ -60,28 +67,28 @@ def test_vulkan_probe_without_headers_names_what_is_missing(tmp_path: Path) -> N
     if proc.which("glslc", s.env) is None:
         pytest.skip("glslc is not installed")
     with pytest.raises(ToolchainMissing, match=r"vulkan_core\.h not in"):
-        probe_toolchain(Backend.VULKAN, s, given={"Vulkan_INCLUDE_DIR": str(tmp_path / "nowhere")})
+        probe_toolchain("vulkan", s, given={"Vulkan_INCLUDE_DIR": str(tmp_path / "nowhere")})
 
 
 def test_cuda_probe_uses_the_default_architectures_without_a_gpu(tmp_path: Path) -> None:
     s = settings(tmp_path)
     try:
-        tc = probe_toolchain(Backend.CUDA, s)
+        tc = probe_toolchain("cuda", s)
     except ToolchainMissing as exc:
         assert "nvcc" in exc.what or "cuBLAS" in exc.what
         return
-    assert tc.cuda_compiler is not None
+    assert tc.facts.get("cuda_compiler")
     assert any(t.name == "nvcc" and "release" in t.version for t in tc.tools)
     if proc.which("nvidia-smi", s.env) is None:
-        assert tc.cuda_architectures is None
+        assert "cuda_architectures" not in tc.facts
         assert any("default CUDA architectures" in n for n in tc.notes)
 
 
 def test_compiler_cache_choice(tmp_path: Path) -> None:
-    none = probe_toolchain(Backend.CPU, settings(tmp_path, SKIPPY_COMPILER_CACHE="none"))
+    none = probe_toolchain("cpu", settings(tmp_path, SKIPPY_COMPILER_CACHE="none"))
     assert none.launcher is None
     with pytest.raises(ToolchainMissing, match="unknown compiler cache"):
-        probe_toolchain(Backend.CPU, settings(tmp_path, SKIPPY_COMPILER_CACHE="distcc"))
+        probe_toolchain("cpu", settings(tmp_path, SKIPPY_COMPILER_CACHE="distcc"))
 
 
 def test_find_cuda_library(tmp_path: Path) -> None:

@@ -1,39 +1,40 @@
-"""The backend registry: one entry per backend, complete and consistent."""
+"""The backend registry: one module per backend behind one protocol, complete and consistent."""
 
 from __future__ import annotations
 
 import pytest
 
 from skippy.build.backends import (
-    BACKENDS,
     LAUNCHER_LANGUAGES,
     RPC_TARGETS,
     SERVER_TARGET,
-    Backend,
     Platform,
+    names,
     parse_backend,
+    registry,
     spec,
+    switches,
 )
 
 
-def test_every_backend_has_exactly_one_spec() -> None:
-    assert set(BACKENDS) == set(Backend)
-    for backend, entry in BACKENDS.items():
-        assert entry.backend is backend
-        assert entry.session == f"build-{backend.value}"
+def test_every_backend_is_registered_once_under_its_own_name() -> None:
+    assert names() == ("cpu", "metal", "cuda", "vulkan", "rocm")
+    for name, entry in registry().items():
+        assert entry.name == name
+        assert entry.session == f"build-{name}"
 
 
-@pytest.mark.parametrize("backend", list(Backend))
-def test_spec_is_complete(backend: Backend) -> None:
+@pytest.mark.parametrize("backend", names())
+def test_spec_is_complete(backend: str) -> None:
     entry = spec(backend)
     assert entry.title
     assert set(entry.languages) <= set(LAUNCHER_LANGUAGES)
     assert {"C", "CXX"} <= set(entry.languages)
     assert entry.default_targets == (SERVER_TARGET, RPC_TARGETS[0])
     # every backend names every switch, and turns on at most its own
-    switches = {k: v for k, v in entry.defines.items() if k in {"GGML_METAL", "GGML_CUDA", "GGML_HIP", "GGML_VULKAN"}}
-    assert len(switches) == 4
-    assert sum(v == "ON" for v in switches.values()) == (0 if backend is Backend.CPU else 1)
+    own = switches(backend)
+    assert set(own) == {"GGML_METAL", "GGML_CUDA", "GGML_HIP", "GGML_VULKAN"}
+    assert sum(v == "ON" for v in own.values()) == (0 if backend == "cpu" else 1)
     # an install hint for at least one platform, and an explicit None elsewhere
     assert any(entry.install.for_platform(p) for p in Platform)
     if entry.host_systems:
@@ -41,7 +42,7 @@ def test_spec_is_complete(backend: Backend) -> None:
 
 
 def test_gpu_backends_offload_layers_in_the_spot_check() -> None:
-    for backend, entry in BACKENDS.items():
+    for backend, entry in registry().items():
         if entry.gpu:
             assert entry.spot_check_args == ("-ngl", "99"), backend
         else:
@@ -57,26 +58,26 @@ def test_metal_is_macos_only_and_says_so() -> None:
 
 
 def test_rocm_forces_position_independent_code() -> None:
-    assert spec(Backend.ROCM).defines["CMAKE_POSITION_INDEPENDENT_CODE"] == "ON"
-    assert "CMAKE_POSITION_INDEPENDENT_CODE" not in spec(Backend.CPU).defines
+    assert spec("rocm").extra_defines["CMAKE_POSITION_INDEPENDENT_CODE"] == "ON"
+    assert "CMAKE_POSITION_INDEPENDENT_CODE" not in spec("cpu").extra_defines
 
 
 def test_vulkan_spot_check_env_targets_the_software_device() -> None:
-    env = spec(Backend.VULKAN).spot_check_env
+    env = spec("vulkan").spot_check_env
     assert env["GGML_VK_VISIBLE_DEVICES"] == "0"
     assert env["GGML_VK_DISABLE_GRAPH_OPTIMIZE"] == "1"
     assert "{cache_dir}" in env["MESA_SHADER_CACHE_DIR"]
 
 
 def test_install_hint_render_puts_the_host_first() -> None:
-    text = spec(Backend.CUDA).install.render(Platform.ARCH)
+    text = spec("cuda").install.render(Platform.ARCH)
     lines = text.splitlines()
     assert lines[0].startswith("Arch: pacman -S cuda")
     assert "macOS: not available" in lines
 
 
 def test_parse_backend() -> None:
-    assert parse_backend(" CUDA ") is Backend.CUDA
-    assert parse_backend(Backend.CPU) is Backend.CPU
+    assert parse_backend(" CUDA ") == "cuda"
+    assert parse_backend("cpu") == "cpu"
     with pytest.raises(ValueError, match="known: cpu, metal, cuda, vulkan, rocm"):
         parse_backend("opencl")

@@ -13,7 +13,10 @@ from typing import Any
 
 import pytest
 
-from skippy.build.backends import Backend
+from skippy.build.backends.base import Tool
+from skippy.build.backends.cuda import parse_cuda_compute_caps
+from skippy.build.backends.rocm import parse_amdgpu_targets
+from skippy.build.backends.vulkan import parse_vulkan_header
 from skippy.build.builder import (
     BuildPlan,
     cache_mismatches,
@@ -27,19 +30,15 @@ from skippy.build.builder import (
     sccache_counts,
 )
 from skippy.build.toolchain import (
-    Tool,
     Toolchain,
     TreeInfo,
     check_tree_needs,
     host_platform,
-    parse_amdgpu_targets,
     parse_cmake_languages,
     parse_cmake_options,
-    parse_cuda_compute_caps,
     parse_ninja_targets,
     parse_os_release,
     parse_rpc_target,
-    parse_vulkan_header,
     probe_toolchain,
 )
 from skippy.core.errors import BuildError, ToolchainMissing
@@ -49,13 +48,13 @@ from skippy.core.ui import Console
 
 def _plan(tmp_path: Path) -> BuildPlan:
     tc = Toolchain(
-        backend=Backend.CPU,
+        backend="cpu",
         system="Linux",
         cmake=Tool("cmake", "/t/cmake", "3.30"),
         ninja=Tool("ninja", "/t/ninja", "1.12"),
     )
     tree = TreeInfo(tmp_path / "src", frozenset(), frozenset({"C", "CXX"}), "ggml-rpc-server")
-    return plan_build(Backend.CPU, Settings.from_table(tmp_path, {}, {}), tree=tree, toolchain=tc, patched_sha="b" * 40)
+    return plan_build("cpu", Settings.from_table(tmp_path, {}, {}), tree=tree, toolchain=tc, patched_sha="b" * 40)
 
 
 def _cache(plan: BuildPlan, **over: str) -> dict[str, str]:
@@ -179,15 +178,17 @@ def test_toolchain_parsers() -> None:
 
 
 def test_vulkan_headers_too_old_for_the_tree_fail_before_configure(tmp_path: Path) -> None:
-    tree = TreeInfo(tmp_path, frozenset(), frozenset(), "ggml-rpc-server", frozenset({"VK_EXT_layer_settings"}))
+    vk = tmp_path / "ggml/src/ggml-vulkan/ggml-vulkan.cpp"
+    vk.parent.mkdir(parents=True)
+    vk.write_text("vk::LayerSettingEXT setting{};\n", encoding="utf-8")
+    tree = TreeInfo(tmp_path, frozenset(), frozenset(), "ggml-rpc-server")
     old = Toolchain(
-        backend=Backend.VULKAN,
+        backend="vulkan",
         system="Linux",
         cmake=Tool("cmake", "/t/cmake", "3.30"),
         ninja=Tool("ninja", "/t/ninja", "1.12"),
-        vulkan_include_dir="/usr/include",
-        vulkan_header_version="1.3.239",
-        vulkan_features=frozenset({"VK_KHR_surface"}),
+        facts={"vulkan_include_dir": "/usr/include", "vulkan_header_version": "1.3.239"},
+        features=frozenset({"VK_KHR_surface"}),
     )
     with pytest.raises(ToolchainMissing) as info:
         check_tree_needs(tree, old)
@@ -195,8 +196,8 @@ def test_vulkan_headers_too_old_for_the_tree_fail_before_configure(tmp_path: Pat
     assert "VK_EXT_layer_settings" in text
     assert "1.3.239" in text
     assert "-DVulkan_INCLUDE_DIR" in text
-    check_tree_needs(tree, replace(old, vulkan_features=frozenset({"VK_EXT_layer_settings"})))
-    check_tree_needs(tree, replace(old, backend=Backend.CPU))
+    check_tree_needs(tree, replace(old, features=frozenset({"VK_EXT_layer_settings"})))
+    check_tree_needs(tree, replace(old, backend="cpu"))
 
 
 def test_session_args() -> None:
@@ -212,7 +213,7 @@ def test_session_args() -> None:
 def test_metal_on_linux_is_refused_with_a_clear_message(tmp_path: Path) -> None:
     s = Settings.from_table(tmp_path, {}, {"PATH": str(tmp_path)})
     with pytest.raises(ToolchainMissing) as info:
-        probe_toolchain(Backend.METAL, s, system="Linux", os_release="ID=debian\n")
+        probe_toolchain("metal", s, system="Linux", os_release="ID=debian\n")
     text = info.value.render()
     assert "needs macOS with Xcode command line tools (this host is Linux)" in text
     assert "--skip-unavailable" in text
@@ -269,7 +270,7 @@ def test_provenance_defines_only_for_trees_that_declare_them(tmp_path: Path) -> 
         "GGML_RPC",
     }
     tc = Toolchain(
-        backend=Backend.CPU,
+        backend="cpu",
         system="Linux",
         cmake=Tool("cmake", "/t/cmake", "3.30"),
         ninja=Tool("ninja", "/t/ninja", "1.12"),
@@ -279,7 +280,7 @@ def test_provenance_defines_only_for_trees_that_declare_them(tmp_path: Path) -> 
     def plan(options: frozenset[str], patched: str, digest: str) -> BuildPlan:
         tree = TreeInfo(tmp_path / "src", options, frozenset({"C", "CXX"}), "ggml-rpc-server")
         return plan_build(
-            Backend.CPU,
+            "cpu",
             settings,
             tree=tree,
             toolchain=tc,
@@ -315,23 +316,23 @@ def test_build_info_is_pinned_to_the_upstream_commit(tmp_path: Path) -> None:
     tree = inspect_tree(src)
     assert tree.build_info_overridable
     tc = Toolchain(
-        backend=Backend.CPU,
+        backend="cpu",
         system="Linux",
         cmake=Tool("cmake", "/t/cmake", "3.30"),
         ninja=Tool("ninja", "/t/ninja", "1.12"),
     )
     settings = Settings.from_table(tmp_path, {}, {})
     plan = plan_build(
-        Backend.CPU, settings, tree=tree, toolchain=tc, patched_sha="b" * 40, upstream_sha="a" * 40, build_number=42
+        "cpu", settings, tree=tree, toolchain=tc, patched_sha="b" * 40, upstream_sha="a" * 40, build_number=42
     )
     assert "-DLLAMA_BUILD_COMMIT=" + "a" * 12 in plan.configure_argv
     assert "-DLLAMA_BUILD_NUMBER=42" in plan.configure_argv
     other = plan_build(
-        Backend.CPU, settings, tree=tree, toolchain=tc, patched_sha="c" * 40, upstream_sha="d" * 40, build_number=43
+        "cpu", settings, tree=tree, toolchain=tc, patched_sha="c" * 40, upstream_sha="d" * 40, build_number=43
     )
     assert other.build_dir == plan.build_dir
     (src / "CMakeLists.txt").write_text("project(llama C CXX)\nset(LLAMA_BUILD_COMMIT ${BUILD_COMMIT})\n")
     old_tree = inspect_tree(src)
     assert not old_tree.build_info_overridable
-    plain = plan_build(Backend.CPU, settings, tree=old_tree, toolchain=tc, patched_sha="b" * 40, upstream_sha="a" * 40)
+    plain = plan_build("cpu", settings, tree=old_tree, toolchain=tc, patched_sha="b" * 40, upstream_sha="a" * 40)
     assert plain.define("LLAMA_BUILD_COMMIT") is None

@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends import DEFAULT_AMDGPU_TARGETS, DEFAULT_CUDA_ARCHITECTURES, Backend
+from skippy.build.backends import Backend
+from skippy.build.backends.base import Tool
+from skippy.build.backends.cuda import DEFAULT_CUDA_ARCHITECTURES
+from skippy.build.backends.rocm import DEFAULT_AMDGPU_TARGETS
 from skippy.build.builder import BuildOptions, BuildPlan, plan_build, requested_defines, split_cmake_args
-from skippy.build.toolchain import Tool, Toolchain, TreeInfo
+from skippy.build.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError, SettingsError
 from skippy.core.settings import Settings
 
@@ -41,7 +44,9 @@ def toolchain(backend: Backend, **kw: object) -> Toolchain:
         tools=(Tool("cc", "/usr/bin/cc", "gcc 12"), Tool("c++", "/usr/bin/c++", "g++ 12")),
         launcher=Tool("sccache", "/opt/t/sccache", "sccache 0.16.0"),
     )
-    return replace(base, **kw)  # type: ignore[arg-type]  # test helper: fields by keyword
+    fields = {k: v for k, v in kw.items() if k in Toolchain.__dataclass_fields__}
+    facts = {k: str(v) for k, v in kw.items() if k not in fields}  # what a backend's probe found
+    return replace(base, facts=facts, **fields)  # type: ignore[arg-type]  # test helper: fields by keyword
 
 
 def plan(
@@ -69,7 +74,7 @@ def defines(p: BuildPlan) -> dict[str, str]:
 
 
 def test_cpu_full_plan(tmp_path: Path) -> None:
-    p = plan(tmp_path, Backend.CPU)
+    p = plan(tmp_path, "cpu")
     root = tmp_path / "proj"
     assert p.build_dir == root / ".deps" / "llama-build" / f"cpu-{p.digest}"
     assert len(p.digest) == 10
@@ -111,21 +116,21 @@ def test_cpu_full_plan(tmp_path: Path) -> None:
 
 
 def test_native_is_off_unless_asked_and_always_off_on_ci(tmp_path: Path) -> None:
-    local = plan(tmp_path, Backend.CPU)
+    local = plan(tmp_path, "cpu")
     assert defines(local)["GGML_NATIVE"] == "OFF"
-    on_ci = plan(tmp_path, Backend.CPU, env={"CI": "true"})
+    on_ci = plan(tmp_path, "cpu", env={"CI": "true"})
     assert defines(on_ci)["GGML_NATIVE"] == "OFF"
     # same flags locally and on CI: same build dir name, shared compiler cache
     assert on_ci.digest == local.digest
-    native = plan(tmp_path, Backend.CPU, env={"SKIPPY_NATIVE": "1"})
+    native = plan(tmp_path, "cpu", env={"SKIPPY_NATIVE": "1"})
     assert "GGML_NATIVE" not in defines(native)
     assert native.digest != local.digest
-    assert "GGML_NATIVE" not in defines(plan(tmp_path, Backend.CPU, table={"build": {"native": True}}))
-    assert defines(plan(tmp_path, Backend.CPU, env={"CI": "true", "SKIPPY_NATIVE": "1"}))["GGML_NATIVE"] == "OFF"
+    assert "GGML_NATIVE" not in defines(plan(tmp_path, "cpu", table={"build": {"native": True}}))
+    assert defines(plan(tmp_path, "cpu", env={"CI": "true", "SKIPPY_NATIVE": "1"}))["GGML_NATIVE"] == "OFF"
 
 
 def test_tree_optional_defines_follow_the_tree(tmp_path: Path) -> None:
-    old = plan(tmp_path, Backend.CPU, tr={"options": frozenset({"LLAMA_CURL"})})
+    old = plan(tmp_path, "cpu", tr={"options": frozenset({"LLAMA_CURL"})})
     d = defines(old)
     assert d["LLAMA_CURL"] == "OFF"
     assert "LLAMA_OPENSSL" not in d
@@ -133,31 +138,31 @@ def test_tree_optional_defines_follow_the_tree(tmp_path: Path) -> None:
 
 
 def test_no_launcher_means_no_launcher_defines_and_no_cache_env(tmp_path: Path) -> None:
-    p = plan(tmp_path, Backend.CUDA, tc={"launcher": None})
+    p = plan(tmp_path, "cuda", tc={"launcher": None})
     assert not [d for d in p.defines if d.name.endswith("_COMPILER_LAUNCHER")]
     assert p.env_overrides == {}
 
 
 def test_ccache_launcher_env(tmp_path: Path) -> None:
-    p = plan(tmp_path, Backend.CPU, tc={"launcher": Tool("ccache", "/usr/bin/ccache", "ccache 4.8")})
+    p = plan(tmp_path, "cpu", tc={"launcher": Tool("ccache", "/usr/bin/ccache", "ccache 4.8")})
     assert defines(p)["CMAKE_CXX_COMPILER_LAUNCHER"] == "/usr/bin/ccache"
     assert p.env_overrides == {"CCACHE_DIR": str(tmp_path / "proj" / ".deps" / "cache" / "ccache")}
 
 
 def test_metal_plan(tmp_path: Path) -> None:
-    p = plan(tmp_path, Backend.METAL, tc={"system": "Darwin"})
+    p = plan(tmp_path, "metal", tc={"system": "Darwin"})
     d = defines(p)
     assert d["GGML_METAL"] == "ON"
     assert d["GGML_CUDA"] == d["GGML_HIP"] == d["GGML_VULKAN"] == "OFF"
     # the tree does not enable OBJC/OBJCXX: setting their launchers would be "unused"
     assert "CMAKE_OBJC_COMPILER_LAUNCHER" not in d
-    with_objc = plan(tmp_path, Backend.METAL, tr={"languages": frozenset({"C", "CXX", "OBJC", "OBJCXX"})})
+    with_objc = plan(tmp_path, "metal", tr={"languages": frozenset({"C", "CXX", "OBJC", "OBJCXX"})})
     assert defines(with_objc)["CMAKE_OBJCXX_COMPILER_LAUNCHER"] == "/opt/t/sccache"
     assert p.spot_check_args == ("-ngl", "99")
 
 
 def test_cuda_plan_defaults(tmp_path: Path) -> None:
-    p = plan(tmp_path, Backend.CUDA, tc={"cuda_compiler": "/usr/local/cuda/bin/nvcc"})
+    p = plan(tmp_path, "cuda", tc={"cuda_compiler": "/usr/local/cuda/bin/nvcc"})
     d = defines(p)
     assert d["GGML_CUDA"] == "ON"
     assert d["CMAKE_CUDA_ARCHITECTURES"] == DEFAULT_CUDA_ARCHITECTURES
@@ -173,14 +178,14 @@ def test_cuda_plan_defaults(tmp_path: Path) -> None:
 
 
 def test_cuda_architectures_precedence(tmp_path: Path) -> None:
-    detected = plan(tmp_path, Backend.CUDA, tc={"cuda_architectures": "86;89"})
+    detected = plan(tmp_path, "cuda", tc={"cuda_architectures": "86;89"})
     assert defines(detected)["CMAKE_CUDA_ARCHITECTURES"] == "86;89"
     assert detected.provenance["CMAKE_CUDA_ARCHITECTURES"] == "detected (nvidia-smi)"
-    table = plan(tmp_path, Backend.CUDA, table={"build": {"cuda_architectures": "75"}}, tc={"cuda_architectures": "86"})
+    table = plan(tmp_path, "cuda", table={"build": {"cuda_architectures": "75"}}, tc={"cuda_architectures": "86"})
     assert defines(table)["CMAKE_CUDA_ARCHITECTURES"] == "75"
-    env = plan(tmp_path, Backend.CUDA, env={"CUDAARCHS": "80"}, table={"build": {"cuda_architectures": "75"}})
+    env = plan(tmp_path, "cuda", env={"CUDAARCHS": "80"}, table={"build": {"cuda_architectures": "75"}})
     assert defines(env)["CMAKE_CUDA_ARCHITECTURES"] == "80"
-    given = plan(tmp_path, Backend.CUDA, args=("-DCMAKE_CUDA_ARCHITECTURES=90",), env={"CUDAARCHS": "80"})
+    given = plan(tmp_path, "cuda", args=("-DCMAKE_CUDA_ARCHITECTURES=90",), env={"CUDAARCHS": "80"})
     assert defines(given)["CMAKE_CUDA_ARCHITECTURES"] == "90"
     assert given.provenance["CMAKE_CUDA_ARCHITECTURES"] == "given"
     assert given.expectations["CMAKE_CUDA_ARCHITECTURES"] == "90"
@@ -188,16 +193,16 @@ def test_cuda_architectures_precedence(tmp_path: Path) -> None:
 
 
 def test_cuda_fa_all_quants_opt_out(tmp_path: Path) -> None:
-    posarg = plan(tmp_path, Backend.CUDA, args=("-DGGML_CUDA_FA_ALL_QUANTS=OFF",))
+    posarg = plan(tmp_path, "cuda", args=("-DGGML_CUDA_FA_ALL_QUANTS=OFF",))
     assert defines(posarg)["GGML_CUDA_FA_ALL_QUANTS"] == "OFF"
     assert posarg.expectations["GGML_CUDA_FA_ALL_QUANTS"] == "OFF"
-    table = plan(tmp_path, Backend.CUDA, table={"build": {"cuda_fa_all_quants": False}})
+    table = plan(tmp_path, "cuda", table={"build": {"cuda_fa_all_quants": False}})
     assert defines(table)["GGML_CUDA_FA_ALL_QUANTS"] == "OFF"
-    assert "GGML_CUDA_FA_ALL_QUANTS" not in defines(plan(tmp_path, Backend.CPU))
+    assert "GGML_CUDA_FA_ALL_QUANTS" not in defines(plan(tmp_path, "cpu"))
 
 
 def test_vulkan_plan(tmp_path: Path) -> None:
-    p = plan(tmp_path, Backend.VULKAN, tc={"vulkan_include_dir": "/opt/vk/include"})
+    p = plan(tmp_path, "vulkan", tc={"vulkan_include_dir": "/opt/vk/include"})
     d = defines(p)
     assert d["GGML_VULKAN"] == "ON"
     assert d["Vulkan_INCLUDE_DIR"] == "/opt/vk/include"
@@ -206,7 +211,7 @@ def test_vulkan_plan(tmp_path: Path) -> None:
     assert p.spot_check_env["GGML_VK_VISIBLE_DEVICES"] == "0"
     assert p.spot_check_args == ("-ngl", "99")
     # a different header dir is the same flags: same build dir, new stamp
-    other = plan(tmp_path, Backend.VULKAN, tc={"vulkan_include_dir": "/elsewhere/include"})
+    other = plan(tmp_path, "vulkan", tc={"vulkan_include_dir": "/elsewhere/include"})
     assert other.digest == p.digest
     assert other.stamp != p.stamp
 
@@ -214,7 +219,7 @@ def test_vulkan_plan(tmp_path: Path) -> None:
 def test_rocm_plan(tmp_path: Path) -> None:
     p = plan(
         tmp_path,
-        Backend.ROCM,
+        "rocm",
         tc={"hip_compiler": "/opt/rocm/llvm/bin/clang++", "hip_path": "/opt/rocm", "amdgpu_targets": "gfx1100"},
     )
     d = defines(p)
@@ -226,26 +231,26 @@ def test_rocm_plan(tmp_path: Path) -> None:
     assert "CMAKE_CUDA_COMPILER_LAUNCHER" not in d
     assert p.env_overrides["HIP_PATH"] == "/opt/rocm"
     assert p.env["HIP_PATH"] == "/opt/rocm"
-    default = plan(tmp_path, Backend.ROCM)
+    default = plan(tmp_path, "rocm")
     assert defines(default)["AMDGPU_TARGETS"] == DEFAULT_AMDGPU_TARGETS
-    given = plan(tmp_path, Backend.ROCM, args=("-DAMDGPU_TARGETS=gfx90a",), tc={"amdgpu_targets": "gfx1100"})
+    given = plan(tmp_path, "rocm", args=("-DAMDGPU_TARGETS=gfx90a",), tc={"amdgpu_targets": "gfx1100"})
     assert defines(given)["AMDGPU_TARGETS"] == "gfx90a"
-    gpu_targets = plan(tmp_path, Backend.ROCM, args=("-DGPU_TARGETS=gfx942",))
+    gpu_targets = plan(tmp_path, "rocm", args=("-DGPU_TARGETS=gfx942",))
     assert "AMDGPU_TARGETS" not in defines(gpu_targets)
     assert defines(gpu_targets)["GPU_TARGETS"] == "gfx942"
 
 
 def test_old_tree_rpc_target(tmp_path: Path) -> None:
-    p = plan(tmp_path, Backend.CPU, tr={"rpc_target": "rpc-server"})
+    p = plan(tmp_path, "cpu", tr={"rpc_target": "rpc-server"})
     assert p.targets == ("llama-server", "rpc-server")
     assert p.build_argv[-1] == "rpc-server"
     assert p.rpc_target_known
-    unknown = plan(tmp_path, Backend.CPU, tr={"rpc_target": None})
+    unknown = plan(tmp_path, "cpu", tr={"rpc_target": None})
     assert not unknown.rpc_target_known
 
 
 def test_user_args_override_and_pass_through(tmp_path: Path) -> None:
-    p = plan(tmp_path, Backend.CPU, args=("-DGGML_RPC=OFF", "--log-level=VERBOSE", "-D", "FOO:STRING=bar"))
+    p = plan(tmp_path, "cpu", args=("-DGGML_RPC=OFF", "--log-level=VERBOSE", "-D", "FOO:STRING=bar"))
     d = defines(p)
     assert d["GGML_RPC"] == "OFF"
     assert d["FOO"] == "bar"
@@ -254,33 +259,33 @@ def test_user_args_override_and_pass_through(tmp_path: Path) -> None:
 
 
 def test_flags_change_the_build_dir_but_tools_do_not(tmp_path: Path) -> None:
-    base = plan(tmp_path, Backend.CPU)
-    moved = plan(tmp_path, Backend.CPU, tc={"cmake": Tool("cmake", "/new/venv/bin/cmake", "cmake version 3.31")})
+    base = plan(tmp_path, "cpu")
+    moved = plan(tmp_path, "cpu", tc={"cmake": Tool("cmake", "/new/venv/bin/cmake", "cmake version 3.31")})
     assert moved.build_dir == base.build_dir
     assert moved.stamp["tools"] != base.stamp["tools"]
-    flagged = plan(tmp_path, Backend.CPU, args=("-DGGML_CPU_REPACK=OFF",))
+    flagged = plan(tmp_path, "cpu", args=("-DGGML_CPU_REPACK=OFF",))
     assert flagged.build_dir != base.build_dir
-    assert plan(tmp_path, Backend.CUDA).build_dir.name.startswith("cuda-")
+    assert plan(tmp_path, "cuda").build_dir.name.startswith("cuda-")
 
 
 def test_jobs(tmp_path: Path) -> None:
     p = plan_build(
-        Backend.CPU,
+        "cpu",
         settings(tmp_path),
         tree=tree(tmp_path),
-        toolchain=toolchain(Backend.CPU),
+        toolchain=toolchain("cpu"),
         patched_sha=SHA,
         options=BuildOptions(jobs=3),
     )
     assert p.build_argv[3:5] == ("-j", "3")
-    from_env = plan(tmp_path, Backend.CPU, env={"SKIPPY_BUILD_JOBS": "2"})
+    from_env = plan(tmp_path, "cpu", env={"SKIPPY_BUILD_JOBS": "2"})
     assert from_env.build_argv[3:5] == ("-j", "2")
 
 
 def test_build_root_inside_the_tree_is_refused(tmp_path: Path) -> None:
     s = Settings.from_table(tmp_path / "proj", {"build_root": ".deps/llama.cpp/build"}, {})
     with pytest.raises(BuildError, match="inside the source tree"):
-        plan_build(Backend.CPU, s, tree=tree(tmp_path), toolchain=toolchain(Backend.CPU), patched_sha=SHA)
+        plan_build("cpu", s, tree=tree(tmp_path), toolchain=toolchain("cpu"), patched_sha=SHA)
 
 
 def test_split_cmake_args() -> None:
@@ -292,24 +297,24 @@ def test_split_cmake_args() -> None:
 def test_requested_defines_precedence(tmp_path: Path) -> None:
     s = settings(tmp_path, {"CUDAARCHS": "80"}, {"build": {"cuda_architectures": "75", "vulkan_include_dir": "/v"}})
     options = BuildOptions(cmake_args=("-DAMDGPU_TARGETS=gfx90a",))
-    assert requested_defines(s, options, Backend.CUDA) == {
+    assert requested_defines(s, options, "cuda") == {
         "CMAKE_CUDA_ARCHITECTURES": "80",
         "AMDGPU_TARGETS": "gfx90a",
     }
-    assert requested_defines(s, options, Backend.VULKAN) == {"Vulkan_INCLUDE_DIR": "/v", "AMDGPU_TARGETS": "gfx90a"}
+    assert requested_defines(s, options, "vulkan") == {"Vulkan_INCLUDE_DIR": "/v", "AMDGPU_TARGETS": "gfx90a"}
 
 
 def test_backend_settings_do_not_leak_into_other_backends(tmp_path: Path) -> None:
     table: dict[str, object] = {
         "build": {"cuda_architectures": "75", "cuda_fa_all_quants": False, "amdgpu_targets": "gfx90a"}
     }
-    cpu = plan(tmp_path, Backend.CPU, env={"CUDAARCHS": "80"}, table=table)
+    cpu = plan(tmp_path, "cpu", env={"CUDAARCHS": "80"}, table=table)
     names = set(defines(cpu))
     # they would be "manually-specified variables not used by the project"
     assert not names & {"CMAKE_CUDA_ARCHITECTURES", "GGML_CUDA_FA_ALL_QUANTS", "AMDGPU_TARGETS"}
-    assert defines(plan(tmp_path, Backend.ROCM, table=table))["AMDGPU_TARGETS"] == "gfx90a"
+    assert defines(plan(tmp_path, "rocm", table=table))["AMDGPU_TARGETS"] == "gfx90a"
 
 
 def test_unknown_build_table_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="cuda_arch"):
-        plan(tmp_path, Backend.CUDA, table={"build": {"cuda_arch": "86"}})
+        plan(tmp_path, "cuda", table={"build": {"cuda_arch": "86"}})

@@ -85,15 +85,15 @@ def test_find_root_walks_up(tmp_path: Path) -> None:
 
 
 def test_subtables_refuse_non_tables_and_unknown_keys(tmp_path: Path) -> None:
-    from skippy.build.builder import BUILD_TABLE_KEYS
+    from skippy.build.builder import build_table_keys
     from skippy.check.spotcheck import Options
     from skippy.maintain.parity import ParityConfig
 
     write_pyproject(tmp_path, "[tool.skippy.build]\njobs = 2\n")
-    assert Settings.load(tmp_path, env={}).subtable("build", BUILD_TABLE_KEYS, example="jobs = 2") == {"jobs": 2}
+    assert Settings.load(tmp_path, env={}).subtable("build", build_table_keys(), example="jobs = 2") == {"jobs": 2}
     write_pyproject(tmp_path, "[tool.skippy.build]\njobs = 2\ncuda_arch = '86'\n")
     with pytest.raises(SettingsError, match=r"\[tool.skippy.build\]: unknown key\(s\) cuda_arch") as info:
-        Settings.load(tmp_path, env={}).subtable("build", BUILD_TABLE_KEYS, example="jobs = 2")
+        Settings.load(tmp_path, env={}).subtable("build", build_table_keys(), example="jobs = 2")
     assert "cuda_architectures" in (info.value.next_step or "")
     write_pyproject(tmp_path, 'parity = "src/*.cpp"\n')
     with pytest.raises(SettingsError, match=r"\[tool.skippy.parity\] must be a table, got str"):

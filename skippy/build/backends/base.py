@@ -1,0 +1,226 @@
+"""What every backend shares, and the one protocol a backend module implements.
+
+A backend is a :class:`BackendSpec` instance in a module of its own
+(``skippy/build/backends/<name>.py``): data (title, CMake switch, languages,
+install hints, spot-check environment and arguments) and a handful of hooks
+with do-nothing defaults (probe the toolchain, choose CMake values, check the
+tree).  The registry (:mod:`skippy.build.backends`) lists the modules;
+``plan_build``, ``probe_toolchain``, the nox sessions and the workflows' matrix
+are driven by it, and no code outside a backend module branches on a backend.
+
+This module imports nothing from the build layer: the probe helpers reach a
+backend through :class:`ProbeContext`, so each backend can be tested alone.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Final, Protocol
+
+if TYPE_CHECKING:
+    from skippy.core.errors import ToolchainMissing
+
+#: a backend's registry name ("cpu", "cuda", ...): the key of the registry and of every report
+Backend = str
+
+
+class Platform(enum.StrEnum):
+    """Platforms we give install hints for."""
+
+    DEBIAN = "debian"  # Debian and Ubuntu
+    ARCH = "arch"
+    MACOS = "macos"
+
+
+#: languages a compiler launcher can be set for (CMAKE_<LANG>_COMPILER_LAUNCHER)
+LAUNCHER_LANGUAGES: Final = ("C", "CXX", "CUDA", "HIP", "OBJC", "OBJCXX")
+
+#: the server binary every backend builds, and the RPC server's target names,
+#: newest first (``ggml-rpc-server`` on current trees, ``rpc-server`` before)
+SERVER_TARGET: Final = "llama-server"
+RPC_TARGETS: Final = ("ggml-rpc-server", "rpc-server")
+
+#: defines forced on every build of every backend
+COMMON_DEFINES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "CMAKE_BUILD_TYPE": "Release",
+        "GGML_RPC": "ON",
+        "BUILD_SHARED_LIBS": "OFF",
+        # we set the compiler launchers ourselves; ggml's own detection is off
+        "GGML_CCACHE": "OFF",
+    }
+)
+
+#: defines set only when the tree declares the option (``option(NAME ...)``),
+#: so older or newer trees never see a variable they do not use.
+#: LLAMA_OPENSSL/LLAMA_CURL: no TLS/HTTP client in the server we test;
+#: LLAMA_BUILD_UI/LLAMA_USE_PREBUILT_UI: the web UI would run npm or download
+#: prebuilt assets on every build; a build must not need the network.
+TREE_OPTIONAL_DEFINES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "LLAMA_OPENSSL": "OFF",
+        "LLAMA_CURL": "OFF",
+        "LLAMA_BUILD_UI": "OFF",
+        "LLAMA_USE_PREBUILT_UI": "OFF",
+    }
+)
+
+
+@dataclass(frozen=True)
+class InstallHint:
+    """How to install a backend's toolchain; ``None`` means not available there."""
+
+    debian: str | None
+    arch: str | None
+    macos: str | None
+
+    def for_platform(self, platform: Platform) -> str | None:
+        return {Platform.DEBIAN: self.debian, Platform.ARCH: self.arch, Platform.MACOS: self.macos}[platform]
+
+    def render(self, first: Platform | None = None) -> str:
+        order = [Platform.DEBIAN, Platform.ARCH, Platform.MACOS]
+        if first is not None:
+            order.remove(first)
+            order.insert(0, first)
+        labels = {Platform.DEBIAN: "Debian/Ubuntu", Platform.ARCH: "Arch", Platform.MACOS: "macOS"}
+        lines = []
+        for platform in order:
+            hint = self.for_platform(platform)
+            lines.append(f"{labels[platform]}: {hint if hint is not None else 'not available'}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    path: str
+    version: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"path": self.path, "version": self.version}
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a backend's probe adds to the common toolchain (compilers, cmake, ninja)."""
+
+    tools: tuple[Tool, ...] = ()
+    #: named facts the backend's own plan hooks read back (e.g. ``cuda_compiler``)
+    facts: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: feature macros and the like (e.g. the Vulkan header's VK_EXT_* extensions)
+    features: frozenset[str] = frozenset()
+    notes: tuple[str, ...] = ()
+
+
+class ProbeContext(Protocol):
+    """The probe helpers a backend uses; :func:`skippy.build.toolchain.probe_toolchain` provides them."""
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+    @property
+    def given(self) -> Mapping[str, str]:
+        """The user's -D values (they win over detection)."""
+        ...
+
+    def require(self, name: str, *, extra_dirs: tuple[Path, ...] = (), label: str | None = None) -> Tool:
+        """The program on PATH (or in ``extra_dirs``) with its version, or ToolchainMissing."""
+        ...
+
+    def find(self, name: str, extra_dirs: tuple[Path, ...] = ()) -> str | None: ...
+
+    def output(self, argv: tuple[str, ...]) -> str | None:
+        """Standard output of a short probe command, or None when it failed."""
+        ...
+
+    def version(self, path: str) -> str: ...
+
+    def missing(self, what: str) -> ToolchainMissing:
+        """The error for "the <backend> backend <what>", with this backend's install hints."""
+        ...
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One CMake value a backend chooses, with where it came from."""
+
+    name: str
+    value: str
+    #: a tool or directory path: kept out of the build-dir digest, not asserted in the cache
+    path: bool = False
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanFacts:
+    """What a backend's plan hooks see: the user's -D values and the probe's facts."""
+
+    given: Mapping[str, str]
+    facts: Mapping[str, str]
+    features: frozenset[str]
+    source_dir: Path
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One backend: data plus hooks.  Subclass it in the backend's module to override a hook."""
+
+    name: Backend
+    #: one line for ``nox -l`` and the README table
+    title: str
+    #: its ``GGML_<X>`` switch (every registered switch is OFF but the backend's own); None for CPU
+    switch: str | None
+    #: defines forced for this backend besides its switch
+    extra_defines: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: languages the backend compiles (compiler launchers are set only for these)
+    languages: tuple[str, ...] = ("C", "CXX")
+    install: InstallHint = InstallHint(None, None, None)
+    #: ``platform.system()`` values it can build on; empty = any
+    host_systems: frozenset[str] = frozenset()
+    #: what a host outside ``host_systems`` is told
+    host_requirement: str = ""
+    gpu: bool = False
+    #: the targets built (the RPC server's name is resolved from the tree)
+    default_targets: tuple[str, ...] = (SERVER_TARGET, RPC_TARGETS[0])
+    #: environment for llama-server during the spot check ({cache_dir} is replaced)
+    spot_check_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: extra llama-server arguments for the spot check
+    spot_check_args: tuple[str, ...] = ()
+    #: ``[tool.skippy.build]`` keys this backend reads -> the CMake variable each sets
+    table_defines: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: other ``[tool.skippy.build]`` keys its ``requested`` hook reads
+    extra_table_keys: frozenset[str] = frozenset()
+
+    @property
+    def session(self) -> str:
+        return f"build-{self.name}"
+
+    @property
+    def table_keys(self) -> frozenset[str]:
+        return frozenset(self.table_defines) | self.extra_table_keys
+
+    # --- hooks (do nothing by default) ---------------------------------------------
+
+    def probe(self, ctx: ProbeContext) -> Found:
+        """Find the backend's own tools (cmake, ninja and the C/C++ compilers are found for every backend)."""
+        return Found()
+
+    def requested(self, table: Mapping[str, object], env: Mapping[str, str]) -> dict[str, str]:
+        """-D values the user asked for in ``[tool.skippy.build]`` or the environment."""
+        return {name: str(table[key]) for key, name in self.table_defines.items() if table.get(key)}
+
+    def choices(self, plan: PlanFacts) -> tuple[Choice, ...]:
+        """CMake values this backend sets from the probe's facts (the user's -D values still win)."""
+        return ()
+
+    def env_overrides(self, plan: PlanFacts) -> Mapping[str, str]:
+        """Variables cmake and ninja need besides the settings' environment."""
+        return {}
+
+    def tree_problem(self, plan: PlanFacts) -> str | None:
+        """Why this toolchain cannot build the tree (checked before configuring), or None."""
+        return None

@@ -1,0 +1,27 @@
+"""Apple Metal: macOS with the Xcode command line tools."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from skippy.build.backends.base import BackendSpec, Found, InstallHint, ProbeContext
+
+
+@dataclass(frozen=True)
+class _Metal(BackendSpec):
+    def probe(self, ctx: ProbeContext) -> Found:
+        return Found(tools=(ctx.require("xcrun"),))
+
+
+BACKEND: Final = _Metal(
+    name="metal",
+    title="Apple Metal (macOS with Xcode command line tools)",
+    switch="GGML_METAL",
+    languages=("C", "CXX", "OBJC", "OBJCXX"),
+    install=InstallHint(debian=None, arch=None, macos="xcode-select --install"),
+    host_systems=frozenset({"Darwin"}),
+    host_requirement="needs macOS with Xcode command line tools",
+    gpu=True,
+    spot_check_args=("-ngl", "99"),
+)
