@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from skippy.core.errors import SettingsError, SkippyError
 from skippy.core.settings import Settings, find_root
@@ -53,10 +53,13 @@ def prepare_main(
     as_json: bool = False,
     verbose: bool = False,
     triage: bool = False,
-    resume: str = "",
-    interactive: bool | None = None,
+    continue_: bool = False,
+    skip: bool = False,
+    abort: bool = False,
+    no_interactive: bool = False,
 ) -> int:
     console = Console(env=env, verbose=verbose)
+    interactive = False if no_interactive else None
 
     def action() -> dict[str, Any]:
         from skippy.queue.prepare import Target, prepare, resume_session, triage_target
@@ -70,6 +73,7 @@ def prepare_main(
             )
         target = Target.latest() if latest else Target.at(sha) if sha else Target.pinned()
         settings = load(root, env)
+        resume = session_action(continue_=continue_, skip=skip, abort=abort)
         if resume:
             if chosen or triage or force:
                 raise SettingsError(
@@ -125,8 +129,9 @@ def pin_bump_main(
     allow_non_descendant: bool = False,
     newest_compatible: bool = False,
     as_json: bool = False,
+    verbose: bool = False,
 ) -> int:
-    console = Console(env=env)
+    console = Console(env=env, verbose=verbose)
 
     def action() -> dict[str, Any]:
         from skippy.flows.pinbump import pin_bump
@@ -150,8 +155,16 @@ def pin_bump_main(
     return guarded(action, console=console, as_json=as_json)
 
 
-def summary_main(env: Mapping[str, str], *, root: Path | None = None, old: str, new: str, as_json: bool = False) -> int:
-    console = Console(env=env)
+def summary_main(
+    env: Mapping[str, str],
+    *,
+    root: Path | None = None,
+    old: str,
+    new: str,
+    as_json: bool = False,
+    verbose: bool = False,
+) -> int:
+    console = Console(env=env, verbose=verbose)
 
     def action() -> dict[str, Any]:
         from skippy.flows.pinbump import run_summary
@@ -165,8 +178,10 @@ def summary_main(env: Mapping[str, str], *, root: Path | None = None, old: str, 
     return guarded(action, console=console, as_json=as_json)
 
 
-def bisect_main(env: Mapping[str, str], *, root: Path | None = None, to: str = "", as_json: bool = False) -> int:
-    console = Console(env=env)
+def bisect_main(
+    env: Mapping[str, str], *, root: Path | None = None, to: str = "", as_json: bool = False, verbose: bool = False
+) -> int:
+    console = Console(env=env, verbose=verbose)
 
     def action() -> dict[str, Any]:
         from skippy.flows.pinbump import run_bisect
@@ -179,15 +194,42 @@ def bisect_main(env: Mapping[str, str], *, root: Path | None = None, to: str = "
     return guarded(action, console=console, as_json=as_json)
 
 
-def session_action(*, continue_: bool, skip: bool, abort: bool) -> str:
-    chosen = [name for name, on in (("continue", continue_), ("skip", skip), ("abort", abort)) if on]
+def session_action(*, continue_: bool, skip: bool, abort: bool) -> Literal["continue", "skip", "abort", ""]:
+    flags: tuple[tuple[Literal["continue", "skip", "abort"], bool], ...] = (
+        ("continue", continue_),
+        ("skip", skip),
+        ("abort", abort),
+    )
+    chosen = [name for name, on in flags if on]
     if len(chosen) > 1:
-        raise SystemExit(f"error: choose one of --continue, --skip, --abort (got {', '.join(chosen)})")
+        raise SettingsError(
+            f"choose one of --continue, --skip, --abort (got {', '.join('--' + c for c in chosen)})",
+            untouched="everything: the stopped session is as it was",
+            next_step="invoke prepare --continue (or --skip, or --abort)",
+        )
     return chosen[0] if chosen else ""
 
 
-def status_main(env: Mapping[str, str], *, root: Path | None = None, as_json: bool = False) -> int:
-    console = Console(env=env)
+def triage_main(
+    env: Mapping[str, str],
+    *,
+    root: Path | None = None,
+    latest: bool = False,
+    sha: str = "",
+    offline: bool = False,
+    as_json: bool = False,
+    verbose: bool = False,
+) -> int:
+    """``invoke triage``: ``invoke prepare --triage`` under its own name."""
+    return prepare_main(
+        env, root=root, latest=latest, sha=sha, offline=offline, as_json=as_json, verbose=verbose, triage=True
+    )
+
+
+def status_main(
+    env: Mapping[str, str], *, root: Path | None = None, as_json: bool = False, verbose: bool = False
+) -> int:
+    console = Console(env=env, verbose=verbose)
 
     def action() -> dict[str, Any]:
         from skippy.queue.status import compute_status
