@@ -22,16 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from skippy.core.errors import SkippyError
+from skippy.core.errors import CIError
 
 #: nox's result strings (``nox.sessions.Status``) and what a CI job makes of them
 RAN_OK: Final = "success"
-
-
-class CIError(SkippyError):
-    """A CI job's check failed (a session skipped or missing, an unreadable report)."""
-
-    exit_code = 14
 
 
 @dataclass(frozen=True)

@@ -127,3 +127,9 @@ class BuildError(SkippyError):
 
 class SpotCheckFailed(SkippyError):
     exit_code = 13
+
+
+class CIError(SkippyError):
+    """A CI job's check failed (a session skipped or missing, an unreadable report)."""
+
+    exit_code = 14
