@@ -217,3 +217,32 @@ def render_table(options: Sequence[Option]) -> str:
         env = f" (default from `{o.env}`)" if o.env else ""
         lines.append(f"| `{name}` | {o.help}{env} |")
     return "\n".join(lines)
+
+
+#: the README block between these markers is made by :func:`readme_block`
+README_BEGIN: Final = "<!-- options: made from skippy/cli/options.py by `python -m skippy.cli.options README.md` -->"
+README_END: Final = "<!-- options: end -->"
+
+
+def readme_block() -> str:
+    """The README's option reference: one table per command, in the table's order."""
+    parts = [README_BEGIN]
+    for c in COMMANDS:
+        parts += ["", f"`invoke {c.name.replace('_', '-')}`: {c.help}", "", render_table(c.all_options)]
+    parts += ["", README_END]
+    return "\n".join(parts)
+
+
+def rewrite_readme(text: str) -> str:
+    """``text`` with its option block replaced by :func:`readme_block` (ValueError without the markers)."""
+    start = text.index(README_BEGIN)
+    end = text.index(README_END, start) + len(README_END)
+    return text[:start] + readme_block() + text[end:]
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    readme = Path(sys.argv[1])
+    readme.write_text(rewrite_readme(readme.read_text(encoding="utf-8")), encoding="utf-8")
