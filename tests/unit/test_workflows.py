@@ -184,6 +184,26 @@ def test_every_action_is_pinned_to_a_commit_with_its_version(path: Any) -> None:
         assert re.fullmatch(r"v\d+(\.\d+){0,2}", comment), f"{path.name}: {action} has no version comment"
 
 
+#: the first major release of each action that runs on node24 (hosted runners no longer provide node20)
+NODE24_SINCE = {
+    "actions/checkout": 5,
+    "actions/setup-python": 6,
+    "actions/cache": 5,
+    "actions/upload-artifact": 6,
+    "actions/download-artifact": 6,
+    "peter-evans/create-pull-request": 8,
+}
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_action_is_a_node24_release(path: Any) -> None:
+    for ref, comment in uses(path):
+        action = ref.partition("@")[0]
+        assert action in NODE24_SINCE, f"{path.name}: {action} is not known to run on node24; add it here once checked"
+        major = int(comment.removeprefix("v").split(".")[0])
+        assert major >= NODE24_SINCE[action], f"{path.name}: {action} {comment} declares node20"
+
+
 def test_one_version_per_action_across_the_workflows() -> None:
     pins: dict[str, set[str]] = {}
     for path in WORKFLOWS:
