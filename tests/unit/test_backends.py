@@ -81,3 +81,14 @@ def test_parse_backend() -> None:
     assert parse_backend("cpu") == "cpu"
     with pytest.raises(ValueError, match="known: cpu, metal, cuda, vulkan, rocm"):
         parse_backend("opencl")
+
+
+def test_gpu_backends_name_their_devices_and_artifact_markers() -> None:
+    for backend, entry in registry().items():
+        assert "ggml_backend_rpc_reg" in entry.artifact_markers, backend  # GGML_RPC=ON on every build
+        if entry.gpu:
+            assert entry.device_prefix, backend
+            assert any(m != "ggml_backend_rpc_reg" for m in entry.artifact_markers), backend
+        else:
+            assert entry.device_prefix is None
+    assert spec("rocm").artifact_markers[0] == "ggml_backend_cuda_reg"  # HIP registers under CUDA's names

@@ -194,6 +194,12 @@ class BackendSpec:
     table_defines: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: other ``[tool.skippy.build]`` keys its ``requested`` hook reads
     extra_table_keys: frozenset[str] = frozenset()
+    #: how llama.cpp names this backend's devices (``Vulkan0``, ``CUDA0``): the spot check's proof
+    #: that the model's layers went there; None for the CPU
+    device_prefix: str | None = None
+    #: symbols only a binary that contains the backend has (the artifact gate: a build that
+    #: silently fell back to CPU lacks them)
+    artifact_markers: tuple[str, ...] = ("ggml_backend_cpu_reg", "ggml_backend_rpc_reg")
 
     @property
     def session(self) -> str:

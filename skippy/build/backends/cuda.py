@@ -117,6 +117,8 @@ BACKEND: Final = _Cuda(
     host_requirement="needs Linux or Windows with the CUDA toolkit",
     gpu=True,
     spot_check_args=("-ngl", "99"),
+    device_prefix="CUDA",
+    artifact_markers=("ggml_backend_cuda_reg", "ggml_backend_rpc_reg"),
     table_defines=MappingProxyType({"cuda_architectures": "CMAKE_CUDA_ARCHITECTURES"}),
     extra_table_keys=frozenset({"cuda_fa_all_quants"}),
 )

@@ -24,4 +24,6 @@ BACKEND: Final = _Metal(
     host_requirement="needs macOS with Xcode command line tools",
     gpu=True,
     spot_check_args=("-ngl", "99"),
+    device_prefix="MTL",
+    artifact_markers=("ggml_backend_metal_reg", "ggml_backend_rpc_reg"),
 )

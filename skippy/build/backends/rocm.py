@@ -88,5 +88,8 @@ BACKEND: Final = _Rocm(
     host_requirement="needs Linux or Windows with ROCm",
     gpu=True,
     spot_check_args=("-ngl", "99"),
+    device_prefix="ROCm",
+    # the HIP backend registers under the CUDA names (no _hip_ symbol)
+    artifact_markers=("ggml_backend_cuda_reg", "ggml_backend_rpc_reg"),
     table_defines=MappingProxyType({"amdgpu_targets": "AMDGPU_TARGETS"}),
 )

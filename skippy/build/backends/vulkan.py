@@ -104,5 +104,7 @@ BACKEND: Final = _Vulkan(
         }
     ),
     spot_check_args=("-ngl", "99"),
+    device_prefix="Vulkan",
+    artifact_markers=("ggml_backend_vk_reg", "ggml_backend_rpc_reg"),
     table_defines=MappingProxyType({"vulkan_include_dir": "Vulkan_INCLUDE_DIR"}),
 )
