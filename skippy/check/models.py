@@ -333,3 +333,47 @@ def resolve_model(
 def model_refs(models: tuple[str, ...] | list[str], *, cwd: Path | None = None) -> list[ModelRef]:
     """Parse ``--model`` values; no values means the default model."""
     return [parse_model_ref(m, cwd=cwd) for m in (models or (DEFAULT_MODEL,))]
+
+
+# --- the chat template ----------------------------------------------------------
+
+#: llama-server's built-in template for a GGUF architecture whose file carries none
+#: (``--chat-template NAME``); without it the server falls back to ChatML, which a
+#: Gemma model answers with template tokens (``'Say OK<|im'``)
+BUILTIN_CHAT_TEMPLATES: Final[Mapping[str, str]] = {
+    "gemma": "gemma",
+    "gemma2": "gemma",
+    "gemma3": "gemma",
+    "gemma3n": "gemma",
+}
+
+
+@dataclass(frozen=True)
+class ChatFacts:
+    architecture: str | None
+    has_template: bool
+
+    def server_args(self) -> tuple[str, ...]:
+        """Extra llama-server arguments so the chat goes through the model's own template."""
+        builtin = BUILTIN_CHAT_TEMPLATES.get(self.architecture or "")
+        if self.has_template or builtin is None:
+            return ()
+        return ("--chat-template", builtin)
+
+    def describe(self) -> str:
+        args = self.server_args()
+        if self.has_template:
+            return "the GGUF's own chat template"
+        if args:
+            return f"llama-server's built-in {args[1]!r} template (the GGUF has none; architecture {self.architecture})"
+        return f"no chat template in the GGUF and no built-in for {self.architecture}: llama-server's ChatML fallback"
+
+
+def chat_facts(path: Path) -> ChatFacts:
+    """The architecture and whether the GGUF carries ``tokenizer.chat_template`` (header read only)."""
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    arch_field = reader.fields.get("general.architecture")
+    arch = str(arch_field.contents()) if arch_field is not None else None
+    return ChatFacts(architecture=arch, has_template="tokenizer.chat_template" in reader.fields)

@@ -272,3 +272,23 @@ def test_quantized_tiny_model_quantizes_matrices_only(quant: str, tmp_path: Path
     assert types_by_name["blk.0.attn_q_norm.weight"] == "F32"
     f32 = tinymodels.write_tiny_model("gemma3", tmp_path / "f.gguf")
     assert a.stat().st_size < f32.stat().st_size
+
+
+def test_chat_template_for_a_gguf_without_one() -> None:
+    from skippy.check.models import ChatFacts
+
+    gemma = ChatFacts(architecture="gemma3", has_template=False)
+    assert gemma.server_args() == ("--chat-template", "gemma")
+    assert "built-in 'gemma' template" in gemma.describe()
+    assert ChatFacts(architecture="gemma3", has_template=True).server_args() == ()
+    unknown = ChatFacts(architecture="mamba", has_template=False)
+    assert unknown.server_args() == ()
+    assert "ChatML fallback" in unknown.describe()
+
+
+def test_chat_facts_read_from_a_real_gguf(tmp_path: Path) -> None:
+    from skippy.check.models import chat_facts
+
+    facts = chat_facts(tinymodels.tiny_model("qwen2", tmp_path, "f32"))
+    assert facts.architecture == "qwen2"
+    assert facts.has_template  # the tiny models carry a ChatML template
