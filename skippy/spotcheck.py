@@ -408,8 +408,9 @@ class Server:
     """A background llama-server (or stand-in) with its log in a file.
 
     Started like every other subprocess (argument list, complete env, own
-    process group, no tty) through ``sh``, but in the background: the
-    project's :func:`skippy.proc.run` waits for its command to finish.
+    process group, no tty, tied to this process so that it dies with it) by
+    :func:`skippy.proc.spawn`, but left running: :func:`skippy.proc.run`
+    waits for its command to finish.
     """
 
     def __init__(self, argv: Sequence[str], *, env: Mapping[str, str], log_path: Path) -> None:
@@ -425,18 +426,8 @@ class Server:
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.started = time.monotonic()
-        self._running: Any = sh.Command(exe)(
-            *self.argv[1:],
-            _env=dict(env),
-            _out=self._log,
-            _err_to_out=True,
-            _bg=True,
-            _bg_exc=False,
-            _tty_out=False,
-            _new_session=True,
-            _ok_code=list(range(-64, 256)),
-            _return_cmd=True,
-        )
+        # own session, tied to this process: it dies with us even when we are SIGKILLed
+        self._running: Any = proc.spawn(exe, self.argv[1:], _env=dict(env), _out=self._log, _err_to_out=True)
         self.pid = int(self._running.pid)
         self.exit_code: int | None = None
         self.killed = False
@@ -472,6 +463,7 @@ class Server:
         # the leader may be gone while children linger: the group goes either way
         with contextlib.suppress(OSError):
             self._signal_group(signal.SIGKILL)
+        proc.release(self.pid)
         with contextlib.suppress(OSError):
             self._log.close()
         return self.exit_code if self.exit_code is not None else -1
