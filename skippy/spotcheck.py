@@ -36,7 +36,7 @@ from skippy.backends import SERVER_TARGET, Backend
 from skippy.errors import SettingsError, SkippyError, SpotCheckFailed
 from skippy.models import ModelRef, model_refs, resolve_model
 from skippy.settings import Settings
-from skippy.ui import Console
+from skippy.ui import Console, OptionParser
 
 HOST: Final = "127.0.0.1"
 PROMPT: Final = "Say OK"
@@ -760,7 +760,7 @@ def default_server(settings: Settings) -> Path:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="nox -s spot-check --", description=__doc__.splitlines()[0])
+    parser = OptionParser("nox -s spot-check --", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--model",
         action="append",
@@ -771,17 +771,18 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--server-arg", action="append", default=[], help="extra llama-server argument; repeatable")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument("-v", "--verbose", action="store_true")
-    return parser.parse_args(list(argv))
+    return parser.parse(argv)
 
 
 def main(argv: Sequence[str], *, env: Mapping[str, str], root: Path | None = None) -> int:
     """``nox -s spot-check -- [--model X ...] [--server PATH] [--json]``: returns the exit code."""
     from skippy.cli import guarded, load  # cli imports the library: import here, not at the top
 
-    args = parse_args(argv)
-    console = Console(env=env, verbose=args.verbose)
+    # a bad option is a SkippyError too: with --json it still gets its JSON report
+    console = Console(env=env, verbose="--verbose" in argv or "-v" in argv)
 
     def action() -> dict[str, Any]:
+        args = parse_args(argv)
         settings = load(root, env)
         server = args.server if args.server is not None else default_server(settings)
         if not server.is_absolute():
@@ -795,4 +796,4 @@ def main(argv: Sequence[str], *, env: Mapping[str, str], root: Path | None = Non
         )
         return report.as_dict()
 
-    return guarded(action, console=console, as_json=args.json)
+    return guarded(action, console=console, as_json="--json" in argv)
