@@ -295,17 +295,23 @@ def find_program(name: str, env: Mapping[str, str], extra_dirs: Iterable[Path] =
     return None
 
 
-def find_cuda_library(name: str, roots: Iterable[Path]) -> Path | None:
+#: where a system-installed CUDA toolkit puts its libraries (Debian/Ubuntu, Fedora, Arch)
+SYSTEM_LIBRARY_DIRS: tuple[Path, ...] = (
+    Path("/usr/lib/x86_64-linux-gnu"),
+    Path("/usr/lib/aarch64-linux-gnu"),
+    Path("/usr/lib64"),
+    Path("/usr/lib"),
+)
+
+
+def find_cuda_library(
+    name: str, roots: Iterable[Path], system_dirs: Iterable[Path] = SYSTEM_LIBRARY_DIRS
+) -> Path | None:
     """``lib<name>.so*`` or ``lib<name>_static.a`` under a CUDA root or the system library dirs."""
     dirs: list[Path] = []
     for root in roots:
         dirs += [root / "lib64", root / "lib", *sorted(root.glob("targets/*/lib"))]
-    dirs += [
-        Path("/usr/lib/x86_64-linux-gnu"),
-        Path("/usr/lib/aarch64-linux-gnu"),
-        Path("/usr/lib64"),
-        Path("/usr/lib"),
-    ]
+    dirs += system_dirs
     for directory in dirs:
         if not directory.is_dir():
             continue
@@ -363,12 +369,17 @@ def probe_toolchain(
     given: Mapping[str, str] | None = None,
     system: str | None = None,
     os_release: str | None = None,
+    library_dirs: Iterable[Path] = SYSTEM_LIBRARY_DIRS,
+    well_known_dirs: bool = True,
 ) -> Toolchain:
     """Find every tool ``backend`` needs on this machine, or raise ToolchainMissing.
 
     ``given`` holds the user's -D values (they win over detection: a given
     CMAKE_CUDA_ARCHITECTURES skips nvidia-smi, a given Vulkan_INCLUDE_DIR is
-    where the headers are looked for).
+    where the headers are looked for).  ``system``, ``os_release``,
+    ``library_dirs`` (where a system CUDA keeps cuBLAS) and ``well_known_dirs``
+    (also look in /usr/local/cuda, /opt/rocm and the system include dirs) describe
+    the host; tests pass their own to probe fake toolchains.
     """
     s = spec(backend)
     given = dict(given or {})
@@ -397,13 +408,14 @@ def probe_toolchain(
         tools.append(_require("xcrun", env, backend_spec=s, platform=plat))
     elif s.backend is Backend.CUDA:
         cuda_dirs = [Path(env[v]) / "bin" for v in ("CUDA_PATH", "CUDA_HOME") if env.get(v)]
-        cuda_dirs.append(Path("/usr/local/cuda/bin"))
+        if well_known_dirs:
+            cuda_dirs.append(Path("/usr/local/cuda/bin"))
         nvcc_name = env.get("CUDACXX") or "nvcc"
         nvcc = _require(nvcc_name, env, backend_spec=s, platform=plat, extra_dirs=cuda_dirs, label="nvcc")
         tools.append(nvcc)
         cuda_compiler = nvcc.path
         roots = [Path(os.path.realpath(nvcc.path)).parent.parent, *(d.parent for d in cuda_dirs)]
-        if not find_cuda_library("cublas", roots):
+        if not find_cuda_library("cublas", roots, library_dirs):
             raise _missing(s, "needs cuBLAS (libcublas) from the CUDA toolkit, which was not found", plat)
         if "CMAKE_CUDA_ARCHITECTURES" not in given:
             smi = find_program("nvidia-smi", env)
@@ -418,7 +430,8 @@ def probe_toolchain(
                 notes.append("no nvidia-smi: using the default CUDA architectures")
     elif s.backend is Backend.ROCM:
         rocm_dirs = [Path(env[v]) / "bin" for v in ("ROCM_PATH", "HIP_PATH") if env.get(v)]
-        rocm_dirs.append(Path("/opt/rocm/bin"))
+        if well_known_dirs:
+            rocm_dirs.append(Path("/opt/rocm/bin"))
         hipconfig = _require("hipconfig", env, backend_spec=s, platform=plat, extra_dirs=rocm_dirs)
         tools.append(hipconfig)
         clang_dir = first_line(proc.run([hipconfig.path, "-l"], env=env, check=False, timeout=60).stdout)
@@ -442,7 +455,9 @@ def probe_toolchain(
                 notes.append("no AMD GPU visible; using the default AMDGPU targets")
     elif s.backend is Backend.VULKAN:
         tools.append(_require("glslc", env, backend_spec=s, platform=plat))
-        system_dirs = [Path("/usr/include"), Path("/usr/local/include"), Path("/opt/homebrew/include")]
+        system_dirs = (
+            [Path("/usr/include"), Path("/usr/local/include"), Path("/opt/homebrew/include")] if well_known_dirs else []
+        )
         if env.get("VULKAN_SDK"):
             system_dirs.insert(0, Path(env["VULKAN_SDK"]) / "include")
         include_dirs: list[Path] = []
