@@ -27,7 +27,11 @@ from skippy.models import DEFAULT_MODEL, parse_model_ref, resolve_model
 from skippy.settings import Settings
 from skippy.testbed import LLAMA_CPP_PYTHON, LlamaTestbed, project_testbed
 from skippy.ui import Console
-from tests.e2e.needs import ENV_AT_START, cannot_run
+from tests.e2e.needs import (
+    ENV_AT_START,
+    cannot_run,
+    pytest_runtest_makereport,  # noqa: F401 - a hook, found by name: on CI a skip fails
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -61,3 +61,32 @@ def test_the_ci_variable_is_read_before_the_hermetic_seal_removes_it(
     result.stdout.fnmatch_lines(["*cannot run on CI (CI=true), and CI must not skip: no network*"])
     monkeypatch.setenv("CI", "false")
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(skipped=1)
+
+
+def test_on_ci_any_skip_in_the_tier_fails(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The conftest hook catches skips that did not go through cannot_run."""
+    pytester.makeconftest("from tests.e2e.needs import pytest_runtest_makereport as pytest_runtest_makereport\n")
+    pytester.makepyfile(
+        test_tier="""
+            import pytest
+
+            @pytest.mark.skipif(True, reason="no GPU")
+            def test_marked():
+                pass
+
+            def test_inline():
+                pytest.skip("not cached")
+
+            def test_runs():
+                pass
+        """
+    )
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("CI", "true")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA")
+    # a skipif is decided during setup: that one is reported as an error, which fails the run too
+    result.assert_outcomes(failed=1, errors=1, passed=1)
+    result.stdout.fnmatch_lines(["*skipped on CI (CI=true), and CI must not skip: no GPU*"])
+    result.stdout.fnmatch_lines(["*skipped on CI (CI=true), and CI must not skip: not cached"])
+    monkeypatch.setenv("CI", "false")
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(skipped=2, passed=1)
