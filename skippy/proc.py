@@ -147,8 +147,14 @@ class _Watchdog:
         self._owner = 0
 
     def _ensure(self) -> int | None:
-        if self._fd is not None and self._owner == os.getpid():
-            return self._fd
+        if self._fd is not None:
+            if self._owner == os.getpid():
+                return self._fd
+            # a forked copy of the parent: the pipe is the parent's (its supervisor must
+            # see it close when the parent goes), this process gets a supervisor of its own
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
         read_end, write_end = os.pipe()
         os.set_inheritable(read_end, True)
         try:
