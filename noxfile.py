@@ -29,8 +29,9 @@ def tests(session: nox.Session) -> None:
 
 
 # --- build sessions: see skippy.build.builder -------------------------------------
-# posargs: extra CMake args (-DNAME=VALUE), -jN, --skip-unavailable
-# (or SKIPPY_SKIP_UNAVAILABLE=1), --no-spot-check, --json, --verbose.
+# posargs (skippy.build.builder.session_parser): -DNAME=VALUE (the only arguments that
+# reach CMake), -jN, --skip-unavailable (or SKIPPY_SKIP_UNAVAILABLE=1),
+# --no-spot-check, --json, --verbose; anything else fails before any work.
 
 
 def _build(session: nox.Session, backend: str) -> None:

@@ -17,12 +17,14 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import json
 import re
 import shutil
 import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,9 +52,9 @@ from skippy.build.toolchain import (
     probe_toolchain,
 )
 from skippy.core import proc
-from skippy.core.errors import BuildError, CommandError, SkippyError, ToolchainMissing
+from skippy.core.errors import BuildError, CommandError, InternalError, Interrupted, SkippyError, ToolchainMissing
 from skippy.core.settings import Settings
-from skippy.core.ui import Console, print_json
+from skippy.core.ui import Console, OptionParser, print_json
 
 GENERATOR: Final = "Ninja"
 STAMP_NAME: Final = "skippy-build-stamp.json"
@@ -790,46 +792,69 @@ class SessionArgs:
     skip_unavailable: bool
     spot_check: bool
     jobs: int | None
+    #: the -D arguments, normalized to ``-DNAME[:TYPE]=VALUE``: the only ones that reach CMake
     cmake_args: tuple[str, ...]
+    as_json: bool = False
+    verbose: bool = False
 
 
-def parse_session_args(posargs: Sequence[str], env: Mapping[str, str]) -> SessionArgs:
-    """``nox -s build-cuda -- --skip-unavailable -j2 -DCMAKE_CUDA_ARCHITECTURES=86``."""
-    skip = env.get("SKIPPY_SKIP_UNAVAILABLE", "").lower() in ("1", "true", "yes")
-    spot = True
-    jobs: int | None = None
-    cmake: list[str] = []
-    args = list(posargs)
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--skip-unavailable":
-            skip = True
-        elif arg == "--no-spot-check":
-            spot = False
-        elif arg in ("-j", "--jobs") and i + 1 < len(args):
-            jobs = _positive(args[i + 1])
-            i += 1
-        elif re.fullmatch(r"-j\d+", arg):
-            jobs = _positive(arg[2:])
-        else:
-            cmake.append(arg)
-        i += 1
-    return SessionArgs(skip_unavailable=skip, spot_check=spot, jobs=jobs, cmake_args=tuple(cmake))
-
-
-def _positive(text: str) -> int:
+def _jobs(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise BuildError(
-            f"-j wants a positive number of jobs, got {text!r}",
-            untouched="everything",
-            next_step="pass e.g. -j2",
-        )
+        raise argparse.ArgumentTypeError(f"wants a positive number of jobs, got {text!r} (e.g. -j2)")
     return value
+
+
+def _define(text: str) -> str:
+    arg = "-D" + text
+    if not _DEFINE_ARG.match(arg):
+        raise argparse.ArgumentTypeError(f"wants NAME=VALUE or NAME:TYPE=VALUE, got {text!r}")
+    return arg
+
+
+def session_parser(backend: str = "<backend>") -> OptionParser:
+    """The options of ``nox -s build-<backend> -- ...``; anything else is an error."""
+    parser = OptionParser(f"nox -s build-{backend} --")
+    parser.add_argument(
+        "-D",
+        dest="cmake_args",
+        action="append",
+        default=[],
+        type=_define,
+        metavar="NAME[:TYPE]=VALUE",
+        help="a CMake cache value (overrides ours); the only arguments passed to CMake",
+    )
+    parser.add_argument("-j", "--jobs", type=_jobs, metavar="N", help="parallel build jobs")
+    parser.add_argument(
+        "--skip-unavailable",
+        action="store_true",
+        help="a backend this host cannot build shows as skipped (also SKIPPY_SKIP_UNAVAILABLE=1)",
+    )
+    parser.add_argument("--no-spot-check", action="store_true", help="build only: no spot check")
+    parser.add_argument("--json", action="store_true", help="one JSON report on stdout, also on failure")
+    parser.add_argument("--verbose", action="store_true", help="every command and step time")
+    return parser
+
+
+def parse_session_args(posargs: Sequence[str], env: Mapping[str, str], backend: str = "<backend>") -> SessionArgs:
+    """``nox -s build-cuda -- --skip-unavailable -j2 -DCMAKE_CUDA_ARCHITECTURES=86``.
+
+    Only ``-D`` values reach CMake; any other argument that is not an option of the
+    session raises SettingsError (before anything is probed, prepared or built).
+    """
+    ns = session_parser(backend).parse(posargs)
+    skip = env.get("SKIPPY_SKIP_UNAVAILABLE", "").lower() in ("1", "true", "yes")
+    return SessionArgs(
+        skip_unavailable=skip or ns.skip_unavailable,
+        spot_check=not ns.no_spot_check,
+        jobs=ns.jobs,
+        cmake_args=tuple(ns.cmake_args),
+        as_json=ns.json,
+        verbose=ns.verbose,
+    )
 
 
 @dataclass(frozen=True)
@@ -930,7 +955,7 @@ def run_build_session(
     nothing was built (the nox session must show it as skipped, not passed).
     """
     b = parse_backend(backend)
-    args = parse_session_args(posargs, settings.env)
+    args = parse_session_args(posargs, settings.env, b)
     options = BuildOptions(cmake_args=args.cmake_args, jobs=args.jobs)
     try:
         with console.step(f"probe the {b} toolchain"):
@@ -980,34 +1005,58 @@ def run_build_session(
     return SessionOutcome(backend=b, build=report, patched_sha=prepared.patched_sha)
 
 
+class SessionFn(Protocol):
+    def __call__(
+        self, backend: Backend | str, settings: Settings, console: Console, posargs: Sequence[str] = ()
+    ) -> SessionOutcome: ...
+
+
 def build_main(
     backend: str,
     env: Mapping[str, str],
     *,
     root: Path,
     args: Sequence[str] = (),
+    session_fn: SessionFn | None = None,
 ) -> tuple[int, str | None]:
     """``nox -s build-<backend>``: (exit code, skip reason). Errors are rendered here, once.
 
     A skip reason is returned only when the user asked to skip unavailable
     backends; the session must then call ``session.skip`` so it shows as
-    skipped, never as passed.
+    skipped, never as passed.  With ``--json`` every outcome prints one JSON
+    report on stdout: success, skip, a SkippyError, Ctrl-C, and an exception
+    skippy did not foresee (its traceback goes to stderr).  ``session_fn``
+    replaces :func:`run_build_session` (tests).
     """
+    session = session_fn or run_build_session
+    # known before parsing, so that even a bad option gets its JSON report
     as_json = "--json" in args
-    rest = [a for a in args if a != "--json"]
-    console = Console(env=env, verbose="--verbose" in rest)
-    rest = [a for a in rest if a != "--verbose"]
-    try:
-        settings = Settings.load(root, env)
-        outcome = run_build_session(backend, settings, console, rest)
-    except SkippyError as exc:
+    console = Console(env=env, verbose="--verbose" in args)
+
+    def failed(exc: SkippyError) -> tuple[int, None]:
         if as_json:
             print_json({"ok": False, **exc.as_dict()})
         console.error(exc.render())
         return exc.exit_code, None
+
+    try:
+        parse_session_args(args, env, backend)
+        settings = Settings.load(root, env)
+        outcome = session(backend, settings, console, args)
+    except SkippyError as exc:
+        return failed(exc)
     except KeyboardInterrupt:
-        console.error("interrupted: the next run reconfigures or resumes the build dir as needed")
-        return 130, None
+        return failed(
+            Interrupted(
+                "interrupted",
+                untouched="the source tree; the build dir is kept (the next run reconfigures or resumes it)",
+                next_step=f"rerun nox -s build-{backend}",
+            )
+        )
+    except Exception as exc:
+        # a bug, not a failure we foresaw: still one JSON report, and the traceback for the bug report
+        console.error(traceback.format_exc().rstrip())
+        return failed(InternalError(exc))
     if as_json:
         print_json({"ok": True, "skipped": outcome.skipped, "build": outcome.build and outcome.build.as_dict()})
     if outcome.skipped:

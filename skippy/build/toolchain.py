@@ -28,6 +28,14 @@ from skippy.core.settings import Settings
 #: directories never scanned when reading a tree's CMake files
 _SKIP_DIRS = frozenset({".git", "node_modules", "build", ".deps"})
 
+#: where a system-installed toolkit puts its libraries (Debian/Ubuntu, Fedora, Arch)
+SYSTEM_LIBRARY_DIRS: tuple[Path, ...] = (
+    Path("/usr/lib/x86_64-linux-gnu"),
+    Path("/usr/lib/aarch64-linux-gnu"),
+    Path("/usr/lib64"),
+    Path("/usr/lib"),
+)
+
 #: compiler caches we know how to drive, in the order "auto" tries them
 COMPILER_CACHES = ("sccache", "ccache")
 
@@ -285,12 +293,17 @@ def probe_toolchain(
     given: Mapping[str, str] | None = None,
     system: str | None = None,
     os_release: str | None = None,
+    library_dirs: tuple[Path, ...] = SYSTEM_LIBRARY_DIRS,
+    well_known_dirs: bool = True,
 ) -> Toolchain:
     """Find every tool ``backend`` needs on this machine, or raise ToolchainMissing.
 
     ``given`` holds the user's -D values (they win over detection: a given
     CMAKE_CUDA_ARCHITECTURES skips nvidia-smi, a given Vulkan_INCLUDE_DIR is
-    where the headers are looked for).
+    where the headers are looked for).  ``system``, ``os_release``,
+    ``library_dirs`` (where a system CUDA keeps cuBLAS) and ``well_known_dirs``
+    (also look in /usr/local/cuda, /opt/rocm and the system include dirs) describe
+    the host; tests pass their own to probe fake toolchains.
     """
     s = spec(backend)
     given = dict(given or {})
@@ -310,7 +323,16 @@ def probe_toolchain(
         _require(env.get("CC") or "cc", env, backend_spec=s, platform=plat, label="cc"),
         _require(env.get("CXX") or "c++", env, backend_spec=s, platform=plat, label="c++"),
     ]
-    found = s.probe(_Context(env=env, given=given, backend_spec=s, platform=plat))
+    found = s.probe(
+        _Context(
+            env=env,
+            given=given,
+            backend_spec=s,
+            platform=plat,
+            library_dirs=tuple(library_dirs),
+            well_known_dirs=well_known_dirs,
+        )
+    )
     tools += found.tools
 
     launcher = None
@@ -356,6 +378,8 @@ class _Context:
     given: Mapping[str, str]
     backend_spec: BackendSpec
     platform: Platform | None
+    library_dirs: tuple[Path, ...] = SYSTEM_LIBRARY_DIRS
+    well_known_dirs: bool = True
 
     def require(self, name: str, *, extra_dirs: tuple[Path, ...] = (), label: str | None = None) -> Tool:
         return _require(

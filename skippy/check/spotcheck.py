@@ -37,7 +37,7 @@ from skippy.check.models import ModelRef, model_refs, resolve_model
 from skippy.core import proc
 from skippy.core.errors import SettingsError, SkippyError, SpotCheckFailed
 from skippy.core.settings import Settings
-from skippy.core.ui import Console
+from skippy.core.ui import Console, OptionParser
 
 HOST: Final = "127.0.0.1"
 PROMPT: Final = "Say OK"
@@ -409,8 +409,9 @@ class Server:
     """A background llama-server (or stand-in) with its log in a file.
 
     Started like every other subprocess (argument list, complete env, own
-    process group, no tty) through ``sh``, but in the background: the
-    project's :func:`skippy.core.proc.run` waits for its command to finish.
+    process group, no tty, tied to this process so that it dies with it) by
+    :func:`skippy.core.proc.spawn`, but left running: :func:`skippy.core.proc.run`
+    waits for its command to finish.
     """
 
     def __init__(self, argv: Sequence[str], *, env: Mapping[str, str], log_path: Path) -> None:
@@ -426,18 +427,8 @@ class Server:
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.started = time.monotonic()
-        self._running: Any = sh.Command(exe)(
-            *self.argv[1:],
-            _env=dict(env),
-            _out=self._log,
-            _err_to_out=True,
-            _bg=True,
-            _bg_exc=False,
-            _tty_out=False,
-            _new_session=True,
-            _ok_code=list(range(-64, 256)),
-            _return_cmd=True,
-        )
+        # own session, tied to this process: it dies with us even when we are SIGKILLed
+        self._running: Any = proc.spawn(exe, self.argv[1:], _env=dict(env), _out=self._log, _err_to_out=True)
         self.pid = int(self._running.pid)
         self.exit_code: int | None = None
         self.killed = False
@@ -473,6 +464,7 @@ class Server:
         # the leader may be gone while children linger: the group goes either way
         with contextlib.suppress(OSError):
             self._signal_group(signal.SIGKILL)
+        proc.release(self.pid)
         with contextlib.suppress(OSError):
             self._log.close()
         return self.exit_code if self.exit_code is not None else -1
@@ -769,7 +761,7 @@ def default_server(settings: Settings) -> Path:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="nox -s spot-check --", description=__doc__.splitlines()[0])
+    parser = OptionParser("nox -s spot-check --", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--model",
         action="append",
@@ -780,17 +772,18 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--server-arg", action="append", default=[], help="extra llama-server argument; repeatable")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument("-v", "--verbose", action="store_true")
-    return parser.parse_args(list(argv))
+    return parser.parse(argv)
 
 
 def main(argv: Sequence[str], *, env: Mapping[str, str], root: Path | None = None) -> int:
     """``nox -s spot-check -- [--model X ...] [--server PATH] [--json]``: returns the exit code."""
     from skippy.cli.app import guarded, load  # cli imports the library: import here, not at the top
 
-    args = parse_args(argv)
-    console = Console(env=env, verbose=args.verbose)
+    # a bad option is a SkippyError too: with --json it still gets its JSON report
+    console = Console(env=env, verbose="--verbose" in argv or "-v" in argv)
 
     def action() -> dict[str, Any]:
+        args = parse_args(argv)
         settings = load(root, env)
         server = args.server if args.server is not None else default_server(settings)
         if not server.is_absolute():
@@ -804,4 +797,4 @@ def main(argv: Sequence[str], *, env: Mapping[str, str], root: Path | None = Non
         )
         return report.as_dict()
 
-    return guarded(action, console=console, as_json=args.json)
+    return guarded(action, console=console, as_json="--json" in argv)

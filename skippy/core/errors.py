@@ -133,3 +133,22 @@ class CIError(SkippyError):
     """A CI job's check failed (a session skipped or missing, an unreadable report)."""
 
     exit_code = 14
+
+
+class Interrupted(SkippyError):
+    """Ctrl-C (SIGINT): the shell's exit code for it."""
+
+    exit_code = 130
+
+
+class InternalError(SkippyError):
+    """An exception skippy did not foresee: a bug, reported with its traceback."""
+
+    exit_code = 70
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(
+            f"unexpected {type(exc).__name__}: {exc}",
+            untouched="unknown: this is a bug in skippy, not a failure it checks for",
+            next_step="report it with the traceback printed above",
+        )

@@ -5,19 +5,43 @@ optionally streamed line by line for long builds); failures raise
 :class:`~skippy.core.errors.CommandError` with the command, its exit code and the
 tail of its output.  On timeout or Ctrl-C the child gets SIGTERM, then SIGKILL
 after a grace period.
+
+No child outlives the process that started it, even when that process is
+SIGKILLed (nothing of its own runs then).  Two guards, both on by default
+where they exist (:data:`GUARDS`):
+
+* ``pdeathsig`` (Linux): every child asks the kernel for SIGKILL when its
+  parent dies (``prctl(PR_SET_PDEATHSIG)`` between fork and exec, then a
+  check that the parent did not die before that).  It reaches the child
+  itself, at once.
+* ``pipe`` (everywhere, the only one on macOS): one supervising process per
+  parent holds the read end of a pipe only the parent writes to, and the
+  process group of every running child; when the pipe closes (the parent
+  exited or was killed) it sends SIGTERM, then SIGKILL a second later, to the
+  groups still registered.  It also reaches what the child started in its
+  group (ninja's compilers, a server's helpers).
+
+A child that leaves its process group (its own ``setsid``) escapes the pipe
+guard.  The death signal belongs to the *thread* that forked: start
+long-lived children (:func:`spawn`) from a thread that lives as long as they
+should.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import os
 import shutil
 import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import sh
 
@@ -51,6 +75,161 @@ def which(program: str, env: Mapping[str, str]) -> str | None:
     if os.sep in program:
         return program if os.access(program, os.X_OK) else None
     return shutil.which(program, path=env.get("PATH", os.defpath))
+
+
+# --- no orphans -----------------------------------------------------------------------
+
+PR_SET_PDEATHSIG: Final = 1
+
+#: how children are tied to this process (see the module docstring)
+GUARDS: frozenset[str] = frozenset({"pdeathsig", "pipe"} if sys.platform.startswith("linux") else {"pipe"})
+
+
+@functools.cache
+def _load_prctl() -> Any:
+    """libc's prctl, loaded in the parent (never between fork and exec)."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+def _death_signal_hook() -> Callable[[], None]:
+    """A preexec hook: SIGKILL this child when the parent dies; the parent may already be gone."""
+    prctl = _load_prctl()
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # the parent died between fork and prctl: the signal will never come, so go now
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+_WATCHDOG_SOURCE: Final = r"""
+import os, signal, sys, time
+fd = int(sys.argv[1])
+groups = set()
+pending = b""
+while True:
+    try:
+        data = os.read(fd, 4096)
+    except InterruptedError:
+        continue
+    if not data:
+        break
+    pending += data
+    *lines, pending = pending.split(b"\n")
+    for line in lines:
+        if line[:1] == b"+":
+            groups.add(int(line[1:]))
+        elif line[:1] == b"-":
+            groups.discard(int(line[1:]))
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    for pgid in groups:
+        try:
+            os.killpg(pgid, sig)
+        except OSError:
+            pass
+    if sig == signal.SIGTERM and groups:
+        time.sleep(1.0)
+"""
+
+
+class _Watchdog:
+    """The supervising process of the "pipe" guard, started at the first child."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._owner = 0
+
+    def _ensure(self) -> int | None:
+        if self._fd is not None:
+            if self._owner == os.getpid():
+                return self._fd
+            # a forked copy of the parent: the pipe is the parent's (its supervisor must
+            # see it close when the parent goes), this process gets a supervisor of its own
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+        read_end, write_end = os.pipe()
+        os.set_inheritable(read_end, True)
+        try:
+            with Path(os.devnull).open("wb") as sink:
+                sh.Command(sys.executable)(
+                    "-c",
+                    _WATCHDOG_SOURCE,
+                    str(read_end),
+                    _pass_fds={read_end},
+                    _bg=True,
+                    _bg_exc=False,
+                    _tty_out=False,
+                    _new_session=True,
+                    _out=sink,
+                    _err=sink,
+                    _ok_code=_ALL_CODES,
+                )
+        except OSError:
+            os.close(write_end)
+            return None
+        finally:
+            os.close(read_end)
+        self._fd, self._owner = write_end, os.getpid()
+        return write_end
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            fd = self._ensure()
+            if fd is None:
+                return
+            with contextlib.suppress(OSError):
+                os.write(fd, line.encode() + b"\n")
+
+    def watch(self, pgid: int) -> None:
+        self._send(f"+{pgid}")
+
+    def release(self, pgid: int) -> None:
+        if self._fd is not None and self._owner == os.getpid():
+            self._send(f"-{pgid}")
+
+
+_watchdog = _Watchdog()
+
+
+def spawn(exe: str, args: Sequence[str], **options: Any) -> Any:
+    """Start ``exe`` in the background through ``sh``, in its own session, tied to this process.
+
+    ``options`` are ``sh`` special keyword arguments (``_env``, ``_out`` ...).  The
+    caller waits for the returned running command and then calls :func:`release`
+    with its pid.  The child's session (and process group) id is its pid.
+    """
+    guard: dict[str, Any] = {}
+    if "pdeathsig" in GUARDS:
+        guard["_preexec_fn"] = _death_signal_hook()
+    running = sh.Command(exe)(
+        *args,
+        **options,
+        **guard,
+        _bg=True,
+        _bg_exc=False,
+        _tty_out=False,
+        # own session and process group: timeouts and Ctrl-C stop the whole tree
+        _new_session=True,
+        _ok_code=_ALL_CODES,
+        _return_cmd=True,
+    )
+    if "pipe" in GUARDS:
+        _watchdog.watch(int(running.pid))
+    return running
+
+
+def release(pid: int) -> None:
+    """The child ``pid`` (and its process group) is done: the supervisor forgets it."""
+    if "pipe" in GUARDS:
+        _watchdog.release(pid)
 
 
 def run(
@@ -97,27 +276,52 @@ def run(
         return take
 
     started = time.monotonic()
-    command = sh.Command(exe)
     # Line callbacks cost sh a polling thread (~0.1 s a call): use them only
     # when the caller wants output as it arrives.
     streaming: dict[str, Any] = {}
     if on_line is not None:
         streaming = {"_out": sink(out), "_err": sink(err)}
-    running = command(
-        *args[1:],
+    running = spawn(
+        exe,
+        args[1:],
         _cwd=str(cwd) if cwd is not None else None,
         _env=dict(env),
         _in=input,
         **streaming,
-        _bg=True,
-        _bg_exc=False,
-        _tty_out=False,
-        # own process group: timeouts and Ctrl-C stop the whole tree
-        _new_session=True,
-        _ok_code=_ALL_CODES,
         _decode_errors="replace",
-        _return_cmd=True,
     )
+    try:
+        return _wait(
+            running,
+            args=args,
+            check=check,
+            timeout=timeout,
+            grace=grace,
+            on_line=on_line,
+            out=out,
+            err=err,
+            started=started,
+            what=what,
+            next_step=next_step,
+        )
+    finally:
+        release(int(running.pid))
+
+
+def _wait(
+    running: Any,
+    *,
+    args: tuple[str, ...],
+    check: bool,
+    timeout: float | None,
+    grace: float,
+    on_line: LineSink | None,
+    out: list[str],
+    err: list[str],
+    started: float,
+    what: str | None,
+    next_step: str | None,
+) -> Result:
     try:
         if timeout is None:
             running.wait()

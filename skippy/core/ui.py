@@ -5,14 +5,18 @@ GitHub Actions, plain lines elsewhere.  Human output goes to stderr so that
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import difflib
 import json
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
+
+from skippy.core.errors import SettingsError
 
 
 @dataclass
@@ -77,3 +81,46 @@ def print_json(report: Mapping[str, Any], stream: TextIO | None = None) -> None:
     out = stream if stream is not None else sys.stdout
     out.write(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
     out.flush()
+
+
+class OptionParser(argparse.ArgumentParser):
+    """argparse for the entry points' options, failing as skippy fails.
+
+    An unknown option, a missing or bad value: a :class:`~skippy.core.errors.SettingsError`
+    (so ``--json`` still gets its JSON report) naming the option, the closest valid
+    one and the list of valid options, raised before any work.  No abbreviations:
+    ``--no-spot`` is not ``--no-spot-check``.
+    """
+
+    def __init__(self, prog: str, *, description: str | None = None) -> None:
+        super().__init__(prog=prog, description=description, allow_abbrev=False)
+
+    def valid_options(self) -> list[str]:
+        lines = []
+        for action in self._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS:
+                continue
+            names = ", ".join(action.option_strings)
+            if action.nargs != 0:
+                names += f" {action.metavar or action.dest.upper()}"
+            lines.append(f"{names}: {action.help}" if action.help else names)
+        return lines
+
+    def parse(self, argv: Sequence[str]) -> argparse.Namespace:
+        namespace, unknown = self.parse_known_args(list(argv))
+        if unknown:
+            known = [name for action in self._actions for name in action.option_strings]
+            first = unknown[0]
+            close = difflib.get_close_matches(first.split("=", 1)[0], known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            what = "unknown option" if first.startswith("-") else "unexpected argument"
+            self.error(f"{what} {first}{hint}" + (f"; also {' '.join(unknown[1:])}" if unknown[1:] else ""))
+        return namespace
+
+    def error(self, message: str) -> NoReturn:
+        raise SettingsError(
+            f"{self.prog}: {message}",
+            untouched="everything: nothing was started",
+            next_step=f"use one of the valid options ({self.prog} --help)",
+            details="valid options:\n" + "\n".join("  " + line for line in self.valid_options()),
+        )

@@ -2,6 +2,7 @@
 server for the CPU, spot-check them on the real model; then the up-to-date
 rebuild configures nothing and compiles nothing.
 
+The build itself is the session fixture ``cpu_build`` (tests/e2e/conftest.py).
 The first run on a machine takes about 7 minutes on 2 cores (the build dir
 under build_root and the compiler cache under cache_dir make later runs
 fast, exactly as for ``nox -s build-cpu``).
@@ -10,39 +11,29 @@ fast, exactly as for ``nox -s build-cpu``).
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import parse_cmake_cache, read_stamp, run_build_session
+from skippy.build.builder import BuildReport, parse_cmake_cache, read_stamp, run_build_session
 from skippy.core import proc
-from skippy.core.errors import NetworkError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-@pytest.fixture
-def project() -> Settings:
-    # the environment a maintainer runs nox in (package index settings for
-    # the first fetch of the sources and the model)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    return Settings.load(ROOT, env)
-
-
-def test_build_cpu_builds_and_spot_checks_the_pinned_tree(project: Settings) -> None:
+def test_build_cpu_builds_and_spot_checks_the_pinned_tree(
+    project_settings: Settings, cpu_build: BuildReport, default_model: Path
+) -> None:
+    """The whole session, as ``nox -s build-cpu`` runs it: probe, prepare, build, spot check."""
+    project = project_settings
     stream = io.StringIO()
-    try:
-        outcome = run_build_session("cpu", project, Console(env={}, stream=stream))
-    except NetworkError as exc:  # only the first fetch needs the package index
-        pytest.skip(f"cannot fetch the pinned sources: {exc.what}")
+    outcome = run_build_session("cpu", project, Console(env={}, stream=stream))
     assert outcome.skipped is None
     report = outcome.build
     assert report is not None
+    assert report.build_dir == cpu_build.build_dir
     assert set(report.binaries) == {"llama-server", "ggml-rpc-server"}
     for binary in report.binaries.values():
         assert binary.is_file()
@@ -58,16 +49,13 @@ def test_build_cpu_builds_and_spot_checks_the_pinned_tree(project: Settings) -> 
     assert not report.build_dir.is_relative_to(project.workdir)
     version = proc.run([report.binaries["llama-server"], "--version"], env=project.env, check=False)
     assert "version" in (version.stdout + version.stderr)
+    assert "==> spot check " in stream.getvalue(), "the session ran its spot check"
 
 
-def test_up_to_date_build_configures_and_compiles_nothing(project: Settings) -> None:
-    console = Console(env={}, stream=io.StringIO())
-    try:
-        run_build_session("cpu", project, console, ["--no-spot-check"])
-    except NetworkError as exc:
-        pytest.skip(f"cannot fetch the pinned sources: {exc.what}")
-    again = run_build_session("cpu", project, console, ["--no-spot-check"])
+def test_up_to_date_build_configures_and_compiles_nothing(project_settings: Settings, cpu_build: BuildReport) -> None:
+    again = run_build_session("cpu", project_settings, Console(env={}, stream=io.StringIO()), ["--no-spot-check"])
     assert again.build is not None
+    assert again.build.build_dir == cpu_build.build_dir
     assert not again.build.configured
     assert again.build.configure_reason == "up to date"
     assert again.build.compiled == 0

@@ -1,8 +1,8 @@
 """skippy's own queue on the pinned llama.cpp (upstream 4df29be4, from its source archive).
 
 The patched commit SHA is pinned here: the same pin and queue must give it on
-every machine.  The build tests use the project's CPU build (made by
-tests/e2e/test_build_cpu.py, which runs first, or by `nox -s build-cpu`).
+every machine.  The build tests use the project's CPU build, the session
+fixture ``cpu_build`` (tests/e2e/conftest.py), made when it does not exist.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.spotcheck import Provenance, default_server, spot_check
+from skippy.build.builder import BuildReport
+from skippy.check.spotcheck import Provenance, spot_check
 from skippy.core import proc
 from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings
@@ -50,7 +51,7 @@ def quiet() -> Console:
     return Console(env={}, stream=io.StringIO())
 
 
-def test_fresh_prepare_gives_the_pinned_patched_sha(tmp_path: Path) -> None:
+def test_fresh_prepare_gives_the_pinned_patched_sha(tmp_path: Path, pinned_sdist: Path) -> None:
     settings = fresh(tmp_path)
     report = prepare(settings, Target.pinned(), console=quiet(), offline=True, interactive=False)
     assert report.upstream_sha == PIN
@@ -59,16 +60,9 @@ def test_fresh_prepare_gives_the_pinned_patched_sha(tmp_path: Path) -> None:
     assert report.queue_digest == load_queue(settings.patch_dir).digest
 
 
-def test_check_passes_on_the_shipped_queue(tmp_path: Path) -> None:
+def test_check_passes_on_the_shipped_queue(tmp_path: Path, pinned_sdist: Path) -> None:
     report = run_check(fresh(tmp_path), console=quiet(), offline=True)
     assert report.ok, report.as_dict()
-
-
-def _build_dir() -> Path:
-    try:
-        return default_server(project()).parent.parent
-    except SpotCheckFailed:
-        pytest.skip("no CPU build yet: run nox -s build-cpu (tests/e2e/test_build_cpu.py makes one)")
 
 
 def _provenance() -> Provenance:
@@ -77,8 +71,8 @@ def _provenance() -> Provenance:
     return Provenance(stamp.upstream_sha, stamp.queue_digest)
 
 
-def test_build_reports_its_provenance_and_other_digests_are_refused() -> None:
-    build = _build_dir()
+def test_build_reports_its_provenance_and_other_digests_are_refused(cpu_build: BuildReport) -> None:
+    build = cpu_build.build_dir
     server = build / "bin" / "llama-server"
     expected = _provenance()
     version = proc.run([server, "--version"], env=_env(), check=False)
@@ -94,8 +88,8 @@ def test_build_reports_its_provenance_and_other_digests_are_refused() -> None:
 
 
 @pytest.mark.parametrize("family", ["gemma3", "llama", "qwen2"])
-def test_generated_families_reach_the_trace_point(family: str) -> None:
-    server = _build_dir() / "bin" / "llama-server"
+def test_generated_families_reach_the_trace_point(family: str, cpu_server: Path) -> None:
+    server = cpu_server
     env = {"LLAMA_SKIPPY_TRACE": "1"}
     report = spot_check(project(), server, [f"tiny:{family}"], console=quiet(), server_env=env)
     (result,) = report.results
@@ -105,16 +99,16 @@ def test_generated_families_reach_the_trace_point(family: str) -> None:
     assert f"skippy: graph family={family} arch={family} nodes=" in log
 
 
-def test_trace_point_is_off_by_default() -> None:
-    server = _build_dir() / "bin" / "llama-server"
+def test_trace_point_is_off_by_default(cpu_server: Path) -> None:
+    server = cpu_server
     report = spot_check(project(), server, ["tiny:llama"], console=quiet())
     (result,) = report.results
     assert result.log_path is not None
     assert "skippy: graph" not in Path(result.log_path).read_text(encoding="utf-8", errors="replace")
 
 
-def test_gemma3_sliding_window_override_and_family_test() -> None:
-    build = _build_dir()
+def test_gemma3_sliding_window_override_and_family_test(cpu_build: BuildReport) -> None:
+    build = cpu_build.build_dir
     report = spot_check(
         project(),
         build / "bin" / "llama-server",

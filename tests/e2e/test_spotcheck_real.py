@@ -1,6 +1,7 @@
 """The spot check on the project's own llama-server build: the real Gemma 3 270M and the tiny models.
 
-Skips (with the command to run) only while no build exists under build_root.
+The build is the session fixture ``cpu_server`` (tests/e2e/conftest.py): made
+here when it does not exist yet, never skipped for want of one.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from skippy.check import tinymodels
-from skippy.check.spotcheck import ModelCheckFailed, Provenance, default_server, port_is_free, spot_check
+from skippy.check.spotcheck import ModelCheckFailed, Provenance, port_is_free, spot_check
 from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -30,11 +31,8 @@ def project() -> Settings:
 
 
 @pytest.fixture
-def server(project: Settings) -> Path:
-    try:
-        return default_server(project)
-    except SpotCheckFailed:
-        pytest.skip(f"no llama-server build under {project.relative(project.build_root)} yet: run nox -s build-cpu")
+def server(cpu_server: Path) -> Path:
+    return cpu_server
 
 
 def _assert_stopped(report_port: int | None) -> None:
@@ -42,7 +40,7 @@ def _assert_stopped(report_port: int | None) -> None:
     assert port_is_free(report_port), "llama-server's port is still bound after the spot check"
 
 
-def test_default_model_is_real_gemma_and_answers(project: Settings, server: Path) -> None:
+def test_default_model_is_real_gemma_and_answers(project: Settings, server: Path, default_model: Path) -> None:
     report = spot_check(project, server, console=Console(env={}))
     (result,) = report.results
     assert result.model == "gemma3-270m"

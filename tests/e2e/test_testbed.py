@@ -84,13 +84,10 @@ def test_commits_are_deterministic_and_cached_by_digest(testbed: LlamaTestbed) -
     assert not [p for p in testbed.path.parent.iterdir() if p.name.startswith(".build-")]
 
 
-def test_the_archive_tree_is_the_real_upstream_tree(testbed: LlamaTestbed, tmp_path: Path) -> None:
+def test_the_archive_tree_is_the_real_upstream_tree(testbed: LlamaTestbed, pinned_sdist: Path, tmp_path: Path) -> None:
     """The 0.3.35 sdist ships the vendored commit's own git objects: our tree must equal its tree."""
     source = LLAMA_CPP_PYTHON[1]
-    cache = testbed.path.parent.parent / "archives"
-    archive = archives.cache_path(cache, source.sha256)
-    if not archive.is_file():
-        pytest.skip(f"the sdist is not in the shared download cache {cache}")
+    archive = pinned_sdist
     prefix = f"{source.top}/.git/modules/vendor/llama.cpp/objects/"
     env = {"PATH": os.environ.get("PATH", os.defpath)}
     real = Repo(tmp_path / "real.git", env=env)

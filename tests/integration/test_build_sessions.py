@@ -3,14 +3,22 @@ or shows as *skipped* when asked; never as passed."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from skippy.build.backends import Backend
+from skippy.build.builder import SessionFn, build_main
 from skippy.core import proc
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from tests.conftest import Project
 
 pytestmark = pytest.mark.integration
 
@@ -59,3 +67,66 @@ def test_sessions_are_listed_with_tags() -> None:
     for backend in ("cpu", "metal", "cuda", "vulkan", "rocm"):
         assert f"build-{backend} [build" in result.stdout
     assert "build-cuda [build,gpu]" in result.stdout
+
+
+def json_report(stdout: str) -> dict[str, object]:
+    report = json.loads(stdout)
+    assert isinstance(report, dict)
+    return report
+
+
+def test_an_unknown_option_fails_before_any_work_and_json_says_so() -> None:
+    """`--no-spotcheck` (a typo) used to reach CMake after prepare had run."""
+    result = nox("-s", "build-cpu", "--", "--no-spotcheck", "-DGGML_RPC=ON", "--json")
+    assert result.returncode != 0
+    report = json_report(result.stdout)
+    assert (report["ok"], report["error"], report["exit_code"]) == (False, "SettingsError", 2)
+    assert report["what"] == "nox -s build-cpu --: unknown option --no-spotcheck (did you mean --no-spot-check?)"
+    assert "--no-spot-check" in str(report["details"])
+    assert "-D NAME[:TYPE]=VALUE" in str(report["details"])
+    # the session stopped before its first step
+    assert "probe the cpu toolchain" not in result.stderr
+    assert "unknown option --no-spotcheck" in result.stderr
+
+
+def test_a_backend_that_cannot_build_gives_json_too() -> None:
+    result = nox("-s", "build-metal", "--", "--json")
+    assert result.returncode != 0
+    report = json_report(result.stdout)
+    assert (report["ok"], report["error"]) == (False, "ToolchainMissing")
+    assert "needs macOS" in str(report["what"])
+
+
+def test_an_unknown_option_touches_no_checkout(project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    code, skipped = build_main("cpu", project.env, root=project.root, args=["-DA=1", "cmake-arg", "--json"])
+    assert (code, skipped) == (2, None)
+    report = json_report(capsys.readouterr().out)
+    assert report["what"] == "nox -s build-cpu --: unexpected argument cmake-arg"
+    assert not project.workdir.exists(), "nothing may be prepared before the options are checked"
+
+
+def _interrupted(backend: Backend | str, settings: Settings, console: Console, posargs: Sequence[str] = ()) -> Any:
+    raise KeyboardInterrupt
+
+
+def _broken(backend: Backend | str, settings: Settings, console: Console, posargs: Sequence[str] = ()) -> Any:
+    raise RuntimeError("a bug")
+
+
+@pytest.mark.parametrize(
+    ("session_fn", "expected"),
+    [
+        (_interrupted, (130, "Interrupted", "interrupted")),
+        (_broken, (70, "InternalError", "unexpected RuntimeError: a bug")),
+    ],
+)
+def test_json_on_interrupts_and_unforeseen_exceptions(
+    project: Project, capsys: pytest.CaptureFixture[str], session_fn: SessionFn, expected: tuple[int, str, str]
+) -> None:
+    code, error, what = expected
+    assert build_main("cpu", project.env, root=project.root, args=["--json"], session_fn=session_fn) == (code, None)
+    out, err = capsys.readouterr()
+    report = json_report(out)
+    assert (report["ok"], report["error"], report["exit_code"], report["what"]) == (False, error, code, what)
+    if error == "InternalError":
+        assert "Traceback" in err and "RuntimeError: a bug" in err

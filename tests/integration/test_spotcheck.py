@@ -316,6 +316,20 @@ def test_cli_failure_exit_code_and_json_carries_the_report(rig: Rig, capsys: pyt
     assert "GGML_ASSERT" in captured.err
 
 
+def test_cli_unknown_option_fails_with_json_before_starting_anything(
+    rig: Rig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _project(rig)
+    env = {"PATH": os.defpath, **rig.env()}
+    code = main(["--model", str(rig.model), "--modle", "x", "--json"], env=env, root=rig.root)
+    assert code == 2
+    out = json.loads(capsys.readouterr().out)
+    assert (out["ok"], out["error"]) == (False, "SettingsError")
+    assert out["what"] == "nox -s spot-check --: unknown option --modle (did you mean --model?); also x"
+    assert "--server-arg" in out["details"]
+    assert not rig.state.exists(), "no server may start"
+
+
 def test_children_of_a_crashed_server_are_stopped_too(rig: Rig) -> None:
     with pytest.raises(ModelCheckFailed):
         spot_check(

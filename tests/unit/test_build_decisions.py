@@ -41,7 +41,7 @@ from skippy.build.toolchain import (
     parse_rpc_target,
     probe_toolchain,
 )
-from skippy.core.errors import BuildError, ToolchainMissing
+from skippy.core.errors import SettingsError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 
@@ -206,8 +206,35 @@ def test_session_args() -> None:
     b = parse_session_args(["--jobs", "4"], {"SKIPPY_SKIP_UNAVAILABLE": "1"})
     assert (b.skip_unavailable, b.spot_check, b.jobs, b.cmake_args) == (True, True, 4, ())
     assert not parse_session_args([], {"SKIPPY_SKIP_UNAVAILABLE": "0"}).skip_unavailable
-    with pytest.raises(BuildError):
-        parse_session_args(["-j", "zero"], {})
+    c = parse_session_args(["-D", "A=1", "-DB:STRING=two words", "--json", "--verbose", "-j", "3"], {})
+    assert (c.cmake_args, c.as_json, c.verbose, c.jobs) == (("-DA=1", "-DB:STRING=two words"), True, True, 3)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--no-spotcheck"], "unknown option --no-spotcheck (did you mean --no-spot-check?)"),
+        (["-DGGML_RPC=ON", "--fresh"], "unknown option --fresh"),
+        (["-G", "Ninja"], "unknown option -G"),
+        (["Release"], "unexpected argument Release"),
+        (["--no-spot"], "unknown option --no-spot (did you mean --no-spot-check?)"),
+        (["-j", "zero"], "positive number of jobs, got 'zero'"),
+        (["-j0"], "positive number of jobs, got '0'"),
+        (["-DNOVALUE"], "wants NAME=VALUE or NAME:TYPE=VALUE, got 'NOVALUE'"),
+        (["-D"], "expected one argument"),
+    ],
+)
+def test_session_args_refuse_what_is_not_an_option(args: list[str], message: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        parse_session_args(args, {}, "cpu")
+    err = info.value
+    assert err.what.startswith("nox -s build-cpu --: ")
+    assert message in err.what
+    assert err.untouched == "everything: nothing was started"
+    # the valid options are listed
+    assert err.details is not None
+    for option in ("-D NAME[:TYPE]=VALUE", "-j, --jobs N", "--skip-unavailable", "--no-spot-check", "--json"):
+        assert option in err.details
 
 
 def test_metal_on_linux_is_refused_with_a_clear_message(tmp_path: Path) -> None:

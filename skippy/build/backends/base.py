@@ -127,6 +127,16 @@ class ProbeContext(Protocol):
         """The user's -D values (they win over detection)."""
         ...
 
+    @property
+    def library_dirs(self) -> tuple[Path, ...]:
+        """Where a system-installed toolkit keeps its libraries (tests pass their own)."""
+        ...
+
+    @property
+    def well_known_dirs(self) -> bool:
+        """Also look in the usual install places (/usr/local/cuda, /opt/rocm, /usr/include ...)."""
+        ...
+
     def require(self, name: str, *, extra_dirs: tuple[Path, ...] = (), label: str | None = None) -> Tool:
         """The program on PATH (or in ``extra_dirs``) with its version, or ToolchainMissing."""
         ...

@@ -57,10 +57,11 @@ class _Cuda(BackendSpec):
     def probe(self, ctx: ProbeContext) -> Found:
         env = ctx.env
         cuda_dirs = [Path(env[v]) / "bin" for v in ("CUDA_PATH", "CUDA_HOME") if env.get(v)]
-        cuda_dirs.append(Path("/usr/local/cuda/bin"))
+        if ctx.well_known_dirs:
+            cuda_dirs.append(Path("/usr/local/cuda/bin"))
         nvcc = ctx.require(env.get("CUDACXX") or "nvcc", extra_dirs=tuple(cuda_dirs), label="nvcc")
         roots = [Path(os.path.realpath(nvcc.path)).parent.parent, *(d.parent for d in cuda_dirs)]
-        if not find_cuda_library("cublas", roots):
+        if not find_cuda_library("cublas", roots, ctx.library_dirs):
             raise ctx.missing("needs cuBLAS (libcublas) from the CUDA toolkit, which was not found")
         facts = {"cuda_compiler": nvcc.path}
         notes: list[str] = []

@@ -33,7 +33,8 @@ class _Rocm(BackendSpec):
     def probe(self, ctx: ProbeContext) -> Found:
         env = ctx.env
         rocm_dirs = [Path(env[v]) / "bin" for v in ("ROCM_PATH", "HIP_PATH") if env.get(v)]
-        rocm_dirs.append(Path("/opt/rocm/bin"))
+        if ctx.well_known_dirs:
+            rocm_dirs.append(Path("/opt/rocm/bin"))
         hipconfig = ctx.require("hipconfig", extra_dirs=tuple(rocm_dirs))
         clang_dir = _first_line(ctx.output((hipconfig.path, "-l")))
         hip_path = _first_line(ctx.output((hipconfig.path, "--path")))

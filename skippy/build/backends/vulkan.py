@@ -45,7 +45,11 @@ def tree_needs(source_dir: Path) -> frozenset[str]:
 class _Vulkan(BackendSpec):
     def probe(self, ctx: ProbeContext) -> Found:
         glslc = ctx.require("glslc")
-        system_dirs = [Path("/usr/include"), Path("/usr/local/include"), Path("/opt/homebrew/include")]
+        system_dirs = (
+            [Path("/usr/include"), Path("/usr/local/include"), Path("/opt/homebrew/include")]
+            if ctx.well_known_dirs
+            else []
+        )
         if ctx.env.get("VULKAN_SDK"):
             system_dirs.insert(0, Path(ctx.env["VULKAN_SDK"]) / "include")
         given_dir = ctx.given.get("Vulkan_INCLUDE_DIR")
