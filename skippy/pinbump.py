@@ -287,8 +287,30 @@ def _default_parity(settings: Settings, console: Console, repo: Repo, base: str,
     return report.as_dict()
 
 
+def pin_text(old: str, sha: str) -> str:
+    """The pin file ``old`` with its SHA line replaced by ``sha``: comment lines (``#``, as
+    :func:`skippy.prepare.read_pin` reads them), blank lines, indentation and line endings stay."""
+    lines = old.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        body = line.rstrip("\r\n")
+        if line.startswith("#") or not body.strip():
+            continue
+        indent = body[: len(body) - len(body.lstrip())]
+        lines[i] = indent + sha + line[len(body) :]
+        return "".join(lines)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    return "".join(lines) + sha + "\n"
+
+
 def write_pin_atomic(path: Path, sha: str) -> None:
-    wd.write_text_atomic(path, sha + "\n")
+    """Write ``sha`` into the pin file atomically, keeping its comments and mode (through a link)."""
+    target = path.resolve() if path.is_symlink() else path
+    try:
+        old = target.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        old = ""
+    wd.write_text_atomic(target, pin_text(old, sha))
 
 
 def pin_bump(
