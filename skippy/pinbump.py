@@ -12,13 +12,13 @@ audit, then writes the new pin atomically and prints the summary.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from skippy import workdir as wd
+from skippy.archives import owned_scratch
 from skippy.errors import ConflictError, SettingsError, SkippyError
 from skippy.git import Repo
 from skippy.prepare import PrepareReport, Target, prepare, read_pin, resolve_target
@@ -208,10 +208,8 @@ def run_bisect(settings: Settings, *, to: str | None, console: Console) -> Bisec
     _pin, pin_base = _upstream_pin(settings, repo, console)
     _up, target, _src = resolve_target(settings, repo, _target(to), console=console)
     queue = load_queue(settings.patch_dir)
-    scratch_root = settings.cache_dir / "tmp"
-    scratch_root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="bisect-", dir=scratch_root) as tmp:
-        return bisect_queue(repo, queue, pin_base, target, scratch=Path(tmp))
+    with owned_scratch(settings.cache_dir / "tmp", "bisect-") as tmp:
+        return bisect_queue(repo, queue, pin_base, target, scratch=tmp)
 
 
 def run_summary(settings: Settings, old: str, new: str, *, console: Console) -> Summary:
@@ -331,10 +329,8 @@ def pin_bump(
     notes: list[str] = []
     queue = load_queue(settings.patch_dir)
     if newest_compatible:
-        scratch_root = settings.cache_dir / "tmp"
-        scratch_root.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="bisect-", dir=scratch_root) as tmp:
-            found = bisect_queue(repo, queue, old_base, new_base, scratch=Path(tmp))
+        with owned_scratch(settings.cache_dir / "tmp", "bisect-") as tmp:
+            found = bisect_queue(repo, queue, old_base, new_base, scratch=tmp)
         console.info(found.render())
         new_pin = new_base = found.newest_compatible
         notes.append(f"newest compatible upstream commit: {new_pin[:12]}")
@@ -355,10 +351,8 @@ def pin_bump(
         prepared = prepare(settings, target, console=console, interactive=False)
     except ConflictError as exc:
         if repo.is_ancestor(old_base, new_base):
-            scratch_root = settings.cache_dir / "tmp"
-            scratch_root.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(prefix="bisect-", dir=scratch_root) as tmp:
-                found = bisect_queue(repo, queue, old_base, new_base, scratch=Path(tmp))
+            with owned_scratch(settings.cache_dir / "tmp", "bisect-") as tmp:
+                found = bisect_queue(repo, queue, old_base, new_base, scratch=tmp)
             exc.details = (exc.details or "") + "\n\n" + found.render()
             exc.next_step = (
                 f"refresh the patches named above, or bump to the newest compatible commit "

@@ -37,7 +37,6 @@ import errno
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -264,14 +263,11 @@ def _check_range(repo: Repo, lower: str, upper: str, what: str) -> None:
         )
 
 
-@contextlib.contextmanager
-def _scratch(settings: Settings) -> Iterator[Path]:
-    path = settings.cache_dir / "tmp" / f"regenerate-{uuid.uuid4().hex[:8]}"
-    path.mkdir(parents=True)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def _scratch(settings: Settings) -> contextlib.AbstractContextManager[Path]:
+    """A scratch folder of this run (what a killed run left there is removed by the next one)."""
+    from skippy.archives import owned_scratch
+
+    return owned_scratch(settings.cache_dir / "tmp", "regenerate-")
 
 
 def regenerate(
