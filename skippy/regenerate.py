@@ -45,7 +45,7 @@ from skippy import rangediff
 from skippy import workdir as wd
 from skippy.errors import CommandError, DirtyWorkdirError, QueueError, SettingsError, SkippyError, WorkdirError
 from skippy.git import Repo
-from skippy.queue import Lane, load_queue
+from skippy.queue import Lane, load_queue, unknown_entries
 from skippy.replay import Store, export_range, pinned_store, replay, sub_queue
 from skippy.settings import Settings
 from skippy.ui import Console
@@ -281,6 +281,15 @@ def regenerate(
 ) -> RegenerateReport:
     patch_dir = settings.patch_dir
     rerun = f"invoke regenerate --core-head {core_head} --model-support-head {model_support_head}"
+    strays = unknown_entries(patch_dir) if patch_dir.is_dir() else []
+    if strays:
+        raise QueueError(
+            f"the patch dir {settings.relative(patch_dir)} holds {len(strays)} "
+            f"{'entry that belongs' if len(strays) == 1 else 'entries that belong'} to no lane",
+            details="\n".join(v.render(patch_dir) for v in strays),
+            untouched="everything: the queue was not changed",
+            next_step=f"rename or move the entries named above, then re-run `{rerun}`",
+        )
     try:
         old_items = loose_items(patch_dir)
         with pinned_store(settings, console=console, checkout=checkout, offline=offline) as store:

@@ -238,3 +238,19 @@ def test_a_conflict_session_in_progress_is_refused(project: Project) -> None:
         regenerate(settings, core_head="core", model_support_head="models", console=QUIET)
     assert "a merge in progress" in info.value.what
     assert snapshot(real) == before
+
+
+def test_a_stray_entry_in_the_patch_dir_is_refused_before_anything(project: Project) -> None:
+    real, _ = exported(project)
+    settings = project.settings()
+    (real / "model_support").rename(real / "model-support")
+    before = snapshot(real)
+    backups = sorted((settings.cache_dir / "backups").iterdir())
+    with pytest.raises(QueueError) as info:
+        regenerate(settings, core_head="core", model_support_head="models", console=QUIET)
+    error = info.value
+    assert error.what == "the patch dir queue/patches holds 1 entry that belongs to no lane"
+    assert "[core] model-support: unknown folder" in (error.details or "")
+    assert error.untouched == "everything: the queue was not changed"
+    assert snapshot(real) == before
+    assert sorted((settings.cache_dir / "backups").iterdir()) == backups
