@@ -12,7 +12,6 @@ audit, then writes the new pin atomically and prints the summary.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain.summary import Summary, summarize
 from skippy.queue import workdir as wd
+from skippy.queue.archives import owned_scratch
 from skippy.queue.model import Patch, Queue, load_queue
 from skippy.queue.prepare import PrepareReport, Target, prepare, read_pin, resolve_target
 
@@ -208,10 +208,8 @@ def run_bisect(settings: Settings, *, to: str | None, console: Console) -> Bisec
     _pin, pin_base = _upstream_pin(settings, repo, console)
     _up, target, _src = resolve_target(settings, repo, _target(to), console=console)
     queue = load_queue(settings.patch_dir)
-    scratch_root = settings.cache_dir / "tmp"
-    scratch_root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="bisect-", dir=scratch_root) as tmp:
-        return bisect_queue(repo, queue, pin_base, target, scratch=Path(tmp))
+    with owned_scratch(settings.cache_dir / "tmp", "bisect-") as tmp:
+        return bisect_queue(repo, queue, pin_base, target, scratch=tmp)
 
 
 def run_summary(settings: Settings, old: str, new: str, *, console: Console) -> Summary:
@@ -287,8 +285,30 @@ def _default_parity(settings: Settings, console: Console, repo: Repo, base: str,
     return report.as_dict()
 
 
+def pin_text(old: str, sha: str) -> str:
+    """The pin file ``old`` with its SHA line replaced by ``sha``: comment lines (``#``, as
+    :func:`skippy.queue.prepare.read_pin` reads them), blank lines, indentation and line endings stay."""
+    lines = old.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        body = line.rstrip("\r\n")
+        if line.startswith("#") or not body.strip():
+            continue
+        indent = body[: len(body) - len(body.lstrip())]
+        lines[i] = indent + sha + line[len(body) :]
+        return "".join(lines)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    return "".join(lines) + sha + "\n"
+
+
 def write_pin_atomic(path: Path, sha: str) -> None:
-    wd.write_text_atomic(path, sha + "\n")
+    """Write ``sha`` into the pin file atomically, keeping its comments and mode (through a link)."""
+    target = path.resolve() if path.is_symlink() else path
+    try:
+        old = target.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        old = ""
+    wd.write_text_atomic(target, pin_text(old, sha))
 
 
 def pin_bump(
@@ -309,10 +329,8 @@ def pin_bump(
     notes: list[str] = []
     queue = load_queue(settings.patch_dir)
     if newest_compatible:
-        scratch_root = settings.cache_dir / "tmp"
-        scratch_root.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="bisect-", dir=scratch_root) as tmp:
-            found = bisect_queue(repo, queue, old_base, new_base, scratch=Path(tmp))
+        with owned_scratch(settings.cache_dir / "tmp", "bisect-") as tmp:
+            found = bisect_queue(repo, queue, old_base, new_base, scratch=tmp)
         console.info(found.render())
         new_pin = new_base = found.newest_compatible
         notes.append(f"newest compatible upstream commit: {new_pin[:12]}")
@@ -333,10 +351,8 @@ def pin_bump(
         prepared = prepare(settings, target, console=console, interactive=False)
     except ConflictError as exc:
         if repo.is_ancestor(old_base, new_base):
-            scratch_root = settings.cache_dir / "tmp"
-            scratch_root.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(prefix="bisect-", dir=scratch_root) as tmp:
-                found = bisect_queue(repo, queue, old_base, new_base, scratch=Path(tmp))
+            with owned_scratch(settings.cache_dir / "tmp", "bisect-") as tmp:
+                found = bisect_queue(repo, queue, old_base, new_base, scratch=tmp)
             exc.details = (exc.details or "") + "\n\n" + found.render()
             exc.next_step = (
                 f"refresh the patches named above, or bump to the newest compatible commit "

@@ -18,26 +18,36 @@
    restored byte for byte and the error says what differed;
 5. a range-diff report classifies every patch (unchanged, context, changed,
    new, dropped).
+
+Before any of this, the checkout the branches come from must hold no
+uncommitted change (tracked edits, untracked files other than the tolerated
+build outputs, an operation in progress): ``format-patch`` exports commits
+only, so such work would silently be left out of the queue.  A patch dir that
+is a symlink is written, backed up and restored through the link.  A file
+that cannot be written (a read-only or full file system, a file where a
+folder is expected) ends in an error naming the path and the cause, never in
+a traceback or an unverified queue.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from skippy.core.errors import QueueError, SettingsError, SkippyError
+from skippy.core.errors import CommandError, DirtyWorkdirError, QueueError, SettingsError, SkippyError, WorkdirError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import rangediff
-from skippy.queue.model import Lane, load_queue
+from skippy.queue import workdir as wd
+from skippy.queue.model import Lane, load_queue, unknown_entries
 from skippy.queue.replay import Store, export_range, pinned_store, replay, sub_queue
 
 #: queue backups kept under ``<cache_dir>/backups`` after a successful regenerate (a failed one keeps all)
@@ -97,14 +107,27 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def back_up(patch_dir: Path, backups: Path) -> Path:
+    """Copy the queue (through a linked patch dir or lane folder; file links stay links) under ``backups``."""
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     target = backups / f"patches-{stamp}-{uuid.uuid4().hex[:6]}"
     backups.mkdir(parents=True, exist_ok=True)
-    if patch_dir.exists():
-        shutil.copytree(patch_dir, target, symlinks=True)
+    if patch_dir.is_dir():
+        _copy(patch_dir, target)
     else:
         target.mkdir()
     return target
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """Copy the folder ``src`` to the new ``dst``: links to folders are copied as folders, file links as links."""
+    dst.mkdir()
+    for child in sorted(src.iterdir()):
+        if child.is_dir():
+            _copy(child, dst / child.name)
+        elif child.is_symlink():
+            (dst / child.name).symlink_to(child.readlink())
+        else:
+            shutil.copy2(child, dst / child.name)
 
 
 def prune_backups(backups: Path, *, keep: int, protect: Path) -> list[Path]:
@@ -116,11 +139,52 @@ def prune_backups(backups: Path, *, keep: int, protect: Path) -> list[Path]:
     return doomed
 
 
-def restore(backup: Path, patch_dir: Path) -> None:
-    """Make ``patch_dir`` exactly the backup again."""
-    if patch_dir.exists():
-        shutil.rmtree(patch_dir)
-    shutil.copytree(backup, patch_dir, symlinks=True)
+def restore(backup: Path, patch_dir: Path) -> bool:
+    """Make ``patch_dir`` exactly the backup again, through links (a linked patch dir or lane folder
+    stays a link; its target gets the bytes).  False when there was nothing to restore."""
+    if patch_dir.is_dir() and _same(backup, patch_dir):
+        return False
+    _sync(backup, patch_dir)
+    return True
+
+
+def _same(a: Path, b: Path) -> bool:
+    """The two folders hold the same names, links and bytes (folder links followed)."""
+    left, right = sorted(a.iterdir()), sorted(b.iterdir())
+    if [p.name for p in left] != [p.name for p in right]:
+        return False
+    for x, y in zip(left, right, strict=True):
+        if x.is_dir() and y.is_dir():  # a linked folder is compared through its link
+            if not _same(x, y):
+                return False
+        elif x.is_symlink() or y.is_symlink():
+            if not (x.is_symlink() and y.is_symlink() and x.readlink() == y.readlink()):
+                return False
+        elif x.is_dir() or y.is_dir() or x.read_bytes() != y.read_bytes():
+            return False
+    return True
+
+
+def _sync(src: Path, dst: Path) -> None:
+    """Make the folder ``dst`` (followed when it is a link) hold exactly what ``src`` holds."""
+    dst.mkdir(parents=True, exist_ok=True)
+    wanted = {p.name: p for p in src.iterdir()}
+    for child in dst.iterdir():
+        keep = wanted.get(child.name)
+        if keep is not None and keep.is_dir() and child.is_dir():
+            continue  # synced below, through the link when it is one
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    for name, source in sorted(wanted.items()):
+        target = dst / name
+        if source.is_dir():
+            _sync(source, target)
+        elif source.is_symlink():
+            target.symlink_to(source.readlink())
+        else:
+            shutil.copy2(source, target)
 
 
 # --------------------------------------------------------------------------- the lanes on disk
@@ -199,14 +263,11 @@ def _check_range(repo: Repo, lower: str, upper: str, what: str) -> None:
         )
 
 
-@contextlib.contextmanager
-def _scratch(settings: Settings) -> Iterator[Path]:
-    path = settings.cache_dir / "tmp" / f"regenerate-{uuid.uuid4().hex[:8]}"
-    path.mkdir(parents=True)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def _scratch(settings: Settings) -> contextlib.AbstractContextManager[Path]:
+    """A scratch folder of this run (what a killed run left there is removed by the next one)."""
+    from skippy.queue.archives import owned_scratch
+
+    return owned_scratch(settings.cache_dir / "tmp", "regenerate-")
 
 
 def regenerate(
@@ -219,30 +280,49 @@ def regenerate(
     offline: bool = False,
 ) -> RegenerateReport:
     patch_dir = settings.patch_dir
-    old_items = loose_items(patch_dir)
-    with pinned_store(settings, console=console, checkout=checkout, offline=offline) as store:
-        repo = store.repo
-        core = _commit(repo, core_head, "--core-head")
-        ms = _commit(repo, model_support_head, "--model-support-head")
-        _check_range(repo, store.base, core, "core lane")
-        _check_range(repo, core, ms, "model_support lane")
-        backup = back_up(patch_dir, settings.cache_dir / "backups")
-        console.info(f"backed up {settings.relative(patch_dir)} to {settings.relative(backup)}")
-        try:
-            with _scratch(settings) as scratch:
-                with console.step(f"export the lanes ({store.base[:12]}..{core[:12]}..{ms[:12]})"):
-                    core_files = export_range(repo, f"{store.base}..{core}", scratch / "core")
-                    ms_files = export_range(repo, f"{core}..{ms}", scratch / "model_support")
-                write_lanes(patch_dir, core_files, ms_files)
-            patched, generated = _verify(settings, store, ms, console=console)
-        except BaseException as exc:
-            restore(backup, patch_dir)
-            if isinstance(exc, SkippyError):
-                exc.untouched = (
-                    f"the queue: {settings.relative(patch_dir)} was restored byte for byte from "
-                    f"{settings.relative(backup)}"
-                )
-            raise
+    rerun = f"invoke regenerate --core-head {core_head} --model-support-head {model_support_head}"
+    strays = unknown_entries(patch_dir) if patch_dir.is_dir() else []
+    if strays:
+        raise QueueError(
+            f"the patch dir {settings.relative(patch_dir)} holds {len(strays)} "
+            f"{'entry that belongs' if len(strays) == 1 else 'entries that belong'} to no lane",
+            details="\n".join(v.render(patch_dir) for v in strays),
+            untouched="everything: the queue was not changed",
+            next_step=f"rename or move the entries named above, then re-run `{rerun}`",
+        )
+    try:
+        old_items = loose_items(patch_dir)
+        with pinned_store(settings, console=console, checkout=checkout, offline=offline) as store:
+            repo = store.repo
+            if store.shared:
+                refuse_uncommitted(settings, repo, rerun)
+            core = _commit(repo, core_head, "--core-head")
+            ms = _commit(repo, model_support_head, "--model-support-head")
+            _check_range(repo, store.base, core, "core lane")
+            _check_range(repo, core, ms, "model_support lane")
+            backups = settings.cache_dir / "backups"
+            try:
+                backup = back_up(patch_dir, backups)
+            except OSError as exc:
+                raise cannot_write(
+                    settings, exc, "backing up the queue", untouched="the queue: nothing was changed", rerun=rerun
+                ) from exc
+            console.info(f"backed up {settings.relative(patch_dir)} to {settings.relative(backup)}")
+            try:
+                with _scratch(settings) as scratch:
+                    with console.step(f"export the lanes ({store.base[:12]}..{core[:12]}..{ms[:12]})"):
+                        core_files = export_range(repo, f"{store.base}..{core}", scratch / "core")
+                        ms_files = export_range(repo, f"{core}..{ms}", scratch / "model_support")
+                    write_lanes(patch_dir, core_files, ms_files)
+                patched, generated = _verify(settings, store, ms, console=console)
+            except BaseException as exc:
+                replacement = _put_back(settings, backup, exc, rerun)
+                if replacement is exc:
+                    raise
+                raise replacement from exc
+    except OSError as exc:
+        nothing = "the queue: nothing was changed"
+        raise cannot_write(settings, exc, "regenerate", untouched=nothing, rerun=rerun) from exc
     pruned = prune_backups(settings.cache_dir / "backups", keep=KEEP_BACKUPS, protect=backup)
     if pruned:
         console.info(f"removed {len(pruned)} older queue backup(s); the newest {KEEP_BACKUPS} are kept")
@@ -251,6 +331,97 @@ def regenerate(
     counts = {lane.value: len(queue.lane(lane)) for lane in Lane}
     return RegenerateReport(
         store.upstream_sha, core, ms, patched, backup, rangediff.range_diff(old_items, new_items), generated, counts
+    )
+
+
+def _put_back(settings: Settings, backup: Path, exc: BaseException, rerun: str) -> BaseException:
+    """Restore the queue after a failed regenerate; the exception to raise (``exc``, its message made true)."""
+    patch_dir = settings.patch_dir
+    shown, saved = settings.relative(patch_dir), settings.relative(backup)
+    try:
+        restored = restore(backup, patch_dir)
+    except OSError as failed:
+        where = failed.filename or patch_dir
+        return QueueError(
+            f"regenerate failed ({_cause(exc)}) and the previous queue could not be put back: "
+            f"cannot write {where}: {failed.strerror or failed}",
+            untouched=f"the previous queue, byte for byte, in {saved} (nothing there was changed)",
+            details=f"{shown} may hold a partly written, UNVERIFIED queue: do not prepare or commit it",
+            next_step=f"make {where} writable, then copy the backup back (`rm -r {shown} && cp -a {saved} {shown}`, "
+            f"or the files into the linked folder) and re-run `{rerun}`",
+        )
+    untouched = (
+        f"the queue: {shown} was restored byte for byte from {saved}"
+        if restored
+        else f"the queue: {shown} holds exactly its previous bytes (backup in {saved})"
+    )
+    if isinstance(exc, OSError):
+        return cannot_write(settings, exc, "writing the new queue", untouched=untouched, rerun=rerun)
+    if isinstance(exc, CommandError):
+        fatal = [line for line in exc.output_tail.splitlines() if line.startswith(("fatal:", "error:"))]
+        if fatal:
+            exc.what = f"{exc.what}: {fatal[-1]}"
+        exc.next_step = exc.next_step or f"fix the cause named above, then re-run `{rerun}`"
+    if isinstance(exc, SkippyError):
+        exc.untouched = untouched
+    return exc
+
+
+def _cause(exc: BaseException) -> str:
+    if isinstance(exc, SkippyError):
+        return exc.what
+    if isinstance(exc, OSError):
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
+    return type(exc).__name__
+
+
+def cannot_write(settings: Settings, exc: OSError, doing: str, *, untouched: str, rerun: str) -> SkippyError:
+    """A file-system failure as an error naming the path and the cause (never a traceback)."""
+    where = Path(exc.filename) if exc.filename else None
+    shown = settings.relative(where) if where is not None else "a file"
+    cause = exc.strerror or str(exc)
+    hint = {
+        "EROFS": "the file system is mounted read-only",
+        "ENOSPC": "the disk is full",
+        "EDQUOT": "the disk quota is exhausted",
+        "ENOTDIR": "a file stands where a folder is expected",
+        "EEXIST": "a file stands where a folder is expected",
+        "EISDIR": "a folder stands where a file is expected",
+        "EACCES": "no write permission",
+        "EPERM": "an immutable file or folder, or the file system refuses it",
+    }.get(errno.errorcode.get(exc.errno or 0, ""), "")
+    queue_side = where is None or any(
+        where == top or top in where.parents for top in (settings.patch_dir, settings.patch_dir.resolve())
+    )
+    error_type: type[SkippyError] = QueueError if queue_side or doing.startswith("backing up") else WorkdirError
+    return error_type(
+        f"{doing} failed: cannot write {shown}: {cause}" + (f" ({hint})" if hint else ""),
+        untouched=untouched,
+        next_step=f"make {shown} writable (or free space / move it aside), then re-run `{rerun}`",
+    )
+
+
+def refuse_uncommitted(settings: Settings, repo: Repo, rerun: str) -> None:
+    """Refuse to export branches from a checkout holding work that ``format-patch`` would leave out."""
+    changed: list[str] = []
+    for xy, path in wd.status_entries(repo):
+        if xy == "??" and wd.is_tolerated(path, settings.tolerated_untracked):
+            continue
+        changed.append(f"{'untracked' if xy == '??' else xy.strip() or 'changed'}  {path}")
+    progress = wd.in_progress(repo.git_dir())
+    if not changed and progress is None:
+        return
+    where = settings.relative(repo.path)
+    lines = ([f"{progress[1]} is in progress"] if progress else []) + changed[:30]
+    if len(changed) > 30:
+        lines.append(f"... and {len(changed) - 30} more (`git -C {where} status`)")
+    raise DirtyWorkdirError(
+        f"{where} holds uncommitted changes that `regenerate` would not export "
+        f"({len(changed)} file(s){', ' + progress[1] + ' in progress' if progress else ''})",
+        details="\n".join(lines),
+        untouched=f"everything: the queue and {where} were not changed",
+        next_step=f"commit them onto the branch they belong to (`git -C {where} commit`), or set them aside "
+        f"(`git -C {where} stash --include-untracked`), then re-run `{rerun}`",
     )
 
 

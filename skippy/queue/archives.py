@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
+import fcntl
 import hashlib
 import os
 import posixpath
@@ -34,11 +36,11 @@ import shutil
 import stat
 import sys
 import tarfile
-import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +50,7 @@ from typing import Final, TextIO
 import filelock
 
 from skippy.core import proc
-from skippy.core.errors import ArchiveError, CommandError, LockBusyError, NetworkError, SettingsError
+from skippy.core.errors import ArchiveError, CommandError, LockBusyError, NetworkError, SettingsError, SkippyError
 from skippy.core.git import IDENTITY_EMAIL, Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -453,45 +455,172 @@ def fetch_verified(
 ) -> Path:
     """The cached archive for ``sha256``, fetched from ``url`` if not cached yet.
 
-    A cached file is reused only while its digest still matches.  A download
-    goes to a temporary directory, is checked, then renamed into place; a
-    mismatching download is moved to ``<cache>/quarantine`` and reported.
+    A cached file is reused only while its digest still matches (one that no
+    longer does is moved to ``<cache>/quarantine``, never deleted).  A download
+    goes to a scratch folder of this run (:func:`owned_scratch`), is checked,
+    then renamed into place; a mismatching download is moved to
+    ``<cache>/quarantine`` and reported.
     """
     cache.mkdir(parents=True, exist_ok=True)
     final = cache_path(cache, sha256)
     try:
         with filelock.FileLock(str(cache / f"{sha256}.lock"), timeout=lock_timeout):
+            _report_swept(sweep_stale(cache, ".fetch-"), cache, ctx.console)
+            moved: Path | None = None
             if final.is_file():
-                if sha256_of(final) == sha256:
+                actual = sha256_of(final)
+                if actual == sha256:
                     ctx.console.detail(f"cached archive {final.name}")
                     return final
-                ctx.console.warn(f"cached archive {final} no longer matches its digest; fetching it again")
-                final.unlink()
-            with tempfile.TemporaryDirectory(prefix=".fetch-", dir=cache) as tmp:
-                downloaded = fetcher(url, Path(tmp), ctx)
-                actual = sha256_of(downloaded)
-                if actual != sha256:
-                    quarantine = cache / "quarantine"
-                    quarantine.mkdir(exist_ok=True)
-                    kept = quarantine / f"{actual}-{downloaded.name}"
-                    downloaded.replace(kept)
-                    raise ArchiveError(
-                        f"archive {url} does not match its sha256",
-                        untouched="the repository (nothing was unpacked or committed)",
-                        next_step=(
-                            "if the new archive is trusted, update sha256 in pyproject.toml "
-                            "[tool.skippy.archives]; otherwise fix the url"
-                        ),
-                        details=f"expected {sha256}\nactual   {actual}\nthe download was moved to {kept}",
+                moved = _quarantine(final, cache, f"{actual}-{final.name}")
+                ctx.console.warn(
+                    f"cached archive {final.name} no longer matches its digest: moved to {moved}; fetching it again"
+                )
+            try:
+                downloaded = _fetch_into_cache(url, sha256, cache, ctx, fetcher=fetcher)
+            except SkippyError as exc:
+                if moved is not None:
+                    exc.untouched = (
+                        f"the repository; the cached copy of this archive no longer matched its digest and was "
+                        f"moved (not deleted) to {moved} before the fetch; nothing else in the download cache changed"
                     )
-                downloaded.replace(final)
+                raise
+            return downloaded
     except filelock.Timeout as exc:
         raise LockBusyError(
             f"another process is fetching the archive {sha256[:12]} (lock {exc.lock_file})",
             untouched="everything",
             next_step="wait for it to finish, then run the command again",
         ) from exc
+
+
+def _quarantine(path: Path, cache: Path, name: str) -> Path:
+    quarantine = cache / "quarantine"
+    quarantine.mkdir(exist_ok=True)
+    kept = quarantine / name
+    path.replace(kept)
+    return kept
+
+
+def _fetch_into_cache(url: str, sha256: str, cache: Path, ctx: FetchContext, *, fetcher: Fetcher) -> Path:
+    """Download into a scratch folder of this run, check the digest, rename into the cache."""
+    final = cache_path(cache, sha256)
+    with owned_scratch(cache, ".fetch-", console=ctx.console) as tmp:
+        downloaded = fetcher(url, tmp, ctx)
+        actual = sha256_of(downloaded)
+        if actual != sha256:
+            kept = _quarantine(downloaded, cache, f"{actual}-{downloaded.name}")
+            raise ArchiveError(
+                f"archive {url} does not match its sha256",
+                untouched="the repository (nothing was unpacked or committed)",
+                next_step=(
+                    "if the new archive is trusted, update sha256 in pyproject.toml "
+                    "[tool.skippy.archives]; otherwise fix the url"
+                ),
+                details=f"expected {sha256}\nactual   {actual}\nthe download was moved to {kept}",
+            )
+        downloaded.replace(final)
     return final
+
+
+# --------------------------------------------------------------------------- scratch folders
+
+#: a scratch folder with no lock file beside it (left by a run older than the locks) is removed
+#: once it is this old (seconds): no import runs that long
+STALE_UNLOCKED_AGE: Final = 3600.0
+LOCK_SUFFIX: Final = ".lock"
+
+
+@contextlib.contextmanager
+def owned_scratch(root: Path, prefix: str, *, console: Console | None = None) -> Iterator[Path]:
+    """A new folder ``root/<prefix><random>`` for this run, removed afterwards.
+
+    ``<folder>.lock`` beside it is held with ``flock`` while the folder exists; the kernel releases
+    it when the process dies, even on SIGKILL.  Before creating its own, the run removes the folders
+    (and locks) of ``prefix`` that dead runs left behind; a folder whose lock is held belongs to a
+    live run and is never touched.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    if console is not None:
+        _report_swept(sweep_stale(root, prefix), root, console)
+    else:
+        sweep_stale(root, prefix)
+    while True:
+        path = root / f"{prefix}{uuid.uuid4().hex[:12]}"
+        lock_path = path.with_name(path.name + LOCK_SUFFIX)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if _same_file(fd, lock_path):
+            break
+        os.close(fd)  # a sweeper took the lock file between open and flock: take another name
+    try:
+        path.mkdir()
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            lock_path.unlink()
+        os.close(fd)
+
+
+def _report_swept(removed: list[Path], root: Path, console: Console) -> None:
+    if removed:
+        console.info(f"removed {len(removed)} scratch folder(s) that interrupted runs left in {root}")
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.fstat(fd).st_ino == path.stat().st_ino
+    except FileNotFoundError:
+        return False
+
+
+def sweep_stale(root: Path, prefix: str, *, now: float | None = None) -> list[Path]:
+    """Remove the scratch folders of ``prefix`` under ``root`` whose run is gone; the removed ones."""
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    now = time.time() if now is None else now
+    for entry in sorted(root.iterdir()):
+        name = entry.name
+        if not name.startswith(prefix) or name.endswith(LOCK_SUFFIX):
+            continue
+        lock_path = entry.with_name(name + LOCK_SUFFIX)
+        if lock_path.exists():
+            continue  # handled below, under its lock
+        with contextlib.suppress(FileNotFoundError):
+            if now - entry.lstat().st_mtime > STALE_UNLOCKED_AGE:
+                _remove(entry)
+                removed.append(entry)
+    for lock_path in sorted(root.glob(f"{prefix}*{LOCK_SUFFIX}")):
+        try:
+            fd = os.open(lock_path, os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    continue  # a live run holds it
+                raise
+            if not _same_file(fd, lock_path):
+                continue
+            folder = lock_path.with_name(lock_path.name[: -len(LOCK_SUFFIX)])
+            if folder.exists() or folder.is_symlink():
+                _remove(folder)
+                removed.append(folder)
+            lock_path.unlink()
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- unpacking
@@ -932,6 +1061,8 @@ def import_archive(
             ),
             details=f"archives mapped for: {known}",
         )
+    scratch_root = settings.cache_dir / "tmp"
+    _report_swept(sweep_stale(scratch_root, "archive-"), scratch_root, console)
     found = _recorded(repo, upstream_sha)
     if found and found[1].get(TRAILER_DIGEST) == spec.sha256 and found[1].get(TRAILER_FOLDER) == spec.folder:
         console.detail(f"archive for {upstream_sha[:12]} already imported as {found[0][:12]}")
@@ -939,12 +1070,10 @@ def import_archive(
     ctx = FetchContext.from_settings(settings, console, python=python)
     cache = settings.cache_dir / "archives"
     archive = fetch_verified(spec.url, spec.sha256, cache, ctx, fetcher=fetcher, lock_timeout=settings.lock_timeout)
-    scratch_root = settings.cache_dir / "tmp"
-    scratch_root.mkdir(parents=True, exist_ok=True)
     with console.step(f"importing upstream {upstream_sha[:12]} from {archive.name}"):
-        with tempfile.TemporaryDirectory(prefix="archive-", dir=scratch_root) as tmp:
-            unpacked = safe_unpack(archive, Path(tmp) / "tree", spec.folder)
-            sha = commit_folder(repo, unpacked, import_message(spec), scratch=Path(tmp) / "scratch")
+        with owned_scratch(scratch_root, "archive-", console=console) as tmp:
+            unpacked = safe_unpack(archive, tmp / "tree", spec.folder)
+            sha = commit_folder(repo, unpacked, import_message(spec), scratch=tmp / "scratch")
         repo.git(
             "update-ref",
             "-m",
@@ -984,6 +1113,7 @@ __all__ = [
     "import_archive",
     "import_message",
     "load_archive_specs",
+    "owned_scratch",
     "parse_archive_specs",
     "parse_trailers",
     "pip_download_argv",
@@ -991,4 +1121,5 @@ __all__ = [
     "read_member_text",
     "safe_unpack",
     "sha256_of",
+    "sweep_stale",
 ]

@@ -6,6 +6,14 @@ Lanes, in application order:
 * ``model_support``: ``<patch_dir>/model_support/series``;
 * ``generated``: ``<patch_dir>/generated/series``.
 
+Nothing else may sit in the patch dir: an entry the queue does not know (a
+lane folder spelled ``model-support``, a ``.diff`` beside the core patches) is
+a violation that names it, so no patch is ever skipped in silence.  Known
+besides the patches: the lane folders and their ``series``, the generated
+lane's spec and inputs manifest, TOML files at the top (the parity allowlist,
+whatever its configured name), a README and VCS/OS housekeeping files.  A patch that is a
+symlink must resolve inside its own lane folder.
+
 The queue digest (sha256 over lane, file name and bytes, in application order)
 identifies the queue in stamps, build provenance and reports.
 """
@@ -23,6 +31,14 @@ from skippy.core.errors import QueueError
 DIGEST_SCHEMA = b"skippy-queue-v1\n"
 _NUMBERED = re.compile(r"^(?P<num>\d{4})-(?P<slug>[^/\\]+)\.patch$")
 _HEADER_LIMIT = 64 * 1024
+#: housekeeping files tolerated anywhere in the patch dir (and README, README.md ...)
+HOUSEKEEPING: frozenset[str] = frozenset({".gitkeep", ".gitignore", ".gitattributes", ".DS_Store"})
+#: files the project itself keeps in a lane folder besides the patches and ``series``
+#: (generated: the spec and the inputs manifest of :mod:`skippy.maintain.generate`)
+LANE_FILES: dict[str, frozenset[str]] = {
+    "model_support": frozenset(),
+    "generated": frozenset({"families.toml", "inputs.sha256"}),
+}
 
 
 class Lane(enum.Enum):
@@ -117,6 +133,7 @@ def load_queue(patch_dir: Path) -> Queue:
         )
     violations: list[Violation] = []
     patches: list[Patch] = []
+    violations += unknown_entries(patch_dir)
     patches += _load_core(patch_dir, violations)
     for lane in (Lane.MODEL_SUPPORT, Lane.GENERATED):
         patches += _load_series_lane(patch_dir, lane, violations)
@@ -166,6 +183,9 @@ def _load_core(patch_dir: Path, violations: list[Violation]) -> list[Patch]:
             )
             continue
         seen[number] = path
+        if not _resolves_inside(path, patch_dir):
+            violations.append(_escaping_link(Lane.CORE, path, None, "the patch dir"))
+            continue
         data = path.read_bytes()
         _check_mailbox(Lane.CORE, path, data, violations)
         patches.append(Patch(Lane.CORE, path, number, data))
@@ -274,13 +294,84 @@ def _load_series_lane(patch_dir: Path, lane: Lane, violations: list[Violation]) 
                 )
             )
             continue
+        number = int(match["num"])
+        if not _resolves_inside(path, folder):
+            violations.append(_escaping_link(lane, series, lineno, f"{lane.folder}/", name=entry))
+            numbered.append((number, path, lineno))
+            continue
         data = path.read_bytes()
         _check_mailbox(lane, path, data, violations)
-        number = int(match["num"])
         numbered.append((number, path, lineno))
         patches.append(Patch(lane, path, number, data))
     _check_contiguous(lane, numbered, violations, series=series)
     return patches
+
+
+def unknown_entries(patch_dir: Path) -> list[Violation]:
+    """Entries of the patch dir (and of its lane folders) that belong to no lane and no known file."""
+    found: list[Violation] = []
+    lane_names = {lane.folder: lane for lane in LANES if lane.folder is not None}
+    for path in sorted(patch_dir.iterdir()):
+        name = path.name
+        if name in lane_names or _is_housekeeping(path) or name.endswith(".patch"):
+            continue  # the lanes validate these
+        if name.endswith(".toml") and path.is_file():
+            continue  # configuration kept beside the queue (the parity allowlist)
+        found.append(_unknown(Lane.CORE, path, _guess(name)))
+    for folder_name, lane in lane_names.items():
+        folder = patch_dir / folder_name
+        if not folder.is_dir():
+            continue
+        known = {"series", *LANE_FILES.get(folder_name, frozenset())}
+        for path in sorted(folder.iterdir()):
+            if path.name in known or _is_housekeeping(path) or (path.name.endswith(".patch") and not path.is_dir()):
+                continue
+            found.append(_unknown(lane, path, f"{folder_name}/ holds only its series and .patch files"))
+    return found
+
+
+def _is_housekeeping(path: Path) -> bool:
+    """VCS/OS files and a README (a note for humans, never a patch)."""
+    if path.name in HOUSEKEEPING:
+        return True
+    stem, _, ext = path.name.partition(".")
+    return stem.upper() == "README" and ext in ("", "md", "txt", "rst") and path.is_file()
+
+
+def _guess(name: str) -> str:
+    lowered = re.sub(r"[^a-z]", "", name.lower())
+    for lane in LANES:
+        if lane.folder is not None and lowered == lane.folder.replace("_", "") and name != lane.folder:
+            return f"a lane folder is spelled exactly {lane.folder}/: rename it (git mv {name} {lane.folder})"
+    if name.endswith((".diff", ".mbox", ".eml", ".txt")) or "." not in name:
+        return (
+            "core patches are mailbox files named NNNN-subject.patch (`git format-patch` output): "
+            "re-export or rename it, or move it out of the patch dir"
+        )
+    return "move it out of the patch dir (only the lanes and their files live there)"
+
+
+def _unknown(lane: Lane, path: Path, fix: str) -> Violation:
+    kind = "folder" if path.is_dir() else "file"
+    return Violation(lane, path, None, f"unknown {kind}: it belongs to no lane and would be ignored", fix)
+
+
+def _resolves_inside(path: Path, folder: Path) -> bool:
+    """True unless ``path`` is a symlink whose target is not a file directly in ``folder``."""
+    if not path.is_symlink():
+        return True
+    return path.resolve().parent == folder.resolve()
+
+
+def _escaping_link(lane: Lane, file: Path, line: int | None, where: str, *, name: str | None = None) -> Violation:
+    link = file if name is None else file.parent / name
+    return Violation(
+        lane,
+        file,
+        line,
+        f"{'' if name is None else name + ' '}is a symlink to {link.resolve()}, outside {where}",
+        f"copy the patch into {where} (the queue must not read files from elsewhere)",
+    )
 
 
 def _check_contiguous(

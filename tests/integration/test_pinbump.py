@@ -254,3 +254,27 @@ def test_pin_bump_fails_on_a_dropped_arch_case(project: Project) -> None:
     assert "LLM_ARCH_GEMMA3" in (info.value.details or "")
     assert "llama_model_rope_type" in (info.value.details or "")
     assert pin_text(project) == before
+
+
+def test_pin_bump_keeps_the_pin_files_comments_and_mode(history: tuple[Project, dict[str, str]]) -> None:
+    project, shas = history
+    pin_file = project.root / "queue" / "upstream.txt"
+    header = "# upstream llama.cpp: bump with `invoke pin-bump`\r\n#   (the CI canary reads this file)\r\n\r\n"
+    pin_file.write_bytes((header + shas["pin"] + "\r\n# reviewed 2024-05\r\n").encode())
+    pin_file.chmod(0o664)
+    real_mirror = project.root / "mirror" / "pin.txt"
+    real_mirror.parent.mkdir()
+    real_mirror.write_text(f"# mirror\n{shas['pin']}", encoding="utf-8")  # no final newline
+    real_mirror.chmod(0o640)
+    (project.root / "queue" / "mirror-pin.txt").symlink_to(real_mirror)
+    toml = project.root / "pyproject.toml"
+    toml.write_text(toml.read_text() + 'pin_mirror = "queue/mirror-pin.txt"\n')
+    rec = Recorder()
+    report = pin_bump(project.settings(), sha=shas["u1"], console=QUIET, build_fn=rec.build, parity_fn=rec.parity)
+    assert report.written
+    assert pin_file.read_bytes() == (header + shas["u1"] + "\r\n# reviewed 2024-05\r\n").encode()
+    assert pin_file.stat().st_mode & 0o7777 == 0o664
+    assert (project.root / "queue" / "mirror-pin.txt").is_symlink(), "the mirror link is written through"
+    assert real_mirror.read_text(encoding="utf-8") == f"# mirror\n{shas['u1']}"
+    assert real_mirror.stat().st_mode & 0o7777 == 0o640
+    assert prepare(project.settings(), Target.pinned(), console=QUIET).upstream_sha == shas["u1"]

@@ -157,3 +157,79 @@ def test_all_violations_are_reported_at_once(tmp_path: Path) -> None:
 def test_missing_patch_dir(tmp_path: Path) -> None:
     with pytest.raises(QueueError, match="does not exist"):
         load_queue(tmp_path / "nope")
+
+
+@pytest.mark.parametrize(
+    ("rel", "shown", "fix"),
+    [
+        (
+            "model-support/0001-gemma.patch",
+            "[core] model-support: unknown folder",
+            "git mv model-support model_support",
+        ),
+        ("Generated/0001-x.patch", "[core] Generated: unknown folder", "git mv Generated generated"),
+        ("0002-extra.diff", "[core] 0002-extra.diff: unknown file", "NNNN-subject.patch"),
+        ("notes/x.txt", "[core] notes: unknown folder", "move it out of the patch dir"),
+        ("model_support/0002-b.diff", "[model_support] model_support/0002-b.diff: unknown file", "only its series"),
+        ("generated/old/0001-x.patch", "[generated] generated/old: unknown folder", "only its series"),
+        ("model_support/families.toml", "[model_support] model_support/families.toml: unknown file", "only"),
+    ],
+)
+def test_unknown_entries_are_named_not_ignored(tmp_path: Path, rel: str, shown: str, fix: str) -> None:
+    write(tmp_path, "0001-core.patch", patch())
+    write(tmp_path, "model_support/0001-a.patch", patch())
+    write(tmp_path, "model_support/series", "0001-a.patch\n")
+    load_queue(tmp_path)  # valid before the stray entry
+    write(tmp_path, rel, patch())
+    details = problems(tmp_path)
+    assert shown + ": it belongs to no lane and would be ignored" in details
+    assert fix in details
+
+
+def test_known_files_beside_the_lanes_are_accepted(tmp_path: Path) -> None:
+    write(tmp_path, "0001-core.patch", patch())
+    write(tmp_path, "parity-allowlist.toml", "# nothing dropped\n")
+    write(tmp_path, "audit-allowlist.toml", "# a configured allowlist name\n")
+    write(tmp_path, ".gitattributes", "*.patch -text\n")
+    write(tmp_path, "generated/0001-family-x.patch", patch())
+    write(tmp_path, "generated/series", "0001-family-x.patch\n")
+    write(tmp_path, "generated/families.toml", "schema = 1\n")
+    write(tmp_path, "generated/inputs.sha256", "x\n")
+    write(tmp_path, "model_support/.gitkeep", "")
+    queue = load_queue(tmp_path)
+    assert [p.label for p in queue.patches] == ["core/0001-core.patch", "generated/0001-family-x.patch"]
+
+
+def test_series_entry_linking_out_of_its_lane_is_refused(tmp_path: Path) -> None:
+    outside = write(tmp_path / "elsewhere", "0001-a.patch", patch("from elsewhere"))
+    write(tmp_path, "queue/model_support/0002-b.patch", patch())
+    (tmp_path / "queue" / "model_support" / "0001-a.patch").symlink_to(outside)
+    write(tmp_path, "queue/model_support/series", "0001-a.patch\n0002-b.patch\n")
+    before = snapshot(tmp_path / "queue")
+    with pytest.raises(QueueError) as info:
+        load_queue(tmp_path / "queue")
+    details = info.value.details or ""
+    assert (
+        f"[model_support] model_support/series:1: 0001-a.patch is a symlink to {outside}, outside model_support/"
+        in details
+    )
+    assert "copy the patch into model_support/" in details
+    assert snapshot(tmp_path / "queue") == before
+    assert outside.read_bytes() == patch("from elsewhere")
+    # a core patch linking out is refused the same way
+    (tmp_path / "queue" / "model_support" / "0001-a.patch").unlink()
+    (tmp_path / "queue" / "model_support" / "0001-a.patch").write_bytes(patch())
+    (tmp_path / "queue" / "0001-core.patch").symlink_to(outside)
+    with pytest.raises(QueueError, match="invalid") as info:
+        load_queue(tmp_path / "queue")
+    assert "[core] 0001-core.patch: is a symlink to" in (info.value.details or "")
+
+
+def test_links_inside_the_lane_and_a_linked_patch_dir_are_fine(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    write(real, "generated/0001-a.patch", patch("a"))
+    (real / "generated" / "0002-b.patch").symlink_to("0001-a.patch")
+    write(real, "generated/series", "0001-a.patch\n0002-b.patch\n")
+    (tmp_path / "linked").symlink_to(real)
+    queue = load_queue(tmp_path / "linked")
+    assert [p.name for p in queue.patches] == ["0001-a.patch", "0002-b.patch"]
