@@ -16,10 +16,11 @@ nox.options.error_on_missing_interpreters = True
 
 @nox.session(tags=["check"])
 def lint(session: nox.Session) -> None:
-    """ruff and mypy (strict) over the package, noxfile, tasks and tests."""
+    """ruff, mypy (strict) over the package, noxfile, tasks and tests, and the import layers."""
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
+    session.run("lint-imports")
 
 
 @nox.session(tags=["check"])
@@ -35,7 +36,7 @@ def tests(session: nox.Session) -> None:
 
 
 def _build(session: nox.Session, backend: str) -> None:
-    from skippy.build.builder import build_main
+    from skippy.cli.build import build_main
 
     code, skipped = build_main(backend, os.environ, root=ROOT, args=session.posargs)
     if skipped:
@@ -72,7 +73,7 @@ def spot_check(session: nox.Session) -> None:
     """A real llama-server on a real model: --model X (repeatable; default gemma3-270m), --server PATH, --json."""
     from os import environ
 
-    from skippy.check.spotcheck import main
+    from skippy.cli.spot import main
 
     code = main(session.posargs, env=environ, root=ROOT)
     if code:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skippy.build.builder import COMPILE_LINE
 from skippy.cli.app import guarded, load
@@ -25,6 +25,9 @@ from skippy.core import proc
 from skippy.core.git import Repo, hermetic_env
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+
+if TYPE_CHECKING:
+    from skippy.build.builder import BuildOptions, BuildReport
 
 #: targets from the issues; the report says whether each was met
 NOOP_TARGET_S = 0.3
@@ -441,7 +444,7 @@ def bench_builds(settings: Settings, console: Console, *, python: str = sys.exec
     * ``nox -s build-cpu`` of the project when everything is up to date (before the spot check);
     * a rebuild into a fresh dir with a warm compiler cache vs a cold one.
     """
-    from skippy.build.builder import BuildOptions, build_backend, plan_build
+    from skippy.build.builder import BuildOptions, plan_build
     from skippy.build.toolchain import inspect_tree, probe_toolchain
     from skippy.core.settings import Settings as _Settings
 
@@ -651,3 +654,24 @@ def main(env: Mapping[str, str], *, root: Path | None = None, args: Sequence[str
         return {"output": str(output)}
 
     return guarded(action, console=console, as_json=False)
+
+
+def build_backend(
+    backend: str,
+    settings: Settings,
+    console: Console,
+    *,
+    source_dir: Path,
+    patched_sha: str,
+    options: BuildOptions | None = None,
+) -> BuildReport:
+    """Probe, plan and execute a build of ``source_dir`` (no prepare, no spot check)."""
+    from skippy.build.builder import BuildOptions, execute_plan, plan_build, requested_defines
+    from skippy.build.toolchain import check_tree_needs, inspect_tree, probe_toolchain
+
+    options = options or BuildOptions()
+    toolchain = probe_toolchain(backend, settings, given=requested_defines(settings, options, backend))
+    tree = inspect_tree(source_dir)
+    check_tree_needs(tree, toolchain)
+    plan = plan_build(backend, settings, tree=tree, toolchain=toolchain, patched_sha=patched_sha, options=options)
+    return execute_plan(plan, console)

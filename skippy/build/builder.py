@@ -17,27 +17,23 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
 import re
 import shutil
 import time
-import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from skippy.build.backends import (
     COMMON_DEFINES,
     RPC_TARGETS,
-    SERVER_TARGET,
     TREE_OPTIONAL_DEFINES,
     Backend,
-    parse_backend,
     registry,
     spec,
     switches,
@@ -46,15 +42,12 @@ from skippy.build.backends.base import Tool
 from skippy.build.toolchain import (
     Toolchain,
     TreeInfo,
-    check_tree_needs,
-    inspect_tree,
     parse_ninja_targets,
-    probe_toolchain,
 )
 from skippy.core import proc
-from skippy.core.errors import BuildError, CommandError, InternalError, Interrupted, SkippyError, ToolchainMissing
+from skippy.core.errors import BuildError, CommandError
 from skippy.core.settings import Settings
-from skippy.core.ui import Console, OptionParser, print_json
+from skippy.core.ui import Console
 
 GENERATOR: Final = "Ninja"
 STAMP_NAME: Final = "skippy-build-stamp.json"
@@ -784,314 +777,12 @@ def _resolve_rpc_target(plan: BuildPlan, console: Console) -> tuple[str, ...]:
     )
 
 
-# --- the session ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SessionArgs:
-    skip_unavailable: bool
-    spot_check: bool
-    jobs: int | None
-    #: the -D arguments, normalized to ``-DNAME[:TYPE]=VALUE``: the only ones that reach CMake
-    cmake_args: tuple[str, ...]
-    as_json: bool = False
-    verbose: bool = False
-
-
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"wants a positive number of jobs, got {text!r} (e.g. -j2)")
-    return value
-
-
-def _define(text: str) -> str:
-    arg = "-D" + text
-    if not _DEFINE_ARG.match(arg):
-        raise argparse.ArgumentTypeError(f"wants NAME=VALUE or NAME:TYPE=VALUE, got {text!r}")
-    return arg
-
-
-def session_parser(backend: str = "<backend>") -> OptionParser:
-    """The options of ``nox -s build-<backend> -- ...``; anything else is an error."""
-    parser = OptionParser(f"nox -s build-{backend} --")
-    parser.add_argument(
-        "-D",
-        dest="cmake_args",
-        action="append",
-        default=[],
-        type=_define,
-        metavar="NAME[:TYPE]=VALUE",
-        help="a CMake cache value (overrides ours); the only arguments passed to CMake",
-    )
-    parser.add_argument("-j", "--jobs", type=_jobs, metavar="N", help="parallel build jobs")
-    parser.add_argument(
-        "--skip-unavailable",
-        action="store_true",
-        help="a backend this host cannot build shows as skipped (also SKIPPY_SKIP_UNAVAILABLE=1)",
-    )
-    parser.add_argument("--no-spot-check", action="store_true", help="build only: no spot check")
-    parser.add_argument("--json", action="store_true", help="one JSON report on stdout, also on failure")
-    parser.add_argument("--verbose", action="store_true", help="every command and step time")
-    return parser
-
-
-def parse_session_args(posargs: Sequence[str], env: Mapping[str, str], backend: str = "<backend>") -> SessionArgs:
-    """``nox -s build-cuda -- --skip-unavailable -j2 -DCMAKE_CUDA_ARCHITECTURES=86``.
-
-    Only ``-D`` values reach CMake; any other argument that is not an option of the
-    session raises SettingsError (before anything is probed, prepared or built).
-    """
-    ns = session_parser(backend).parse(posargs)
-    skip = env.get("SKIPPY_SKIP_UNAVAILABLE", "").lower() in ("1", "true", "yes")
-    return SessionArgs(
-        skip_unavailable=skip or ns.skip_unavailable,
-        spot_check=not ns.no_spot_check,
-        jobs=ns.jobs,
-        cmake_args=tuple(ns.cmake_args),
-        as_json=ns.json,
-        verbose=ns.verbose,
-    )
-
-
-@dataclass(frozen=True)
-class SessionOutcome:
-    backend: Backend
-    #: set when the backend cannot build here and the user asked to skip it
-    skipped: str | None = None
-    build: BuildReport | None = None
-    patched_sha: str | None = None
-
-
-class _Prepared(Protocol):
-    @property
-    def patched_sha(self) -> str: ...
-
-    @property
-    def upstream_sha(self) -> str: ...
-
-    @property
-    def queue_digest(self) -> str: ...
-
-    @property
-    def workdir(self) -> Path: ...
-
-
-PrepareFn = Callable[[Settings, Console], _Prepared]
-
-
-class SpotCheckFn(Protocol):
-    def __call__(
-        self,
-        settings: Settings,
-        *,
-        server_binary: Path,
-        console: Console,
-        server_env: Mapping[str, str],
-        extra_server_args: Sequence[str],
-        expect: tuple[str, str] | None = None,
-    ) -> object: ...
-
-
-def _default_prepare(settings: Settings, console: Console) -> _Prepared:
-    from skippy.queue.prepare import Target, prepare
-
-    return prepare(settings, Target.pinned(), console=console)
-
-
-def _default_spot_check(
-    settings: Settings,
-    *,
-    server_binary: Path,
-    console: Console,
-    server_env: Mapping[str, str],
-    extra_server_args: Sequence[str],
-    expect: tuple[str, str] | None = None,
-) -> object:
-    from skippy.check.spotcheck import Provenance, spot_check
-
-    return spot_check(
-        settings,
-        server_binary=server_binary,
-        models=(),
-        console=console,
-        server_env=server_env,
-        extra_server_args=tuple(extra_server_args),
-        expect_provenance=Provenance(*expect) if expect else None,
-    )
-
-
-def _upstream_count(settings: Settings, prepared: _Prepared) -> int | None:
-    """How many commits the upstream base has (llama.cpp's build number), or None."""
-    from skippy.core.git import Repo
-    from skippy.queue import workdir as wd
-
-    git_dir = wd.git_dir_of(prepared.workdir)
-    stamp = wd.read_stamp(git_dir) if git_dir else None
-    if stamp is None:
-        return None
-    try:
-        return Repo(prepared.workdir, settings.env).commit_count(stamp.base_commit)
-    except (CommandError, ValueError):
-        return None
-
-
-def run_build_session(
-    backend: Backend,
-    settings: Settings,
-    console: Console,
-    posargs: Sequence[str] = (),
-    *,
-    prepare_fn: PrepareFn = _default_prepare,
-    spot_check_fn: SpotCheckFn = _default_spot_check,
-) -> SessionOutcome:
-    """Probe the toolchain, prepare the pinned tree, configure, build, spot check.
-
-    A backend that cannot build here raises ToolchainMissing, unless the user
-    asked to skip unavailable backends: then the outcome says ``skipped`` and
-    nothing was built (the nox session must show it as skipped, not passed).
-    """
-    b = parse_backend(backend)
-    args = parse_session_args(posargs, settings.env, b)
-    options = BuildOptions(cmake_args=args.cmake_args, jobs=args.jobs)
-    try:
-        with console.step(f"probe the {b} toolchain"):
-            toolchain = probe_toolchain(b, settings, given=requested_defines(settings, options, b))
-    except ToolchainMissing as exc:
-        if args.skip_unavailable:
-            return SessionOutcome(backend=b, skipped=exc.what)
-        raise
-    for note in toolchain.notes:
-        console.info(note)
-    prepared = prepare_fn(settings, console)
-    tree = inspect_tree(prepared.workdir)
-    try:
-        check_tree_needs(tree, toolchain)
-    except ToolchainMissing as exc:
-        if args.skip_unavailable:
-            return SessionOutcome(backend=b, skipped=exc.what, patched_sha=prepared.patched_sha)
-        raise
-    plan = plan_build(
-        b,
-        settings,
-        tree=tree,
-        toolchain=toolchain,
-        patched_sha=prepared.patched_sha,
-        options=options,
-        upstream_sha=prepared.upstream_sha,
-        queue_digest=prepared.queue_digest,
-        build_number=_upstream_count(settings, prepared),
-    )
-    for name, source in plan.provenance.items():
-        console.detail(f"{name}={plan.define(name)} ({source})")
-    report = execute_plan(plan, console)
-    console.info(
-        f"{b}: built {', '.join(report.binaries)} in {report.total_seconds:.1f} s "
-        f"({report.compiled} compile steps) in {settings.relative(report.build_dir)}"
-    )
-    if args.spot_check:
-        spot_check_fn(
-            settings,
-            server_binary=report.binaries[SERVER_TARGET],
-            console=console,
-            server_env=plan.spot_check_env,
-            extra_server_args=plan.spot_check_args,
-            # a binary that does not report this build's provenance is stale: refuse it
-            expect=(prepared.upstream_sha, prepared.queue_digest) if plan.define(PROVENANCE_DEFINES[0]) else None,
-        )
-    return SessionOutcome(backend=b, build=report, patched_sha=prepared.patched_sha)
-
-
-class SessionFn(Protocol):
-    def __call__(
-        self, backend: Backend | str, settings: Settings, console: Console, posargs: Sequence[str] = ()
-    ) -> SessionOutcome: ...
-
-
-def build_main(
-    backend: str,
-    env: Mapping[str, str],
-    *,
-    root: Path,
-    args: Sequence[str] = (),
-    session_fn: SessionFn | None = None,
-) -> tuple[int, str | None]:
-    """``nox -s build-<backend>``: (exit code, skip reason). Errors are rendered here, once.
-
-    A skip reason is returned only when the user asked to skip unavailable
-    backends; the session must then call ``session.skip`` so it shows as
-    skipped, never as passed.  With ``--json`` every outcome prints one JSON
-    report on stdout: success, skip, a SkippyError, Ctrl-C, and an exception
-    skippy did not foresee (its traceback goes to stderr).  ``session_fn``
-    replaces :func:`run_build_session` (tests).
-    """
-    session = session_fn or run_build_session
-    # known before parsing, so that even a bad option gets its JSON report
-    as_json = "--json" in args
-    console = Console(env=env, verbose="--verbose" in args)
-
-    def failed(exc: SkippyError) -> tuple[int, None]:
-        if as_json:
-            print_json({"ok": False, **exc.as_dict()})
-        console.error(exc.render())
-        return exc.exit_code, None
-
-    try:
-        parse_session_args(args, env, backend)
-        settings = Settings.load(root, env)
-        outcome = session(backend, settings, console, args)
-    except SkippyError as exc:
-        return failed(exc)
-    except KeyboardInterrupt:
-        return failed(
-            Interrupted(
-                "interrupted",
-                untouched="the source tree; the build dir is kept (the next run reconfigures or resumes it)",
-                next_step=f"rerun nox -s build-{backend}",
-            )
-        )
-    except Exception as exc:
-        # a bug, not a failure we foresaw: still one JSON report, and the traceback for the bug report
-        console.error(traceback.format_exc().rstrip())
-        return failed(InternalError(exc))
-    if as_json:
-        print_json({"ok": True, "skipped": outcome.skipped, "build": outcome.build and outcome.build.as_dict()})
-    if outcome.skipped:
-        return 0, f"{outcome.skipped} (unavailable backends skipped on request)"
-    return 0, None
-
-
-def build_backend(
-    backend: Backend,
-    settings: Settings,
-    console: Console,
-    *,
-    source_dir: Path,
-    patched_sha: str,
-    options: BuildOptions | None = None,
-) -> BuildReport:
-    """Probe, plan and execute a build of ``source_dir`` (no prepare, no spot check): for the bench."""
-    options = options or BuildOptions()
-    toolchain = probe_toolchain(backend, settings, given=requested_defines(settings, options, backend))
-    tree = inspect_tree(source_dir)
-    check_tree_needs(tree, toolchain)
-    plan = plan_build(backend, settings, tree=tree, toolchain=toolchain, patched_sha=patched_sha, options=options)
-    return execute_plan(plan, console)
-
-
 __all__ = [
     "BuildOptions",
     "BuildPlan",
     "BuildReport",
     "CacheStats",
     "Define",
-    "SessionOutcome",
-    "SkippyError",
-    "build_backend",
     "execute_plan",
     "plan_build",
-    "run_build_session",
 ]

@@ -14,7 +14,6 @@ plain functions; :func:`spot_check` runs them.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -37,7 +36,7 @@ from skippy.check.models import ModelRef, model_refs, resolve_model
 from skippy.core import proc
 from skippy.core.errors import SettingsError, SkippyError, SpotCheckFailed
 from skippy.core.settings import Settings
-from skippy.core.ui import Console, OptionParser
+from skippy.core.ui import Console
 
 HOST: Final = "127.0.0.1"
 PROMPT: Final = "Say OK"
@@ -758,43 +757,3 @@ def default_server(settings: Settings) -> Path:
         untouched="everything: nothing was started",
         next_step="nox -s build-cpu (or pass --server PATH)",
     )
-
-
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = OptionParser("nox -s spot-check --", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--model",
-        action="append",
-        default=[],
-        help="gemma3-270m (default), tiny:<family>, a .gguf path, or Org/Repo[@rev][:quant]; repeatable",
-    )
-    parser.add_argument("--server", type=Path, help="llama-server to check (default: the CPU build)")
-    parser.add_argument("--server-arg", action="append", default=[], help="extra llama-server argument; repeatable")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    return parser.parse(argv)
-
-
-def main(argv: Sequence[str], *, env: Mapping[str, str], root: Path | None = None) -> int:
-    """``nox -s spot-check -- [--model X ...] [--server PATH] [--json]``: returns the exit code."""
-    from skippy.cli.app import guarded, load  # cli imports the library: import here, not at the top
-
-    # a bad option is a SkippyError too: with --json it still gets its JSON report
-    console = Console(env=env, verbose="--verbose" in argv or "-v" in argv)
-
-    def action() -> dict[str, Any]:
-        args = parse_args(argv)
-        settings = load(root, env)
-        server = args.server if args.server is not None else default_server(settings)
-        if not server.is_absolute():
-            server = settings.root / server
-        report = spot_check(
-            settings,
-            server,
-            args.model,
-            console=console,
-            extra_server_args=args.server_arg,
-        )
-        return report.as_dict()
-
-    return guarded(action, console=console, as_json="--json" in argv)

@@ -262,7 +262,7 @@ ParityFn = Callable[[Settings, Console, Repo, str, str], dict[str, Any] | None]
 def _default_build(
     backend: str, settings: Settings, console: Console, prepare_fn: Callable[[Settings, Console], PrepareReport]
 ) -> object:
-    from skippy.build.builder import run_build_session
+    from skippy.flows.build_session import run_build_session
 
     outcome = run_build_session(backend, settings, console, prepare_fn=prepare_fn)
     if outcome.skipped:

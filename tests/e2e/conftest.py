@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 
 from skippy.build.backends import SERVER_TARGET
-from skippy.build.builder import BuildReport, run_build_session
+from skippy.build.builder import BuildReport
 from skippy.check.models import DEFAULT_MODEL, parse_model_ref, resolve_model
 from skippy.core.errors import NetworkError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from skippy.flows.build_session import run_build_session
 from skippy.queue import archives
 from skippy.queue.testbed import LLAMA_CPP_PYTHON, LlamaTestbed, project_testbed
 from tests.e2e.needs import (

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import BuildReport, parse_cmake_cache, read_stamp, run_build_session
+from skippy.build.builder import BuildReport, parse_cmake_cache, read_stamp
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from skippy.flows.build_session import run_build_session
 
 pytestmark = pytest.mark.e2e
 

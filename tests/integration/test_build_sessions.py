@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from skippy.build.backends import Backend
-from skippy.build.builder import SessionFn, build_main
+from skippy.cli.build import build_main
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from skippy.flows.build_session import SessionFn
 from tests.conftest import Project
 
 pytestmark = pytest.mark.integration

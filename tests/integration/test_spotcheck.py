@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from skippy.check import spotcheck
-from skippy.check.spotcheck import ModelCheckFailed, Provenance, SpotCheckReport, main, port_is_free, spot_check
+from skippy.check.spotcheck import ModelCheckFailed, Provenance, SpotCheckReport, port_is_free, spot_check
+from skippy.cli.spot import main
 from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

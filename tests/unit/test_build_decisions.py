@@ -23,10 +23,8 @@ from skippy.build.builder import (
     ccache_counts,
     decide_configure,
     parse_cmake_cache,
-    parse_session_args,
     parse_unused_variables,
     plan_build,
-    run_build_session,
     sccache_counts,
 )
 from skippy.build.toolchain import (
@@ -44,6 +42,7 @@ from skippy.build.toolchain import (
 from skippy.core.errors import SettingsError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from skippy.flows.build_session import parse_session_args, run_build_session
 
 
 def _plan(tmp_path: Path) -> BuildPlan:

@@ -23,7 +23,6 @@ from skippy.check.spotcheck import (
     describe_exit,
     judge,
     log_dir,
-    parse_args,
     parse_provenance,
     parse_stream,
     plan_server_argv,
@@ -31,6 +30,7 @@ from skippy.check.spotcheck import (
     scan_log,
     version_line,
 )
+from skippy.cli.spot import parse_args
 from skippy.core.errors import SettingsError, SpotCheckFailed
 from skippy.core.settings import Settings
 
