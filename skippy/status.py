@@ -116,6 +116,11 @@ def compute_status(settings: Settings) -> Status:
         would = "refuse: fix the queue / pin first"
     elif interrupted:
         would = "recover the interrupted run, then re-apply"
+    elif stamp is None and work.head_problem and not (work.modified or work.untracked or work.in_progress):
+        would = (
+            "check whether HEAD is this queue applied on its upstream base (replaying the queue in a "
+            "temporary worktree): if so carry on from it, else refuse (local commits)"
+        )
     elif not work.empty:
         would = "refuse: local work present (commit it into the queue, or use --force: it is backed up first)"
     elif up_to_date:

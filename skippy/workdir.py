@@ -227,13 +227,14 @@ def in_progress(git_dir: Path) -> tuple[str, str] | None:
     return None
 
 
-def status_entries(repo: Repo) -> list[tuple[str, str]]:
-    """``(XY, path)`` pairs of ``git status --porcelain -z`` (untracked: ``??``)."""
+def status_entries(repo: Repo, *, untracked: str = "normal") -> list[tuple[str, str]]:
+    """``(XY, path)`` pairs of ``git status --porcelain -z`` (untracked: ``??``; ``untracked="all"``
+    lists the files inside untracked directories one by one)."""
     result = repo.git(
         "status",
         "--porcelain=v1",
         "-z",
-        "--untracked-files=normal",
+        f"--untracked-files={untracked}",
         "--no-renames",
         "--ignore-submodules=none",
     )
@@ -242,6 +243,57 @@ def status_entries(repo: Repo) -> list[tuple[str, str]]:
         if len(item) > 3:
             entries.append((item[:2], item[3:]))
     return entries
+
+
+def _tree_blobs(repo: Repo, commit: str | None) -> dict[str, str]:
+    """``path -> blob`` of every file in ``commit`` (empty for None)."""
+    if commit is None:
+        return {}
+    out = repo.git("ls-tree", "-r", "-z", "--full-tree", commit).stdout
+    blobs: dict[str, str] = {}
+    for item in out.split("\0"):
+        meta, _, path = item.partition("\t")
+        if path:
+            blobs[path] = meta.split()[2]
+    return blobs
+
+
+def _worktree_blobs(repo: Repo, paths: list[str]) -> dict[str, str | None]:
+    """``path -> blob`` as ``git add`` would store each work-tree file (None: absent; "?": not a file)."""
+    files = [p for p in paths if (repo.path / p).is_file() and not (repo.path / p).is_symlink()]
+    hashed: dict[str, str | None] = {}
+    if files:
+        out = repo.git("hash-object", "--stdin-paths", input="".join(p + "\n" for p in files)).stdout
+        hashed.update(zip(files, out.split(), strict=True))
+    for p in paths:
+        if p not in hashed:
+            hashed[p] = "?" if os.path.lexists(repo.path / p) else None
+    return hashed
+
+
+def differ_from(repo: Repo, commit: str, paths: list[str]) -> list[str]:
+    """Those of ``paths`` whose work-tree file is not ``commit``'s version."""
+    saved = _tree_blobs(repo, commit)
+    actual = _worktree_blobs(repo, paths)
+    return [p for p in paths if actual[p] != saved.get(p)]
+
+
+def foreign_changes(repo: Repo, old: str | None, new: str) -> list[str]:
+    """Paths of the work tree that hold neither ``old``'s nor ``new``'s version.
+
+    An interrupted ``git checkout`` from ``old`` to ``new`` leaves every file it
+    reached at ``new``'s content and every other at ``old``'s: anything else (an
+    edit made after the interruption, a new file where ``new`` has one) is not
+    skippy's and must not be overwritten.  Untracked files at paths neither
+    commit has are not listed: a checkout does not touch them.
+    """
+    entries = status_entries(repo, untracked="all")
+    if not entries:
+        return []
+    before, after = _tree_blobs(repo, old), _tree_blobs(repo, new)
+    paths = [p for xy, p in entries if not (xy == "??" and p not in before and p not in after)]
+    actual = _worktree_blobs(repo, paths)
+    return [p for p in paths if actual[p] not in (before.get(p), after.get(p))]
 
 
 def is_tolerated(path: str, patterns: tuple[str, ...]) -> bool:
