@@ -186,7 +186,16 @@ def prepare(
                 changed_files=0,
                 notes=notes,
             )
-    with _locked(settings, console):
+    rel = settings.relative(settings.workdir)
+    with (
+        disk_errors(
+            settings,
+            rerun=rerun_command(target, force=force, offline=offline),
+            untouched=f"{rel}: your files are as they were (a switch cut short is journaled and the next run "
+            "finishes it); no stamp was written",
+        ),
+        _locked(settings, console),
+    ):
         preparer = _Preparer(
             settings,
             queue,
@@ -225,7 +234,15 @@ def triage_target(
     pin = read_pin(settings) if target.mode == "pinned" else None
     if target.mode == "sha":
         _check_sha_arg(target.sha)
-    with _locked(settings, console):
+    with (
+        disk_errors(
+            settings,
+            rerun=rerun_command(target, offline=offline, triage=True),
+            untouched=f"{settings.relative(settings.workdir)}: its checkout and your files "
+            "(triage works in a temporary worktree)",
+        ),
+        _locked(settings, console),
+    ):
         preparer = _Preparer(settings, queue, console, force=False, offline=offline, sleep=sleep)
         return preparer.triage_only(target, pin)
 
@@ -248,6 +265,69 @@ def resolve_target(
     queue = Queue(root=settings.patch_dir, patches=(), digest="")
     preparer = _Preparer(settings, queue, console, force=False, offline=offline, sleep=time.sleep)
     return preparer._resolve(repo, target, pin)
+
+
+def rerun_command(target: Target, *, force: bool = False, offline: bool = False, triage: bool = False) -> str:
+    """The command line that runs ``target`` again (for error messages)."""
+    words = ["invoke", "triage" if triage else "prepare"]
+    if target.mode == "latest":
+        words.append("--latest")
+    elif target.mode == "sha":
+        words += ["--sha", target.sha or ""]
+    if offline:
+        words.append("--offline")
+    if force:
+        words.append("--force")
+    return " ".join(words)
+
+
+def disk_error(
+    settings: Settings, problem: wd.DiskProblem, *, untouched: str, rerun: str, doing: str | None = None
+) -> WorkdirError:
+    """The real cause of a refused write (no space, read-only, permission), where, and what next."""
+    rel = settings.relative(settings.workdir)
+    path = Path(problem.path) if problem.path else settings.workdir
+    if not path.is_absolute():
+        path = settings.workdir / path
+    inside = path == settings.workdir or settings.workdir in path.parents
+    fix = settings.workdir if inside else path.parent
+    if problem.full:
+        next_step = (
+            f"free space on the file system that holds {settings.relative(fix)} "
+            f"(`df -h {settings.relative(fix)}` shows it), then re-run `{rerun}`"
+        )
+    else:
+        next_step = (
+            f"make {settings.relative(fix)} writable for this user (or set LLAMA_WORKDIR to a writable "
+            f"directory), then re-run `{rerun}`"
+        )
+    what = (
+        f"cannot write {settings.relative(path)}: {problem.cause}"
+        if problem.path
+        else f"{problem.cause} while writing in {rel}"
+    )
+    return WorkdirError(
+        what + (f" ({doing})" if doing else ""),
+        details=problem.line,
+        untouched=untouched,
+        next_step=next_step,
+    )
+
+
+@contextlib.contextmanager
+def disk_errors(settings: Settings, *, rerun: str, untouched: str) -> Iterator[None]:
+    """Turn a write the file system refused (a Python OSError, or git saying so) into a WorkdirError
+    naming the cause and the path, instead of a traceback or a misleading command failure."""
+    try:
+        yield
+    except OSError as exc:
+        raise disk_error(settings, wd.oserror_problem(exc), untouched=untouched, rerun=rerun) from exc
+    except CommandError as exc:
+        problem = wd.disk_problem(exc.output_tail)
+        if problem is None:
+            raise
+        doing = exc.what.split(" failed", 1)[0].split(" timed out", 1)[0]
+        raise disk_error(settings, problem, untouched=untouched, rerun=rerun, doing=doing) from exc
 
 
 def _check_sha_arg(sha: str | None) -> None:
@@ -716,6 +796,8 @@ class _Preparer:
                 last = exc
                 if cleanup is not None:
                     cleanup()
+                if wd.disk_problem(exc.output_tail) is not None:
+                    raise  # no space, read-only, permission: retrying or an archive cannot help
                 if attempt < attempts:
                     delay = self.settings.network_backoff * (2 ** (attempt - 1))
                     self.console.warn(f"{what} failed (attempt {attempt}/{attempts}); retrying in {delay:.0f} s")
@@ -782,8 +864,11 @@ class _Preparer:
             else:
                 local = self._lookup(repo, wanted)
                 if local is None and len(wanted) == 40:
-                    with contextlib.suppress(CommandError):
+                    try:
                         repo.network("fetch", "--quiet", "origin", wanted, what="git fetch")
+                    except CommandError as exc:
+                        if wd.disk_problem(exc.output_tail) is not None:
+                            raise
                     local = self._lookup(repo, wanted)
                 if local is not None:
                     return local
@@ -1009,7 +1094,14 @@ def resume(settings: Settings, action: Literal["continue", "skip", "abort"], *, 
             untouched=f"{rel}",
             next_step="`invoke prepare` starts one when a patch does not apply (outside CI)",
         )
-    with _locked(settings, console):
+    with (
+        disk_errors(
+            settings,
+            rerun=f"invoke prepare --{action}",
+            untouched=f"{rel}: the conflict session and your files are as they were",
+        ),
+        _locked(settings, console),
+    ):
         repo = Repo(settings.workdir, settings.env, echo=console.command)
         queue = load_queue(settings.patch_dir)
         if action == "abort":
@@ -1160,6 +1252,16 @@ def ensure_compat_link(settings: Settings, console: Console) -> tuple[str, ...]:
             f"compat link {settings.relative(link)} left as it is: it follows only the configured workdir "
             f"{settings.relative(configured)}, not LLAMA_WORKDIR={settings.workdir}",
         )
+    try:
+        return _update_compat_link(settings, link, console)
+    except OSError as exc:
+        problem = wd.oserror_problem(exc)
+        note = f"compat link {settings.relative(link)} not updated: {problem.cause} ({problem.path or link})"
+        console.warn(note)
+        return (note,)
+
+
+def _update_compat_link(settings: Settings, link: Path, console: Console) -> tuple[str, ...]:
     target = Path(_relpath(settings.workdir, link.parent))
     if link.is_symlink():
         if Path(link.readlink()) == target:

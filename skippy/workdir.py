@@ -11,6 +11,7 @@ import datetime as dt
 import fnmatch
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -36,6 +37,47 @@ _IN_PROGRESS: tuple[tuple[str, str], ...] = (
     ("REVERT_HEAD", "a revert"),
     ("BISECT_LOG", "a bisect"),
 )
+
+
+#: what the OS says when a write cannot happen, as git and Python print it (C locale)
+DISK_CAUSES: tuple[str, ...] = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "Read-only file system",
+    "Permission denied",
+)
+
+
+@dataclass(frozen=True)
+class DiskProblem:
+    """A write the file system refused: the cause as the OS names it, and the path when known."""
+
+    cause: str
+    path: str | None
+    line: str
+
+    @property
+    def full(self) -> bool:
+        return self.cause in ("No space left on device", "Disk quota exceeded")
+
+
+def disk_problem(output: str) -> DiskProblem | None:
+    """The first line of a command's output that says a local write was refused, if any.
+
+    ``Permission denied`` from an ssh remote (``(publickey)``) is the network's, not the disk's.
+    """
+    for line in output.splitlines():
+        for cause in DISK_CAUSES:
+            if cause in line and "(publickey" not in line:
+                quoted = re.search(r"'([^']+)'", line)
+                return DiskProblem(cause, quoted.group(1) if quoted else None, line.strip())
+    return None
+
+
+def oserror_problem(exc: OSError) -> DiskProblem:
+    path = exc.filename if isinstance(exc.filename, str) else None
+    cause = exc.strerror or type(exc).__name__
+    return DiskProblem(cause, path, str(exc))
 
 
 @dataclass(frozen=True)
