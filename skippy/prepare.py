@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 _SHA40 = re.compile(r"^[0-9a-f]{40}$")
 _SHA_PREFIX = re.compile(r"^[0-9a-fA-F]{7,40}$")
 PARTIAL_PREFIX = ".skippy-partial-"
+#: a workdir being replaced by a re-clone (put back if the re-clone does not finish)
+OLD_PREFIX = ".skippy-replaced-"
 #: the workdir when neither [tool.skippy] workdir nor LLAMA_WORKDIR says otherwise
 DEFAULT_WORKDIR = ".deps/llama.cpp"
 
@@ -532,6 +534,11 @@ class _Preparer:
         parent = self.workdir.parent
         if not parent.is_dir():
             return
+        if not self.workdir.exists() and not self.workdir.is_symlink():
+            for interrupted in sorted(parent.glob(f"{OLD_PREFIX}{self.workdir.name}-*"))[:1]:
+                # a re-clone was killed: the checkout it replaced comes back (then is re-cloned again)
+                self.console.info(f"putting back the checkout an interrupted re-clone moved: {self.rel(interrupted)}")
+                interrupted.rename(self.workdir)
         for leftover in parent.glob(f"{PARTIAL_PREFIX}{self.workdir.name}-*"):
             self.console.info(f"removing an interrupted clone: {self.rel(leftover)}")
             shutil.rmtree(leftover, ignore_errors=True)
@@ -602,7 +609,8 @@ class _Preparer:
         self.console.info(
             f"{self.rel(self.workdir)} is a shallow or partial clone, which cannot serve `git am --3way`: re-cloning"
         )
-        old = self.workdir.parent / f"{PARTIAL_PREFIX}{self.workdir.name}-old-{uuid.uuid4().hex[:8]}"
+        # not a partial name: a hard kill leaves it for the next run to put back, never to delete
+        old = self.workdir.parent / f"{OLD_PREFIX}{self.workdir.name}-{uuid.uuid4().hex[:8]}"
         self.workdir.rename(old)
         try:
             report = self._cold(target, pin)
@@ -610,6 +618,20 @@ class _Preparer:
             if not self.workdir.exists():
                 old.rename(self.workdir)
             raise
+        if self.repo(old).git("for-each-ref", "--count=1", wd.BACKUP_PREFIX).stdout.strip():
+            # backups (a --force on the shallow clone made one just now) move into the new clone
+            carried = self.repo().git(
+                "fetch", "--no-tags", "--quiet", str(old), f"+{wd.BACKUP_PREFIX}*:{wd.BACKUP_PREFIX}*", check=False
+            )
+            saved_state = wd.skippy_dir(old / ".git") / "backups"
+            if carried.ok and saved_state.is_dir():
+                shutil.copytree(saved_state, wd.skippy_dir(self.workdir / ".git") / "backups", dirs_exist_ok=True)
+            if not carried.ok:
+                kept = self.workdir.parent / f"{self.workdir.name}.before-reclone-{old.name.rsplit('-', 1)[1]}"
+                old.rename(kept)
+                note = f"could not carry the backup refs of the shallow clone over: it is kept as {self.rel(kept)}"
+                self.console.warn(note)
+                return dataclasses.replace(report, notes=(*report.notes, note))
         shutil.rmtree(old, ignore_errors=True)
         return report
 
@@ -1026,7 +1048,8 @@ class _Preparer:
                 + (f" ({len(changed)} file(s) differ)" if changed is not None else "")
             ),
         ):
-            repo.git("checkout", "--detach", "--quiet", patched)
+            # an ignored file in the way stops the switch (the next run then refuses or backs it up)
+            repo.git("checkout", "--detach", "--quiet", "--no-overwrite-ignore", patched)
         return len(changed) if changed is not None else None
 
 
@@ -1115,7 +1138,14 @@ def resume(settings: Settings, action: Literal["continue", "skip", "abort"], *, 
         position = entry.stopped_at
         current = queue.patches[position]
         resolved = entry.resolved
+        saved: list[str] = []
         if action == "skip":
+            # `git am --skip` resets the files of the skipped patch: a half-done resolution goes
+            work = wd.local_work(repo, git_dir, None, settings.tolerated_untracked)
+            if work.modified or work.untracked:
+                ref = wd.save_backup(repo, git_dir, work, "invoke prepare --skip")
+                console.warn(f"uncommitted changes in {rel} saved under {ref} before skipping {current.label}")
+                saved.append(f"uncommitted changes before skipping {current.label} saved under {ref}")
             repo.git("am", "--skip", check=False)
             resolved = (*resolved, f"{current.label} (skipped)")
         else:
@@ -1170,7 +1200,7 @@ def resume(settings: Settings, action: Literal["continue", "skip", "abort"], *, 
         settings.workdir,
         stamp.source,
         time.monotonic() - started,
-        notes=(*resolved, carry),
+        notes=(*resolved, *saved, carry),
     )
 
 

@@ -269,14 +269,15 @@ def in_progress(git_dir: Path) -> tuple[str, str] | None:
     return None
 
 
-def status_entries(repo: Repo, *, untracked: str = "normal") -> list[tuple[str, str]]:
+def status_entries(repo: Repo, *, untracked: str = "normal", ignored: bool = False) -> list[tuple[str, str]]:
     """``(XY, path)`` pairs of ``git status --porcelain -z`` (untracked: ``??``; ``untracked="all"``
-    lists the files inside untracked directories one by one)."""
+    lists the files inside untracked directories one by one; ``ignored`` adds ignored ones as ``!!``)."""
     result = repo.git(
         "status",
         "--porcelain=v1",
         "-z",
         f"--untracked-files={untracked}",
+        *(["--ignored=traditional"] if ignored else []),
         "--no-renames",
         "--ignore-submodules=none",
     )
@@ -326,14 +327,14 @@ def foreign_changes(repo: Repo, old: str | None, new: str) -> list[str]:
     An interrupted ``git checkout`` from ``old`` to ``new`` leaves every file it
     reached at ``new``'s content and every other at ``old``'s: anything else (an
     edit made after the interruption, a new file where ``new`` has one) is not
-    skippy's and must not be overwritten.  Untracked files at paths neither
-    commit has are not listed: a checkout does not touch them.
+    skippy's and must not be overwritten.  Untracked or ignored files at paths
+    neither commit has are not listed: a checkout does not touch them.
     """
-    entries = status_entries(repo, untracked="all")
+    entries = status_entries(repo, untracked="all", ignored=True)
     if not entries:
         return []
     before, after = _tree_blobs(repo, old), _tree_blobs(repo, new)
-    paths = [p for xy, p in entries if not (xy == "??" and p not in before and p not in after)]
+    paths = [p for xy, p in entries if xy not in ("??", "!!") or p in before or p in after]
     actual = _worktree_blobs(repo, paths)
     return [p for p in paths if actual[p] not in (before.get(p), after.get(p))]
 

@@ -313,3 +313,79 @@ def test_other_workdir_creates_no_link(queued_project: Project, tmp_path: Path) 
     prepare(queued_project.settings(LLAMA_WORKDIR=str(scratch)), Target.pinned(), console=QUIET)
     assert not (queued_project.root / "llama.cpp").is_symlink()
     assert not (queued_project.root / "llama.cpp").exists()
+
+
+# ------------------------------------------------------------------ other paths that overwrite files (item 1)
+
+
+def test_skip_backs_up_a_half_done_resolution(project: Project) -> None:
+    session_queue(project)
+    settings = project.settings()
+    wdir = project.workdir
+    with pytest.raises(ConflictError):
+        prepare(settings, Target.latest(), console=QUIET)
+    (wdir / "src/llama-model.cpp").write_bytes(b"half resolved\n")
+    report = resume(settings, "skip", console=QUIET)
+    refs = backup_refs(wdir)
+    assert len(refs) == 1
+    assert run_git(wdir, "show", f"{refs[0]}:src/llama-model.cpp") == "half resolved\n"
+    assert "skippy backup before invoke prepare --skip" in run_git(wdir, "log", "-1", "--format=%B", refs[0])
+    assert any(refs[0] in n for n in report.notes)
+    stamp = wd.read_stamp(wdir / ".git")
+    assert stamp is not None and stamp.resolved == ("core/0002-core-line-5.patch (skipped)",)
+
+
+def test_force_on_a_shallow_clone_keeps_its_backup_after_the_reclone(queued_project: Project) -> None:
+    wdir = queued_project.workdir
+    wdir.parent.mkdir(parents=True)
+    run_git(wdir.parent, "clone", "--quiet", "--depth=1", f"file://{queued_project.upstream.path}", str(wdir))
+    (wdir / "README.md").write_bytes(b"my edit in the shallow clone\n")
+    report = prepare(queued_project.settings(), Target.pinned(), console=QUIET, force=True)
+    assert report.patched_sha == EXPECTED_PATCHED
+    assert run_git(wdir, "rev-parse", "--is-shallow-repository").strip() == "false"
+    assert report.backup_ref is not None and backup_refs(wdir) == [report.backup_ref]
+    assert run_git(wdir, "show", f"{report.backup_ref}:README.md") == "my edit in the shallow clone\n"
+    assert sorted(p.name for p in wdir.parent.iterdir()) == ["llama.cpp", "llama.cpp.lock"]
+
+
+def test_a_killed_reclone_puts_the_old_checkout_back(queued_project: Project) -> None:
+    """What a hard kill during a re-clone leaves: the old checkout under its replaced name, no workdir."""
+    wdir = queued_project.workdir
+    prepare(queued_project.settings(), Target.pinned(), console=QUIET)
+    run_git(wdir, "update-ref", "refs/skippy/backups/20240101T000000Z", "HEAD")
+    moved = wdir.parent / ".skippy-replaced-llama.cpp-deadbeef"
+    wdir.rename(moved)
+    report = prepare(queued_project.settings(), Target.pinned(), console=QUIET)
+    assert report.action == "noop"
+    assert not moved.exists()
+    assert backup_refs(wdir) == ["refs/skippy/backups/20240101T000000Z"]
+
+
+def test_foreign_changes_sees_ignored_files_in_the_way(tmp_path: Path) -> None:
+    """An ignored file where the new commit has one would be overwritten by a forced checkout."""
+    from skippy.git import Repo
+
+    env = hermetic_git_env(Path(os.environ["HOME"]))
+    root = tmp_path / "r"
+    root.mkdir()
+    git(root, "init", "--quiet", env=env)
+    (root / ".gitignore").write_text("*.o\n")
+    (root / "a.txt").write_text("old\n")
+    git(root, "add", ".", env=env)
+    git(root, "commit", "--quiet", "-m", "old", env=env)
+    old = git(root, "rev-parse", "HEAD", env=env).strip()
+    (root / "a.txt").write_text("new\n")
+    (root / "lib.o").write_text("shipped object\n")
+    git(root, "add", "--force", ".", env=env)
+    git(root, "commit", "--quiet", "-m", "new", env=env)
+    new = git(root, "rev-parse", "HEAD", env=env).strip()
+    git(root, "checkout", "--quiet", "--detach", old, env=env)
+    repo = Repo(root, {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"]})
+    assert wd.foreign_changes(repo, old, new) == []
+    (root / "a.txt").write_text("new\n")  # where an interrupted checkout got to: skippy's own
+    (root / "lib.o").write_text("my own build output\n")  # ignored, in the way of the new commit
+    (root / "other.o").write_text("ignored, in no commit\n")
+    assert wd.foreign_changes(repo, old, new) == ["lib.o"]
+    (root / "lib.o").write_text("shipped object\n")
+    (root / "a.txt").write_text("edited\n")
+    assert wd.foreign_changes(repo, old, new) == ["a.txt"]
