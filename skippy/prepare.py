@@ -716,20 +716,18 @@ class _Preparer:
             self.notes.append(f"local work saved under {self.backup_ref}")
         self.console.info(f"finishing an interrupted prepare: moving {rel} {moving}")
         repo.git("checkout", "--force", "--detach", "--quiet", to)
-        if entry.queue_digest and entry.base:
-            # the journal says what this commit is: the stamp the interrupted run would have written
-            wd.write_stamp(
-                git_dir,
-                wd.Stamp(
-                    upstream_sha=entry.upstream_sha,
-                    patched_sha=to,
-                    queue_digest=entry.queue_digest,
-                    base_commit=entry.base,
-                    source=entry.source or "git",
-                ),
-            )
-        else:
-            wd.clear_stamp(git_dir)  # an older journal: the run recognizes HEAD by replaying the queue
+        # the journal says what this commit is: the stamp the interrupted run would have written (a
+        # journal from before it recorded the queue digest gives an empty one: the run re-applies)
+        wd.write_stamp(
+            git_dir,
+            wd.Stamp(
+                upstream_sha=entry.upstream_sha,
+                patched_sha=to,
+                queue_digest=entry.queue_digest or "",
+                base_commit=entry.base or entry.upstream_sha,
+                source=entry.source or "git",
+            ),
+        )
         wd.drop_journal(git_dir)
         self.recovered = f"finished the interrupted move {moving}"
         self.notes.append(self.recovered)

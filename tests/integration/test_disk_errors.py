@@ -178,3 +178,22 @@ def test_disk_problem_reads_git_and_os_messages() -> None:
     assert wd.disk_problem("fatal: could not read from remote repository") is None
     problem = wd.oserror_problem(PermissionError(13, "Permission denied", "/w/x"))
     assert (problem.cause, problem.path, problem.full) == ("Permission denied", "/w/x", False)
+
+
+def test_read_only_workdir_abort(project: Project) -> None:
+    from skippy.errors import ConflictError
+    from tests.integration.test_conflicts import session_queue
+
+    session_queue(project)
+    with pytest.raises(ConflictError):
+        prepare(project.settings(), Target.latest(), console=QUIET)
+    (project.workdir / "README.md").write_bytes(b"my edit\n")
+    before = snapshot(project)
+    result, cause = run_prepare(project, {"resume": "abort"}, readonly=[project.workdir])
+    assert_clean_error(
+        result,
+        cause,
+        "untouched: .deps/llama.cpp: the conflict session and your files are as they were",
+        "then re-run `invoke prepare --abort`",
+    )
+    assert snapshot(project) == before

@@ -129,6 +129,7 @@ def interrupted_switch(project: Project, tmp_path: Path, sig: str) -> tuple[str,
 def test_interrupted_switch_then_an_edit_is_refused_and_kept(queued_project: Project, tmp_path: Path, sig: str) -> None:
     new, _changed = interrupted_switch(queued_project, tmp_path, sig)
     wdir = queued_project.workdir
+    assert compute_status(queued_project.settings()).would.startswith("finish the interrupted move to")
     # the maintainer edits a file the switch changes (its old version is still in the tree)
     (wdir / "src/llama-arch.cpp").write_bytes(b"my edit after the interruption\n")
     before = work_files(wdir)
