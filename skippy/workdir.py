@@ -48,6 +48,9 @@ DISK_CAUSES: tuple[str, ...] = (
 )
 
 
+_DISK_LINE = re.compile(r":\s*(" + "|".join(map(re.escape, DISK_CAUSES)) + r")\s*$")
+
+
 @dataclass(frozen=True)
 class DiskProblem:
     """A write the file system refused: the cause as the OS names it, and the path when known."""
@@ -64,13 +67,14 @@ class DiskProblem:
 def disk_problem(output: str) -> DiskProblem | None:
     """The first line of a command's output that says a local write was refused, if any.
 
-    ``Permission denied`` from an ssh remote (``(publickey)``) is the network's, not the disk's.
+    git ends such a line with the OS's words (``...: No space left on device``); a line that only
+    mentions them (a patch subject, ssh's ``Permission denied (publickey).``) is not one.
     """
     for line in output.splitlines():
-        for cause in DISK_CAUSES:
-            if cause in line and "(publickey" not in line:
-                quoted = re.search(r"'([^']+)'", line)
-                return DiskProblem(cause, quoted.group(1) if quoted else None, line.strip())
+        match = _DISK_LINE.search(line)
+        if match:
+            quoted = re.search(r"'([^']+)'", line)
+            return DiskProblem(match.group(1), quoted.group(1) if quoted else None, line.strip())
     return None
 
 

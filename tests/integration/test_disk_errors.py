@@ -176,6 +176,7 @@ def test_disk_problem_reads_git_and_os_messages() -> None:
     # an ssh remote refusing the key is the network's problem, not the disk's
     assert wd.disk_problem("git@example.invalid: Permission denied (publickey).") is None
     assert wd.disk_problem("fatal: could not read from remote repository") is None
+    assert wd.disk_problem("Applying: model: say No space left on device when the cache is full") is None
     problem = wd.oserror_problem(PermissionError(13, "Permission denied", "/w/x"))
     assert (problem.cause, problem.path, problem.full) == ("Permission denied", "/w/x", False)
 
