@@ -708,7 +708,7 @@ class _Preparer:
                 )
             work = wd.local_work(repo, git_dir, None, self.settings.tolerated_untracked)
             work = dataclasses.replace(work, head_problem="; ".join(findings))
-            self.backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --force")
+            self.backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --force", also=tuple(foreign))
             self.console.warn(
                 f"local work saved under {self.backup_ref} before --force discards it; "
                 f"restore with: git -C {rel} checkout {self.backup_ref} -- ."

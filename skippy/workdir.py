@@ -404,9 +404,10 @@ def _reachable_from_upstream(repo: Repo, commit: str) -> bool:
     return result.ok and bool(result.stdout.strip())
 
 
-def save_backup(repo: Repo, git_dir: Path, work: LocalWork, reason: str) -> str:
+def save_backup(repo: Repo, git_dir: Path, work: LocalWork, reason: str, *, also: tuple[str, ...] = ()) -> str:
     """Save HEAD, the index/work tree and untracked files under a backup ref; return the ref.
 
+    ``also``: ignored files to save too (ones a forced checkout is about to overwrite).
     Uses a temporary index: the work tree and the real index are not touched.
     """
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -426,6 +427,9 @@ def save_backup(repo: Repo, git_dir: Path, work: LocalWork, reason: str) -> str:
         if head is not None:
             repo.git("read-tree", "HEAD", env=env)
         repo.git("add", "-A", "--", ".", env=env)
+        present = [p for p in also if (repo.path / p).is_file()]
+        if present:
+            repo.git("add", "--force", "--", *present, env=env)
         tree = repo.git("write-tree", env=env).stdout.strip()
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -387,6 +387,11 @@ def test_foreign_changes_sees_ignored_files_in_the_way(tmp_path: Path) -> None:
     (root / "lib.o").write_text("my own build output\n")  # ignored, in the way of the new commit
     (root / "other.o").write_text("ignored, in no commit\n")
     assert wd.foreign_changes(repo, old, new) == ["lib.o"]
+    # what --force saves before finishing the switch holds the ignored file too
+    ref = wd.save_backup(repo, root / ".git", wd.LocalWork(), "invoke prepare --force", also=("lib.o",))
+    assert git(root, "show", f"{ref}:lib.o", env=env) == "my own build output\n"
+    assert git(root, "show", f"{ref}:a.txt", env=env) == "new\n"
+    assert (root / "lib.o").read_text() == "my own build output\n"
     (root / "lib.o").write_text("shipped object\n")
     (root / "a.txt").write_text("edited\n")
     assert wd.foreign_changes(repo, old, new) == ["a.txt"]
