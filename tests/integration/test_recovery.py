@@ -395,3 +395,40 @@ def test_foreign_changes_sees_ignored_files_in_the_way(tmp_path: Path) -> None:
     (root / "lib.o").write_text("shipped object\n")
     (root / "a.txt").write_text("edited\n")
     assert wd.foreign_changes(repo, old, new) == ["a.txt"]
+
+
+def test_archive_based_patched_commit_is_recognized_without_a_stamp(queued_project: Project) -> None:
+    from skippy import archives
+    from tests.integration.test_archives_prepare import archive_of, configure
+
+    pin = queued_project.upstream.commits[1]
+    archive = archive_of(queued_project, pin)
+    configure(
+        queued_project, (queued_project.root / "missing.git").as_uri(), {pin: (archive, archives.sha256_of(archive))}
+    )
+    settings = queued_project.settings()
+    first = prepare(settings, Target.pinned(), console=QUIET, offline=True)
+    assert first.source == "archive"
+    path = queued_project.workdir / ".git" / "skippy" / wd.STAMP_NAME
+    good = path.read_bytes()
+    path.unlink()
+    report = prepare(settings, Target.pinned(), console=QUIET, offline=True)
+    assert report.action == "noop" and report.source == "archive" and report.upstream_sha == pin
+    assert path.read_bytes() == good
+
+
+def test_refusal_after_finishing_a_switch_says_what_the_run_did(queued_project: Project, tmp_path: Path) -> None:
+    new, _changed = interrupted_switch(queued_project, tmp_path, "KILL")
+    wdir = queued_project.workdir
+    (wdir / "notes.md").write_bytes(b"my notes\n")  # untracked, in neither commit: the switch cannot touch it
+    with pytest.raises(DirtyWorkdirError) as info:
+        prepare(queued_project.settings(), Target.pinned(), console=QUIET)
+    assert "1 untracked file(s): notes.md" in (info.value.details or "")
+    untouched = info.value.untouched or ""
+    assert "nothing was changed" not in untouched
+    assert f"your work was not changed (this run only finished the interrupted move from {EXPECTED_PATCHED[:12]}" in (
+        untouched
+    )
+    assert (wdir / "notes.md").read_bytes() == b"my notes\n"
+    stamp = wd.read_stamp(wdir / ".git")
+    assert stamp is not None and stamp.upstream_sha == new and head(wdir) == stamp.patched_sha
