@@ -892,7 +892,14 @@ class _Preparer:
                     local = self._lookup(repo, wanted)
                 if local is not None:
                     return local
-        if len(wanted) == 40 and (self.offline or fetch_error is not None) and self._has_archive_fallback():
+        # after a failed fetch, only an archive mapped for this very commit can stand in (an unmapped
+        # one would bury the fetch's own error under "no archive mapped")
+        mapped = wanted in (self.settings.raw.get("archives") or {})
+        if (
+            len(wanted) == 40
+            and (self.offline or (fetch_error is not None and mapped))
+            and self._has_archive_fallback()
+        ):
             from skippy import archives  # only archive users pay for the import
 
             if fetch_error is not None:

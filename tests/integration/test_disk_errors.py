@@ -198,3 +198,26 @@ def test_read_only_workdir_abort(project: Project) -> None:
         "then re-run `invoke prepare --abort`",
     )
     assert snapshot(project) == before
+
+
+def test_unreachable_upstream_for_an_unmapped_sha_names_the_network(prepared: Project) -> None:
+    """Archives mapped for other commits do not hide the fetch's own error under "no archive mapped"."""
+    from skippy.errors import NetworkError
+
+    pin = prepared.upstream.commits[1]
+    toml = prepared.root / "pyproject.toml"
+    text = toml.read_text().replace(str(prepared.upstream.path), str(prepared.root / "missing.git"))
+    toml.write_text(
+        text + f'\n[tool.skippy.archives."{pin}"]\nurl = "file:missing.tar.gz"\nsha256 = "{"0" * 64}"\nfolder = "x"\n'
+    )
+    before = snapshot(prepared)
+    with pytest.raises(NetworkError) as info:
+        prepare(prepared.settings(), Target.at("1" * 40), console=QUIET, sleep=lambda _s: None)
+    assert "could not fetch master from" in info.value.what
+    assert "nothing was changed" in (info.value.untouched or "")
+    # the origin URL follows the settings and the failed fetch leaves an empty FETCH_HEAD: git's own
+    after = snapshot(prepared)
+    for own in (".git/config", ".git/FETCH_HEAD"):
+        after.pop(own, None)
+        before.pop(own, None)
+    assert after == before
