@@ -6,10 +6,15 @@ patched SHAs skippy computes from them) are the same on every machine.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import shutil
 import subprocess
+import sys
+import tempfile
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,3 +152,63 @@ def pyproject(upstream_url: str, extra: str = "") -> str:
         )
         + extra
     )
+
+
+# ------------------------------------------------------------------ a private mount namespace
+
+#: runs in a new mount namespace (``unshare --mount``): binds each ``readonly`` path onto itself
+#: read-only, and puts each ``full`` directory's content on a small tmpfs filled up to the last
+#: page (the filler file at the given relative path), then execs the command: real EROFS and
+#: ENOSPC for that command alone; the test's own view of the files is never changed
+MOUNT_HELPER = """
+import json, os, shutil, subprocess, sys, tempfile
+spec = json.loads(sys.argv[1])
+for path in spec.get("readonly", []):
+    subprocess.run(["mount", "--bind", path, path], check=True)
+    subprocess.run(["mount", "-o", "remount,ro,bind", path, path], check=True)
+for path, filler in spec.get("full", []):
+    keep = tempfile.mkdtemp()
+    shutil.copytree(path, keep, symlinks=True, dirs_exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", path], check=True)
+    shutil.copytree(keep, path, symlinks=True, dirs_exist_ok=True)
+    shutil.rmtree(keep)
+    try:
+        with open(os.path.join(path, filler), "wb") as fh:
+            while True:
+                fh.write(bytes(4096))
+                fh.flush()
+    except OSError:
+        pass
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+def _unshare_prefix() -> list[str] | None:
+    unshare, mount = shutil.which("unshare"), shutil.which("mount")
+    if unshare is None or mount is None:
+        return None
+    for prefix in ([unshare, "--mount", "--"], [unshare, "--mount", "--map-root-user", "--"]):
+        with tempfile.TemporaryDirectory() as probe:
+            result = subprocess.run(
+                [*prefix, mount, "-t", "tmpfs", "-o", "size=64k", "tmpfs", probe],
+                capture_output=True,
+                check=False,
+            )
+        if result.returncode == 0:
+            return prefix
+    return None
+
+
+@functools.cache
+def mount_namespace() -> list[str] | None:
+    """The ``unshare`` prefix that gives a command its own mount namespace here, or None."""
+    return _unshare_prefix()
+
+
+def in_mount_namespace(
+    argv: Sequence[str], *, readonly: Sequence[Path] = (), full: Sequence[tuple[Path, str]] = ()
+) -> list[str]:
+    prefix = mount_namespace()
+    assert prefix is not None
+    spec = {"readonly": [str(p) for p in readonly], "full": [[str(p), f] for p, f in full]}
+    return [*prefix, sys.executable, "-c", MOUNT_HELPER, json.dumps(spec), *argv]

@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 _SHA40 = re.compile(r"^[0-9a-f]{40}$")
 _SHA_PREFIX = re.compile(r"^[0-9a-fA-F]{7,40}$")
 PARTIAL_PREFIX = ".skippy-partial-"
+#: a workdir being replaced by a re-clone (put back if the re-clone does not finish)
+OLD_PREFIX = ".skippy-replaced-"
+#: the workdir when neither [tool.skippy] workdir nor LLAMA_WORKDIR says otherwise
+DEFAULT_WORKDIR = ".deps/llama.cpp"
 
 Mode = Literal["pinned", "latest", "sha"]
 
@@ -184,7 +188,16 @@ def prepare(
                 changed_files=0,
                 notes=notes,
             )
-    with _locked(settings, console):
+    rel = settings.relative(settings.workdir)
+    with (
+        disk_errors(
+            settings,
+            rerun=rerun_command(target, force=force, offline=offline),
+            untouched=f"{rel}: your files are as they were (a switch cut short is journaled and the next run "
+            "finishes it); no stamp was written",
+        ),
+        _locked(settings, console),
+    ):
         preparer = _Preparer(
             settings,
             queue,
@@ -223,7 +236,15 @@ def triage_target(
     pin = read_pin(settings) if target.mode == "pinned" else None
     if target.mode == "sha":
         _check_sha_arg(target.sha)
-    with _locked(settings, console):
+    with (
+        disk_errors(
+            settings,
+            rerun=rerun_command(target, offline=offline, triage=True),
+            untouched=f"{settings.relative(settings.workdir)}: its checkout and your files "
+            "(triage works in a temporary worktree)",
+        ),
+        _locked(settings, console),
+    ):
         preparer = _Preparer(settings, queue, console, force=False, offline=offline, sleep=sleep)
         return preparer.triage_only(target, pin)
 
@@ -246,6 +267,69 @@ def resolve_target(
     queue = Queue(root=settings.patch_dir, patches=(), digest="")
     preparer = _Preparer(settings, queue, console, force=False, offline=offline, sleep=time.sleep)
     return preparer._resolve(repo, target, pin)
+
+
+def rerun_command(target: Target, *, force: bool = False, offline: bool = False, triage: bool = False) -> str:
+    """The command line that runs ``target`` again (for error messages)."""
+    words = ["invoke", "triage" if triage else "prepare"]
+    if target.mode == "latest":
+        words.append("--latest")
+    elif target.mode == "sha":
+        words += ["--sha", target.sha or ""]
+    if offline:
+        words.append("--offline")
+    if force:
+        words.append("--force")
+    return " ".join(words)
+
+
+def disk_error(
+    settings: Settings, problem: wd.DiskProblem, *, untouched: str, rerun: str, doing: str | None = None
+) -> WorkdirError:
+    """The real cause of a refused write (no space, read-only, permission), where, and what next."""
+    rel = settings.relative(settings.workdir)
+    path = Path(problem.path) if problem.path else settings.workdir
+    if not path.is_absolute():
+        path = settings.workdir / path
+    inside = path == settings.workdir or settings.workdir in path.parents
+    fix = settings.workdir if inside else path.parent
+    if problem.full:
+        next_step = (
+            f"free space on the file system that holds {settings.relative(fix)} "
+            f"(`df -h {settings.relative(fix)}` shows it), then re-run `{rerun}`"
+        )
+    else:
+        next_step = (
+            f"make {settings.relative(fix)} writable for this user (or set LLAMA_WORKDIR to a writable "
+            f"directory), then re-run `{rerun}`"
+        )
+    what = (
+        f"cannot write {settings.relative(path)}: {problem.cause}"
+        if problem.path
+        else f"{problem.cause} while writing in {rel}"
+    )
+    return WorkdirError(
+        what + (f" ({doing})" if doing else ""),
+        details=problem.line,
+        untouched=untouched,
+        next_step=next_step,
+    )
+
+
+@contextlib.contextmanager
+def disk_errors(settings: Settings, *, rerun: str, untouched: str) -> Iterator[None]:
+    """Turn a write the file system refused (a Python OSError, or git saying so) into a WorkdirError
+    naming the cause and the path, instead of a traceback or a misleading command failure."""
+    try:
+        yield
+    except OSError as exc:
+        raise disk_error(settings, wd.oserror_problem(exc), untouched=untouched, rerun=rerun) from exc
+    except CommandError as exc:
+        problem = wd.disk_problem(exc.output_tail)
+        if problem is None:
+            raise
+        doing = exc.what.split(" failed", 1)[0].split(" timed out", 1)[0]
+        raise disk_error(settings, problem, untouched=untouched, rerun=rerun, doing=doing) from exc
 
 
 def _check_sha_arg(sha: str | None) -> None:
@@ -304,6 +388,8 @@ class _Preparer:
         self.workdir = settings.workdir
         self.backup_ref: str | None = None
         self.notes: list[str] = []
+        #: what this run finished of an interrupted one (said when it then refuses local work)
+        self.recovered: str | None = None
 
     # ---- helpers
     def repo(self, path: Path | None = None) -> Repo:
@@ -321,13 +407,14 @@ class _Preparer:
         git_dir = self._check_is_our_repo(repo)
         self._recover(repo, git_dir)
         stamp = wd.read_stamp(git_dir)
-        work = wd.local_work(repo, git_dir, stamp, self.settings.tolerated_untracked)
+        recognized = self._recognize(repo, git_dir) if stamp is None else None
+        work = wd.local_work(repo, git_dir, stamp or recognized, self.settings.tolerated_untracked)
         if not work.empty:
             self._handle_local_work(repo, git_dir, work)
         if self._is_shallow_or_partial(repo):
             return self._reclone(target, pin)
         upstream_sha, base, source = self._resolve(repo, target, pin)
-        stamp = wd.read_stamp(git_dir)
+        stamp = wd.read_stamp(git_dir) or recognized
         head = repo.head()
         if (
             stamp is not None
@@ -335,6 +422,8 @@ class _Preparer:
             and stamp.queue_digest == self.queue.digest
             and head == stamp.patched_sha
         ):
+            if stamp is recognized:
+                wd.write_stamp(git_dir, stamp)
             return self._report("noop", stamp, changed=0)
         try:
             patched = self._apply_aside(repo, git_dir, base)
@@ -343,7 +432,7 @@ class _Preparer:
                 repo, git_dir, exc, base=base, upstream_sha=upstream_sha, source=source, head=head, since=stamp
             )
             raise
-        changed = self._switch(repo, git_dir, head, patched, upstream_sha)
+        changed = self._switch(repo, git_dir, head, patched, upstream_sha, base=base, source=source)
         new = self._stamp(git_dir, upstream_sha, patched, base, source)
         return self._report("applied", new, changed=changed)
 
@@ -445,6 +534,11 @@ class _Preparer:
         parent = self.workdir.parent
         if not parent.is_dir():
             return
+        if not self.workdir.exists() and not self.workdir.is_symlink():
+            for interrupted in sorted(parent.glob(f"{OLD_PREFIX}{self.workdir.name}-*"))[:1]:
+                # a re-clone was killed: the checkout it replaced comes back (then is re-cloned again)
+                self.console.info(f"putting back the checkout an interrupted re-clone moved: {self.rel(interrupted)}")
+                interrupted.rename(self.workdir)
         for leftover in parent.glob(f"{PARTIAL_PREFIX}{self.workdir.name}-*"):
             self.console.info(f"removing an interrupted clone: {self.rel(leftover)}")
             shutil.rmtree(leftover, ignore_errors=True)
@@ -515,7 +609,8 @@ class _Preparer:
         self.console.info(
             f"{self.rel(self.workdir)} is a shallow or partial clone, which cannot serve `git am --3way`: re-cloning"
         )
-        old = self.workdir.parent / f"{PARTIAL_PREFIX}{self.workdir.name}-old-{uuid.uuid4().hex[:8]}"
+        # not a partial name: a hard kill leaves it for the next run to put back, never to delete
+        old = self.workdir.parent / f"{OLD_PREFIX}{self.workdir.name}-{uuid.uuid4().hex[:8]}"
         self.workdir.rename(old)
         try:
             report = self._cold(target, pin)
@@ -523,6 +618,20 @@ class _Preparer:
             if not self.workdir.exists():
                 old.rename(self.workdir)
             raise
+        if self.repo(old).git("for-each-ref", "--count=1", wd.BACKUP_PREFIX).stdout.strip():
+            # backups (a --force on the shallow clone made one just now) move into the new clone
+            carried = self.repo().git(
+                "fetch", "--no-tags", "--quiet", str(old), f"+{wd.BACKUP_PREFIX}*:{wd.BACKUP_PREFIX}*", check=False
+            )
+            saved_state = wd.skippy_dir(old / ".git") / "backups"
+            if carried.ok and saved_state.is_dir():
+                shutil.copytree(saved_state, wd.skippy_dir(self.workdir / ".git") / "backups", dirs_exist_ok=True)
+            if not carried.ok:
+                kept = self.workdir.parent / f"{self.workdir.name}.before-reclone-{old.name.rsplit('-', 1)[1]}"
+                old.rename(kept)
+                note = f"could not carry the backup refs of the shallow clone over: it is kept as {self.rel(kept)}"
+                self.console.warn(note)
+                return dataclasses.replace(report, notes=(*report.notes, note))
         shutil.rmtree(old, ignore_errors=True)
         return report
 
@@ -549,6 +658,9 @@ class _Preparer:
                 repo.git("checkout", "--force", "--detach", "--quiet", entry.from_commit)
             wd.drop_journal(git_dir)
             return
+        if entry.op == "switch" and entry.to_commit and repo.has_commit(entry.to_commit):
+            self._finish_switch(repo, git_dir, entry)
+            return
         self.console.info(f"recovering from an interrupted prepare ({entry.op})")
         wd.clear_stamp(git_dir)
         progress = wd.in_progress(git_dir)
@@ -564,15 +676,100 @@ class _Preparer:
                     repo.git("am", "--quit", check=False)
             if entry.from_commit and repo.has_commit(entry.from_commit):
                 repo.git("checkout", "--force", "--detach", entry.from_commit)
-        elif entry.op == "switch" and entry.to_commit and repo.has_commit(entry.to_commit):
-            changed = set(self._changed_paths(repo, entry.from_commit, entry.to_commit))
-            dirty = {p for xy, p in wd.status_entries(repo) if xy != "??"}
-            head = repo.head()
-            if head in (entry.from_commit, entry.to_commit) and dirty <= changed:
-                repo.git("checkout", "--force", "--detach", entry.to_commit)
-            else:
-                self.console.warn("the interrupted switch left changes skippy did not make; keeping them")
         wd.drop_journal(git_dir)
+
+    def _finish_switch(self, repo: Repo, git_dir: Path, entry: wd.Journal) -> None:
+        """Finish a switch that was interrupted, overwriting only files skippy itself wrote.
+
+        Every file the interrupted checkout reached holds the new commit's content, every other
+        the old one's; anything else is the maintainer's (an edit made since): refused, or with
+        ``force`` saved under a backup ref first, like any other local work.
+        """
+        to = entry.to_commit
+        assert to is not None
+        old = entry.from_commit
+        rel = self.rel(self.workdir)
+        head = repo.head()
+        foreign = wd.foreign_changes(repo, old if old and repo.has_commit(old) else None, to)
+        findings = [f"{p}: neither the old nor the new version (an edit made since?)" for p in foreign]
+        if head not in (old, to):
+            findings.append(f"HEAD moved to {head[:12] if head else '(none)'} since the switch was interrupted")
+        moving = f"from {old[:12] if old else '(nothing)'} to {to[:12]}"
+        if findings:
+            if not self.force:
+                raise DirtyWorkdirError(
+                    f"a prepare was interrupted while moving {rel} {moving}, and {rel} now holds "
+                    "changes that prepare did not make",
+                    details="\n".join(f"- {f}" for f in findings),
+                    untouched=f"{rel}: nothing was changed (the half-done switch and your changes are as they were)",
+                    next_step="`invoke prepare --force` saves everything under a backup ref first, then finishes "
+                    f"the switch; bring your files back with `git -C {rel} checkout <backup ref> -- <paths>` "
+                    "(the ref is printed)",
+                )
+            work = wd.local_work(repo, git_dir, None, self.settings.tolerated_untracked)
+            work = dataclasses.replace(work, head_problem="; ".join(findings))
+            self.backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --force", also=tuple(foreign))
+            self.console.warn(
+                f"local work saved under {self.backup_ref} before --force discards it; "
+                f"restore with: git -C {rel} checkout {self.backup_ref} -- ."
+            )
+            self.notes.append(f"local work saved under {self.backup_ref}")
+        self.console.info(f"finishing an interrupted prepare: moving {rel} {moving}")
+        repo.git("checkout", "--force", "--detach", "--quiet", to)
+        # the journal says what this commit is: the stamp the interrupted run would have written (a
+        # journal from before it recorded the queue digest gives an empty one: the run re-applies)
+        wd.write_stamp(
+            git_dir,
+            wd.Stamp(
+                upstream_sha=entry.upstream_sha,
+                patched_sha=to,
+                queue_digest=entry.queue_digest or "",
+                base_commit=entry.base or entry.upstream_sha,
+                source=entry.source or "git",
+            ),
+        )
+        wd.drop_journal(git_dir)
+        self.recovered = f"finished the interrupted move {moving}"
+        self.notes.append(self.recovered)
+
+    def _recognize(self, repo: Repo, git_dir: Path) -> wd.Stamp | None:
+        """With no (readable) stamp: is HEAD this queue applied on HEAD's upstream base?
+
+        The same base and queue always give the same patched SHA, so replaying the queue in a
+        temporary worktree and comparing SHAs tells a run's own patched commit from local work.
+        """
+        head = repo.head()
+        if head is None or not self.queue.patches:
+            return None
+        on_top = repo.git(
+            "rev-list", "--reverse", head, "--not", "--remotes", "--tags", "--glob=refs/skippy/archive/*", check=False
+        ).stdout.split()
+        if len(on_top) != len(self.queue.patches):
+            return None
+        base = repo.rev_parse(f"{on_top[0]}^")
+        if base is None:
+            return None
+        with self.console.step(f"no stamp: replaying the queue on {base[:12]} to recognize HEAD {head[:12]}"):
+            try:
+                replayed = self._apply_aside(repo, git_dir, base)
+            except ConflictError:
+                return None
+        if replayed != head:
+            return None
+        upstream_sha, source = base, "git"
+        archived = repo.git(
+            "for-each-ref", "--points-at", base, "--format=%(refname)", "refs/skippy/archive/", check=False
+        ).stdout.split()
+        if archived:
+            upstream_sha, source = archived[0].rsplit("/", 1)[1], "archive"
+        self.notes.append(f"no stamp: recognized HEAD {head[:12]} as this queue on {upstream_sha[:12]}")
+        return wd.Stamp(
+            upstream_sha=upstream_sha,
+            patched_sha=head,
+            queue_digest=self.queue.digest,
+            base_commit=base,
+            source=source,
+        )
 
     def _remove_aside_worktrees(self, repo: Repo, git_dir: Path) -> None:
         aside_root = wd.skippy_dir(git_dir) / "aside"
@@ -586,7 +783,9 @@ class _Preparer:
             raise DirtyWorkdirError(
                 f"{self.rel(self.workdir)} holds work that `prepare` would lose",
                 details=findings,
-                untouched=f"{self.rel(self.workdir)}: nothing was changed",
+                untouched=f"{self.rel(self.workdir)}: nothing was changed"
+                if self.recovered is None
+                else f"{self.rel(self.workdir)}: your work was not changed (this run only {self.recovered})",
                 next_step="keep it: commit it on a branch on top of the patched commit and carry it into "
                 "the queue (`invoke regenerate`, or `git format-patch` into the patch dir); "
                 "discard it: `invoke prepare --force` (saves everything under a backup ref first)",
@@ -617,6 +816,8 @@ class _Preparer:
                 last = exc
                 if cleanup is not None:
                     cleanup()
+                if wd.disk_problem(exc.output_tail) is not None:
+                    raise  # no space, read-only, permission: retrying or an archive cannot help
                 if attempt < attempts:
                     delay = self.settings.network_backoff * (2 ** (attempt - 1))
                     self.console.warn(f"{what} failed (attempt {attempt}/{attempts}); retrying in {delay:.0f} s")
@@ -683,12 +884,22 @@ class _Preparer:
             else:
                 local = self._lookup(repo, wanted)
                 if local is None and len(wanted) == 40:
-                    with contextlib.suppress(CommandError):
+                    try:
                         repo.network("fetch", "--quiet", "origin", wanted, what="git fetch")
+                    except CommandError as exc:
+                        if wd.disk_problem(exc.output_tail) is not None:
+                            raise
                     local = self._lookup(repo, wanted)
                 if local is not None:
                     return local
-        if len(wanted) == 40 and (self.offline or fetch_error is not None) and self._has_archive_fallback():
+        # after a failed fetch, only an archive mapped for this very commit can stand in (an unmapped
+        # one would bury the fetch's own error under "no archive mapped")
+        mapped = wanted in (self.settings.raw.get("archives") or {})
+        if (
+            len(wanted) == 40
+            and (self.offline or (fetch_error is not None and mapped))
+            and self._has_archive_fallback()
+        ):
             from skippy.queue import archives  # only archive users pay for the import
 
             if fetch_error is not None:
@@ -824,17 +1035,26 @@ class _Preparer:
         out = repo.git("diff", "--name-only", "--no-renames", "-z", old, new).stdout
         return [p for p in out.split("\0") if p]
 
-    def _switch(self, repo: Repo, git_dir: Path, head: str | None, patched: str, upstream_sha: str) -> int | None:
-        """Move the workdir to ``patched``; git rewrites only files whose content differs."""
+    def _switch(
+        self, repo: Repo, git_dir: Path, head: str | None, patched: str, upstream_sha: str, *, base: str, source: str
+    ) -> int | None:
+        """Move the workdir to ``patched``; git rewrites only files whose content differs.
+
+        The journal records everything the stamp needs, so an interrupted switch is finished
+        and stamped by the next run."""
         changed = self._changed_paths(repo, head, patched) if head else None
+        entry = wd.Journal(
+            "switch", head, patched, upstream_sha, base=base, queue_digest=self.queue.digest, source=source
+        )
         with (
-            wd.journal(git_dir, wd.Journal("switch", head, patched, upstream_sha)),
+            wd.journal(git_dir, entry),
             self.console.step(
                 f"move {self.rel(self.workdir)} to {patched[:12]}"
                 + (f" ({len(changed)} file(s) differ)" if changed is not None else "")
             ),
         ):
-            repo.git("checkout", "--detach", "--quiet", patched)
+            # an ignored file in the way stops the switch (the next run then refuses or backs it up)
+            repo.git("checkout", "--detach", "--quiet", "--no-overwrite-ignore", patched)
         return len(changed) if changed is not None else None
 
 
@@ -902,7 +1122,14 @@ def resume(settings: Settings, action: Literal["continue", "skip", "abort"], *, 
             untouched=f"{rel}",
             next_step="`invoke prepare` starts one when a patch does not apply (outside CI)",
         )
-    with _locked(settings, console):
+    with (
+        disk_errors(
+            settings,
+            rerun=f"invoke prepare --{action}",
+            untouched=f"{rel}: the conflict session and your files are as they were",
+        ),
+        _locked(settings, console),
+    ):
         repo = Repo(settings.workdir, settings.env, echo=console.command)
         queue = load_queue(settings.patch_dir)
         if action == "abort":
@@ -916,7 +1143,14 @@ def resume(settings: Settings, action: Literal["continue", "skip", "abort"], *, 
         position = entry.stopped_at
         current = queue.patches[position]
         resolved = entry.resolved
+        saved: list[str] = []
         if action == "skip":
+            # `git am --skip` resets the files of the skipped patch: a half-done resolution goes
+            work = wd.local_work(repo, git_dir, None, settings.tolerated_untracked)
+            if work.modified or work.untracked:
+                ref = wd.save_backup(repo, git_dir, work, "invoke prepare --skip")
+                console.warn(f"uncommitted changes in {rel} saved under {ref} before skipping {current.label}")
+                saved.append(f"uncommitted changes before skipping {current.label} saved under {ref}")
             repo.git("am", "--skip", check=False)
             resolved = (*resolved, f"{current.label} (skipped)")
         else:
@@ -971,24 +1205,59 @@ def resume(settings: Settings, action: Literal["continue", "skip", "abort"], *, 
         settings.workdir,
         stamp.source,
         time.monotonic() - started,
-        notes=(*resolved, carry),
+        notes=(*resolved, *saved, carry),
     )
 
 
 def _abort_session(
     settings: Settings, repo: Repo, git_dir: Path, entry: wd.Journal, *, console: Console, started: float
 ) -> PrepareReport:
+    """Back to the checkout the session started from, losing nothing.
+
+    Uncommitted changes (a half-done resolution, an unrelated edit, new files) are saved under a
+    backup ref first.  ``git am --abort`` keeps edits to files the session did not touch, and the
+    move back keeps them too when the previous checkout has the same version of those files, as a
+    plain ``git checkout`` does; only files that differ there are reset, and they are in the backup.
+    """
+    rel = settings.relative(settings.workdir)
+    back = entry.from_commit or entry.base
+    assert back is not None
+    work = wd.local_work(repo, git_dir, None, settings.tolerated_untracked)
+    dirty = [
+        p
+        for xy, p in wd.status_entries(repo, untracked="all")
+        if xy != "??" or not wd.is_tolerated(p, settings.tolerated_untracked)
+    ]
+    backup_ref: str | None = None
+    notes: list[str] = []
+    if work.modified or work.untracked:
+        backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --abort")
+        console.warn(f"uncommitted changes in {rel} saved under {backup_ref} before the abort")
+        notes.append(f"uncommitted changes saved under {backup_ref}")
     repo.git("am", "--abort", check=False)
     if wd.in_progress(git_dir) is not None:
         repo.git("am", "--quit", check=False)
-    back = entry.from_commit or entry.base
-    assert back is not None
-    repo.git("checkout", "--force", "--detach", "--quiet", back)
+    if not repo.git("checkout", "--detach", "--quiet", back, check=False).ok:
+        # edits to files that differ in the previous checkout: they go (they are in the backup)
+        if backup_ref is None:
+            backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --abort")
+        repo.git("checkout", "--force", "--detach", "--quiet", back)
+    if backup_ref is not None:
+        reset = wd.differ_from(repo, backup_ref, dirty)
+        kept = sorted(set(dirty) - set(reset))
+        if reset:
+            notes.append(
+                f"back at the previous checkout's version (yours is in {backup_ref}): {', '.join(reset)}; "
+                f"bring one back with `git -C {rel} checkout {backup_ref} -- <path>`"
+            )
+            console.warn(notes[-1])
+        if kept:
+            notes.append(f"kept in {rel} as they were: {', '.join(kept)}")
     wd.drop_journal(git_dir)
     stamp = wd.read_stamp(git_dir)
     if stamp is None or stamp.patched_sha != back:
         wd.clear_stamp(git_dir)
-    console.info(f"conflict session aborted: {settings.relative(settings.workdir)} is back at {back[:12]}")
+    console.info(f"conflict session aborted: {rel} is back at {back[:12]}")
     return PrepareReport(
         "aborted",
         stamp.upstream_sha if stamp else entry.upstream_sha,
@@ -997,6 +1266,8 @@ def _abort_session(
         settings.workdir,
         stamp.source if stamp else (entry.source or "git"),
         time.monotonic() - started,
+        backup_ref=backup_ref,
+        notes=tuple(notes),
     )
 
 
@@ -1008,6 +1279,24 @@ def ensure_compat_link(settings: Settings, console: Console) -> tuple[str, ...]:
     link = settings.compat_link
     if link is None or not settings.workdir.exists():
         return ()
+    configured = settings.root / str(settings.raw.get("workdir") or DEFAULT_WORKDIR)
+    if settings.workdir.resolve() != configured.resolve():
+        # LLAMA_WORKDIR points elsewhere (a scratch or second checkout): the project's link keeps
+        # naming the configured workdir, so it never dangles when that other directory goes away
+        return (
+            f"compat link {settings.relative(link)} left as it is: it follows only the configured workdir "
+            f"{settings.relative(configured)}, not LLAMA_WORKDIR={settings.workdir}",
+        )
+    try:
+        return _update_compat_link(settings, link, console)
+    except OSError as exc:
+        problem = wd.oserror_problem(exc)
+        note = f"compat link {settings.relative(link)} not updated: {problem.cause} ({problem.path or link})"
+        console.warn(note)
+        return (note,)
+
+
+def _update_compat_link(settings: Settings, link: Path, console: Console) -> tuple[str, ...]:
     target = Path(_relpath(settings.workdir, link.parent))
     if link.is_symlink():
         if Path(link.readlink()) == target:

@@ -114,8 +114,18 @@ def compute_status(settings: Settings) -> Status:
     )
     if queue_error:
         would = "refuse: fix the queue / pin first"
+    elif journal is not None and journal.op == "switch" and journal.to_commit:
+        would = (
+            f"finish the interrupted move to {journal.to_commit[:12]} (over the files it wrote only: files "
+            "changed since are refused, or saved first with --force), then converge"
+        )
     elif interrupted:
         would = "recover the interrupted run, then re-apply"
+    elif stamp is None and work.head_problem and not (work.modified or work.untracked or work.in_progress):
+        would = (
+            "check whether HEAD is this queue applied on its upstream base (replaying the queue in a "
+            "temporary worktree): if so carry on from it, else refuse (local commits)"
+        )
     elif not work.empty:
         would = "refuse: local work present (commit it into the queue, or use --force: it is backed up first)"
     elif up_to_date:

@@ -11,6 +11,7 @@ import datetime as dt
 import fnmatch
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -37,6 +38,51 @@ _IN_PROGRESS: tuple[tuple[str, str], ...] = (
     ("REVERT_HEAD", "a revert"),
     ("BISECT_LOG", "a bisect"),
 )
+
+
+#: what the OS says when a write cannot happen, as git and Python print it (C locale)
+DISK_CAUSES: tuple[str, ...] = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "Read-only file system",
+    "Permission denied",
+)
+
+
+_DISK_LINE = re.compile(r":\s*(" + "|".join(map(re.escape, DISK_CAUSES)) + r")\s*$")
+
+
+@dataclass(frozen=True)
+class DiskProblem:
+    """A write the file system refused: the cause as the OS names it, and the path when known."""
+
+    cause: str
+    path: str | None
+    line: str
+
+    @property
+    def full(self) -> bool:
+        return self.cause in ("No space left on device", "Disk quota exceeded")
+
+
+def disk_problem(output: str) -> DiskProblem | None:
+    """The first line of a command's output that says a local write was refused, if any.
+
+    git ends such a line with the OS's words (``...: No space left on device``); a line that only
+    mentions them (a patch subject, ssh's ``Permission denied (publickey).``) is not one.
+    """
+    for line in output.splitlines():
+        match = _DISK_LINE.search(line)
+        if match:
+            quoted = re.search(r"'([^']+)'", line)
+            return DiskProblem(match.group(1), quoted.group(1) if quoted else None, line.strip())
+    return None
+
+
+def oserror_problem(exc: OSError) -> DiskProblem:
+    path = exc.filename if isinstance(exc.filename, str) else None
+    cause = exc.strerror or type(exc).__name__
+    return DiskProblem(cause, path, str(exc))
 
 
 @dataclass(frozen=True)
@@ -237,13 +283,15 @@ def in_progress(git_dir: Path) -> tuple[str, str] | None:
     return None
 
 
-def status_entries(repo: Repo) -> list[tuple[str, str]]:
-    """``(XY, path)`` pairs of ``git status --porcelain -z`` (untracked: ``??``)."""
+def status_entries(repo: Repo, *, untracked: str = "normal", ignored: bool = False) -> list[tuple[str, str]]:
+    """``(XY, path)`` pairs of ``git status --porcelain -z`` (untracked: ``??``; ``untracked="all"``
+    lists the files inside untracked directories one by one; ``ignored`` adds ignored ones as ``!!``)."""
     result = repo.git(
         "status",
         "--porcelain=v1",
         "-z",
-        "--untracked-files=normal",
+        f"--untracked-files={untracked}",
+        *(["--ignored=traditional"] if ignored else []),
         "--no-renames",
         "--ignore-submodules=none",
     )
@@ -252,6 +300,57 @@ def status_entries(repo: Repo) -> list[tuple[str, str]]:
         if len(item) > 3:
             entries.append((item[:2], item[3:]))
     return entries
+
+
+def _tree_blobs(repo: Repo, commit: str | None) -> dict[str, str]:
+    """``path -> blob`` of every file in ``commit`` (empty for None)."""
+    if commit is None:
+        return {}
+    out = repo.git("ls-tree", "-r", "-z", "--full-tree", commit).stdout
+    blobs: dict[str, str] = {}
+    for item in out.split("\0"):
+        meta, _, path = item.partition("\t")
+        if path:
+            blobs[path] = meta.split()[2]
+    return blobs
+
+
+def _worktree_blobs(repo: Repo, paths: list[str]) -> dict[str, str | None]:
+    """``path -> blob`` as ``git add`` would store each work-tree file (None: absent; "?": not a file)."""
+    files = [p for p in paths if (repo.path / p).is_file() and not (repo.path / p).is_symlink()]
+    hashed: dict[str, str | None] = {}
+    if files:
+        out = repo.git("hash-object", "--stdin-paths", input="".join(p + "\n" for p in files)).stdout
+        hashed.update(zip(files, out.split(), strict=True))
+    for p in paths:
+        if p not in hashed:
+            hashed[p] = "?" if os.path.lexists(repo.path / p) else None
+    return hashed
+
+
+def differ_from(repo: Repo, commit: str, paths: list[str]) -> list[str]:
+    """Those of ``paths`` whose work-tree file is not ``commit``'s version."""
+    saved = _tree_blobs(repo, commit)
+    actual = _worktree_blobs(repo, paths)
+    return [p for p in paths if actual[p] != saved.get(p)]
+
+
+def foreign_changes(repo: Repo, old: str | None, new: str) -> list[str]:
+    """Paths of the work tree that hold neither ``old``'s nor ``new``'s version.
+
+    An interrupted ``git checkout`` from ``old`` to ``new`` leaves every file it
+    reached at ``new``'s content and every other at ``old``'s: anything else (an
+    edit made after the interruption, a new file where ``new`` has one) is not
+    skippy's and must not be overwritten.  Untracked or ignored files at paths
+    neither commit has are not listed: a checkout does not touch them.
+    """
+    entries = status_entries(repo, untracked="all", ignored=True)
+    if not entries:
+        return []
+    before, after = _tree_blobs(repo, old), _tree_blobs(repo, new)
+    paths = [p for xy, p in entries if xy not in ("??", "!!") or p in before or p in after]
+    actual = _worktree_blobs(repo, paths)
+    return [p for p in paths if actual[p] not in (before.get(p), after.get(p))]
 
 
 def is_tolerated(path: str, patterns: tuple[str, ...]) -> bool:
@@ -315,9 +414,10 @@ def _reachable_from_upstream(repo: Repo, commit: str) -> bool:
     return result.ok and bool(result.stdout.strip())
 
 
-def save_backup(repo: Repo, git_dir: Path, work: LocalWork, reason: str) -> str:
+def save_backup(repo: Repo, git_dir: Path, work: LocalWork, reason: str, *, also: tuple[str, ...] = ()) -> str:
     """Save HEAD, the index/work tree and untracked files under a backup ref; return the ref.
 
+    ``also``: ignored files to save too (ones a forced checkout is about to overwrite).
     Uses a temporary index: the work tree and the real index are not touched.
     """
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -337,6 +437,9 @@ def save_backup(repo: Repo, git_dir: Path, work: LocalWork, reason: str) -> str:
         if head is not None:
             repo.git("read-tree", "HEAD", env=env)
         repo.git("add", "-A", "--", ".", env=env)
+        present = [p for p in also if (repo.path / p).is_file()]
+        if present:
+            repo.git("add", "--force", "--", *present, env=env)
         tree = repo.git("write-tree", env=env).stdout.strip()
     finally:
         with contextlib.suppress(FileNotFoundError):

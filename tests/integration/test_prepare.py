@@ -346,6 +346,7 @@ def test_refuses_am_in_progress(queued_project: Project) -> None:
 
 def test_refuses_unknown_history_without_stamp(queued_project: Project) -> None:
     wdir = prepared(queued_project)
+    run_git(wdir, "commit", "--quiet", "--allow-empty", "-m", "mine")
     (wdir / ".git" / "skippy" / "prepare.json").unlink()
     assert_refused(queued_project, "holds commits that no upstream ref contains (no skippy stamp)")
 
