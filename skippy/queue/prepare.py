@@ -361,6 +361,10 @@ def _locked(settings: Settings, console: Console) -> Iterator[None]:
                 next_step="wait for the other run to finish (or stop it), then re-run `invoke prepare`",
             ) from None
     try:
+        git_dir = wd.git_dir_of(settings.workdir) if settings.workdir.is_dir() else None
+        stale = wd.remove_stale_index_lock(git_dir) if git_dir is not None else None
+        if stale is not None:
+            console.info(f"removed {settings.relative(stale)}: a killed git left it and no process holds it")
         yield
     finally:
         lock.release()

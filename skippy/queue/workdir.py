@@ -173,6 +173,40 @@ def git_dir_of(workdir: Path) -> Path | None:
     return candidate if candidate.is_dir() else None
 
 
+def held_open(path: Path, proc_root: Path = Path("/proc")) -> bool | None:
+    """Whether any process has ``path`` open (Linux: read from /proc); None where that cannot be known."""
+    if not proc_root.is_dir():
+        return None
+    target = str(path.resolve())
+    for fd_dir in proc_root.glob("[0-9]*/fd"):
+        try:
+            links = list(fd_dir.iterdir())
+        except OSError:
+            continue  # gone, or not ours to read
+        for link in links:
+            try:
+                if str(link.readlink()) == target:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def remove_stale_index_lock(git_dir: Path) -> Path | None:
+    """Remove ``index.lock`` when no process holds it (a git killed mid-write leaves it behind).
+
+    Called with the prepare lock held: no git of another skippy run is writing, and no
+    child of a killed run is left (skippy.core.proc ties children to their run).  A git
+    the user runs by hand holds the file open and keeps it; where open files cannot be
+    read (no /proc), nothing is removed.
+    """
+    lock = git_dir / "index.lock"
+    if not lock.is_file() or held_open(lock) is not False:
+        return None
+    lock.unlink()
+    return lock
+
+
 def read_stamp(git_dir: Path) -> Stamp | None:
     path = skippy_dir(git_dir) / STAMP_NAME
     try:

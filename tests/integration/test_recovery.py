@@ -432,3 +432,42 @@ def test_refusal_after_finishing_a_switch_says_what_the_run_did(queued_project: 
     assert (wdir / "notes.md").read_bytes() == b"my notes\n"
     stamp = wd.read_stamp(wdir / ".git")
     assert stamp is not None and stamp.upstream_sha == new and head(wdir) == stamp.patched_sha
+
+
+def test_a_stale_index_lock_is_removed_but_a_held_one_is_kept(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from skippy.queue import workdir as wd_
+
+    git_dir = tmp_path / ".git"
+    git_dir.mkdir()
+    lock = git_dir / "index.lock"
+    lock.write_bytes(b"half-written index")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; f = open(sys.argv[1], 'rb'); print('open', flush=True); time.sleep(60)",
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        assert wd_.held_open(lock) is True
+        assert wd_.remove_stale_index_lock(git_dir) is None
+        assert lock.read_bytes() == b"half-written index"  # a git still running keeps its lock
+    finally:
+        holder.kill()
+        holder.wait()
+        assert holder.stdout is not None
+        holder.stdout.close()
+    deadline = time.monotonic() + 5
+    while wd_.held_open(lock) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert wd_.remove_stale_index_lock(git_dir) == lock
+    assert not lock.exists()
+    assert wd_.held_open(lock, proc_root=tmp_path / "no-proc") is None
