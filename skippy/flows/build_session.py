@@ -14,18 +14,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from skippy.build.backends import SERVER_TARGET, Backend, parse_backend
+from skippy.build.backends import SERVER_TARGET, Backend, parse_backend, spec
 from skippy.build.builder import (
     _DEFINE_ARG,
     PROVENANCE_DEFINES,
     BuildOptions,
+    BuildPlan,
     BuildReport,
     execute_plan,
     plan_build,
     requested_defines,
 )
 from skippy.build.toolchain import check_tree_needs, inspect_tree, probe_toolchain
-from skippy.core.errors import CommandError, ToolchainMissing
+from skippy.check.evidence import artifact_markers_missing
+from skippy.core.errors import BuildError, CommandError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, OptionParser
 
@@ -182,6 +184,23 @@ def _upstream_count(settings: Settings, prepared: _Prepared) -> int | None:
         return None
 
 
+def artifact_gate(backend: Backend, plan: BuildPlan, report: BuildReport, console: Console) -> None:
+    """The binary must contain its backend: a build that fell back to CPU (an ignored CMake
+    switch) lacks the backend's registration symbol.  Runs with and without the spot check."""
+    server = report.binaries[SERVER_TARGET]
+    markers = spec(backend).artifact_markers
+    missing = artifact_markers_missing(server, markers)
+    if missing:
+        switches = ", ".join(f"{d.name}={d.value}" for d in plan.defines if d.name.startswith("GGML_"))
+        raise BuildError(
+            f"{server.name} does not contain the {backend} backend: {', '.join(missing)} not in the binary",
+            untouched=f"the source tree; the build is kept in {plan.build_dir}",
+            next_step=f"check CMakeCache.txt in {plan.build_dir} (the switches set were: {switches}) "
+            "and the configure log for an ignored or failed backend",
+        )
+    console.info(f"{backend}: {server.name} contains its backend ({', '.join(markers)})")
+
+
 def run_build_session(
     backend: Backend,
     settings: Settings,
@@ -235,6 +254,7 @@ def run_build_session(
         f"{b}: built {', '.join(report.binaries)} in {report.total_seconds:.1f} s "
         f"({report.compiled} compile steps) in {settings.relative(report.build_dir)}"
     )
+    artifact_gate(b, plan, report, console)
     if args.spot_check:
         spot_check_fn(
             settings,

@@ -284,3 +284,25 @@ def test_ccache_launcher_and_hit_rate(tmp_path: Path) -> None:
     assert warm.cache is not None
     assert (warm.cache.hits, warm.cache.misses) == (3, 0)
     assert (settings.cache_dir / "ccache").is_dir()
+
+
+def test_artifact_gate_refuses_a_binary_without_its_backend(env: Env) -> None:
+    from skippy.flows.build_session import artifact_gate
+
+    plan = env.plan()
+    report = env.run(plan)
+    # the stand-in server has no backend registration: like a build whose backend switch was ignored
+    with pytest.raises(BuildError, match="does not contain the cpu backend: ggml_backend_cpu_reg") as info:
+        artifact_gate("cpu", plan, report, env.console)
+    assert "GGML_CUDA=OFF" in (info.value.next_step or "")
+    assert str(plan.build_dir) in (info.value.next_step or "")
+    # the same server with the registration symbols linked in passes
+    (env.src / "src" / "common.c").write_text(
+        "int probe_answer(void) { return 42; }\n"
+        "void ggml_backend_cpu_reg(void) {}\n"
+        "void ggml_backend_rpc_reg(void) {}\n",
+        encoding="utf-8",
+    )
+    again = env.run(env.plan())
+    artifact_gate("cpu", plan, again, env.console)
+    assert "contains its backend" in env.out.getvalue()
