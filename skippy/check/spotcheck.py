@@ -14,33 +14,54 @@ plain functions; :func:`spot_check` runs them.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import signal
-import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import sh
-
 from skippy.build.backends import SERVER_TARGET
 from skippy.build.backends import names as backend_names
-from skippy.check.models import ModelRef, model_refs, resolve_model
+from skippy.check.compute import (
+    ComputeFailure,
+    ComputeResult,
+    agreement_with_reference,
+    device_reason,
+    file_sha256,
+    fingerprint_runs,
+    leak_reason,
+)
+from skippy.check.fingerprint import (
+    DEFAULT_TOLERANCE,
+    Fingerprint,
+    Run,
+    compare,
+    read_reference,
+    reference_path,
+    render_reference,
+)
+from skippy.check.models import ChatFacts, ModelRef, chat_facts, model_refs, resolve_model
+from skippy.check.server import (
+    HOST,
+    LOG_TAIL,
+    Server,
+    ServerFailure,
+    describe_exit,
+    free_port,
+    http_status,
+    running_server,
+    wait_for_port,
+)
 from skippy.core import proc
 from skippy.core.errors import SettingsError, SkippyError, SpotCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 
-HOST: Final = "127.0.0.1"
 PROMPT: Final = "Say OK"
-LOG_TAIL: Final = 30
 
 #: known failure lines: (regex, what it means).  Matched case-sensitively per line.
 FAILURE_PATTERNS: Final[tuple[tuple[re.Pattern[str], str], ...]] = tuple(
@@ -89,6 +110,8 @@ class Options:
     max_tokens: int = 5
     poll_interval: float = 0.1
     bind_attempts: int = 3
+    #: how far a top-1 log-probability may be from the CPU reference's (nats)
+    logprob_tolerance: float = DEFAULT_TOLERANCE
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Options:
@@ -127,6 +150,10 @@ class ModelResult:
     log_path: str | None = None
     #: the log lines that decided a failure (or the log tail)
     log_lines: list[str] = field(default_factory=list)
+    #: the chat template used, the fingerprint and its agreement, the device and RPC proofs
+    compute: ComputeResult = field(default_factory=ComputeResult)
+    #: the greedy runs of the fingerprint prompts (in ``compute.fingerprint`` once keyed by the model)
+    runs: list[Run] = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -154,7 +181,10 @@ class SpotCheckReport:
             "version": self.version,
             "provenance": asdict(self.provenance) if self.provenance else None,
             "ok": self.ok,
-            "results": [asdict(r) for r in self.results],
+            "results": [
+                {**{k: v for k, v in asdict(r).items() if k not in ("runs", "compute")}, "compute": r.compute.as_dict()}
+                for r in self.results
+            ],
         }
 
     def markdown(self) -> str:
@@ -205,14 +235,6 @@ def _fmt(value: float | None) -> str:
 
 
 # --- pure parts -------------------------------------------------------------
-
-
-class ServerFailure(Exception):
-    """One model's check failed for ``reason`` (internal: becomes a ModelResult)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 def plan_server_argv(
@@ -384,144 +406,6 @@ def judge(result: ModelResult, log: Sequence[str], answer: Answer | None) -> Mod
     return result
 
 
-# --- the server process -----------------------------------------------------
-
-
-def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def port_is_free(port: int, host: str = HOST) -> bool:
-    """No process listens on ``port`` (connections in TIME_WAIT do not count)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
-class Server:
-    """A background llama-server (or stand-in) with its log in a file.
-
-    Started like every other subprocess (argument list, complete env, own
-    process group, no tty, tied to this process so that it dies with it) by
-    :func:`skippy.core.proc.spawn`, but left running: :func:`skippy.core.proc.run`
-    waits for its command to finish.
-    """
-
-    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str], log_path: Path) -> None:
-        self.argv = tuple(argv)
-        exe = proc.which(self.argv[0], env)
-        if exe is None:
-            raise SpotCheckFailed(
-                f"server binary {self.argv[0]} is missing or not executable",
-                untouched="everything: no server was started",
-                next_step="nox -s build-cpu",
-            )
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_path
-        self._log = log_path.open("wb")
-        self.started = time.monotonic()
-        # own session, tied to this process: it dies with us even when we are SIGKILLed
-        self._running: Any = proc.spawn(exe, self.argv[1:], _env=dict(env), _out=self._log, _err_to_out=True)
-        self.pid = int(self._running.pid)
-        self.exit_code: int | None = None
-        self.killed = False
-
-    def _signal_group(self, sig: int) -> None:
-        # the server leads its own session, so its process group id is its pid;
-        # asking sh (os.getpgid) fails once the leader is reaped, children or not
-        os.killpg(self.pid, sig)
-
-    def alive(self) -> bool:
-        return bool(self._running.process.is_alive()[0])
-
-    def poll(self) -> int | None:
-        if self.alive():
-            return None
-        return self._finish()
-
-    def _finish(self) -> int:
-        with contextlib.suppress(sh.ErrorReturnCode, sh.SignalException):
-            self._running.wait()
-            # join sh's output thread too: the last lines (why it exited) reach the log only then
-            self._running.process.wait()
-        code = self._running.exit_code
-        self.exit_code = int(code) if code is not None else -1
-        with contextlib.suppress(OSError, ValueError):
-            self._log.flush()
-        return self.exit_code
-
-    def stop(self, grace: float) -> int:
-        """SIGTERM to the process group, SIGKILL after ``grace`` seconds; returns the exit code."""
-        if self.exit_code is None:
-            self._terminate(grace)
-        # the leader may be gone while children linger: the group goes either way
-        with contextlib.suppress(OSError):
-            self._signal_group(signal.SIGKILL)
-        proc.release(self.pid)
-        with contextlib.suppress(OSError):
-            self._log.close()
-        return self.exit_code if self.exit_code is not None else -1
-
-    def _terminate(self, grace: float) -> None:
-        if self.alive():
-            with contextlib.suppress(OSError):
-                self._signal_group(signal.SIGTERM)
-            deadline = time.monotonic() + grace
-            while self.alive() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if self.alive():
-                self.killed = True
-            with contextlib.suppress(OSError):
-                self._signal_group(signal.SIGKILL)
-        self._finish()
-
-    def log_lines(self) -> list[str]:
-        with contextlib.suppress(OSError, ValueError):
-            self._log.flush()
-        try:
-            text = self.log_path.read_bytes().decode("utf-8", errors="replace")
-        except OSError:
-            return []
-        return text.splitlines()
-
-    def tail(self, n: int = LOG_TAIL) -> list[str]:
-        return self.log_lines()[-n:]
-
-
-@contextlib.contextmanager
-def running_server(argv: Sequence[str], *, env: Mapping[str, str], log_path: Path, grace: float) -> Iterator[Server]:
-    server = Server(argv, env=env, log_path=log_path)
-    try:
-        yield server
-    finally:
-        server.stop(grace)
-
-
-def _get(url: str, timeout: float) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback http only
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-
-
-def describe_exit(code: int) -> str:
-    """``exited with code 3`` or ``was killed by SIGSEGV (exit code -11)``."""
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by {name} (exit code {code})"
-    return f"exited with code {code}"
-
-
 def wait_ready(server: Server, port: int, options: Options) -> float:
     """Poll /health until 200; returns the seconds since the server started."""
     url = f"http://{HOST}:{port}/health"
@@ -531,7 +415,7 @@ def wait_ready(server: Server, port: int, options: Options) -> float:
         if code is not None:
             raise ServerFailure(f"llama-server {describe_exit(code)} before it was ready")
         try:
-            status = _get(url, timeout=max(options.poll_interval * 10, 1.0))
+            status = http_status(url, timeout=max(options.poll_interval * 10, 1.0))
         except (urllib.error.URLError, OSError, TimeoutError):
             status = 0
         if status == 200:
@@ -605,8 +489,15 @@ def check_model(
     options: Options,
     log_path: Path,
     extra_server_args: Sequence[str] = (),
+    fingerprint: bool = True,
+    device_prefix: str | None = None,
+    leak_check: bool = True,
 ) -> ModelResult:
-    """Start the server on ``model``, ask it once, stop it, and judge."""
+    """Start the server on ``model``, ask it once (and the fingerprint prompts), stop it, and judge.
+
+    ``device_prefix``: the layers must have gone to a device of that name (``Vulkan``, ``RPC``).
+    ``leak_check``: the answer must hold no chat-template token (off for random-weight models).
+    """
     result = ModelResult(model=label, path=str(model), log_path=str(log_path))
     for attempt in range(options.bind_attempts):
         port = free_port()
@@ -621,15 +512,28 @@ def check_model(
                 result.content = answer.content
                 result.first_token_seconds = answer.first_token_seconds
                 result.completion_seconds = answer.completion_seconds
+                if fingerprint:
+                    result.runs = fingerprint_runs(HOST, port, options.request_timeout)
             except ServerFailure as exc:
                 result.reason = exc.reason
+            except ComputeFailure as exc:
+                answer, result.reason = None, f"fingerprint: {exc.reason}"
         result.exit_code = server.exit_code
         log = server.log_lines()
         if answer is None and attempt + 1 < options.bind_attempts and any(_BIND_FAILURE.search(x) for x in log):
             continue  # someone took the port between our probe and the bind: try another
         if answer is None:
             result.log_lines = log[-LOG_TAIL:]
-        return judge(result, log, answer)
+        judge(result, log, answer)
+        if result.ok and leak_check and (why := leak_reason(result.content)):
+            result.verdict, result.reason = "fail", why
+        if result.ok and device_prefix:
+            why, shown = device_reason(log, device_prefix)
+            result.compute.device = shown
+            if why:
+                result.verdict, result.reason = "fail", why
+                result.log_lines = [line for line in log if "load_tensors" in line][-LOG_TAIL:]
+        return result
     return result  # pragma: no cover - the loop always returns
 
 
@@ -661,8 +565,17 @@ def spot_check(
     server_env: Mapping[str, str] | None = None,
     extra_server_args: Sequence[str] = (),
     expect_provenance: Provenance | None = None,
+    device_prefix: str | None = None,
+    rpc_server: Path | None = None,
+    write_reference: bool = False,
 ) -> SpotCheckReport:
     """Spot-check ``server_binary`` on each model (the default model when none is given).
+
+    Per model: a chat answer through the model's own template (no template tokens), a
+    compute fingerprint compared with the committed CPU reference, the layers on the
+    backend's device (``device_prefix``), and, with ``rpc_server``, the same model
+    offloaded to a freshly started RPC server (layers on the RPC device, same numbers).
+    ``write_reference`` records this run's fingerprints as the reference (CPU builds).
 
     Raises :class:`ModelCheckFailed` (a :class:`SpotCheckFailed`, with the
     report attached as ``.report``) when any model fails, and
@@ -701,14 +614,19 @@ def spot_check(
                 report.results.append(result)
                 console.info(f"{ref.label}: FAIL: {result.reason}")
                 continue
-            result = check_model(
-                server_binary,
+            result = _check_resolved(
+                ref,
                 resolved.path,
-                ref.label,
+                server_binary,
+                settings=settings,
                 env=env,
                 options=options,
                 log_path=logs / _log_name(ref, used),
                 extra_server_args=extra_server_args,
+                device_prefix=device_prefix,
+                rpc_server=rpc_server,
+                write_reference=write_reference,
+                console=console,
             )
             report.results.append(result)
             console.info(describe(result, settings))
@@ -719,6 +637,143 @@ def spot_check(
             next_step=f"read the log(s) above, fix the patch, rebuild ({build_cmd}) and rerun nox -s spot-check",
         )
     return report
+
+
+def reference_dir(settings: Settings) -> Path:
+    """Where the committed CPU reference fingerprints live: beside the queue."""
+    return settings.patch_dir.parent / "reference"
+
+
+def _check_resolved(
+    ref: ModelRef,
+    model: Path,
+    server_binary: Path,
+    *,
+    settings: Settings,
+    env: Mapping[str, str],
+    options: Options,
+    log_path: Path,
+    extra_server_args: Sequence[str],
+    device_prefix: str | None,
+    rpc_server: Path | None,
+    write_reference: bool,
+    console: Console,
+) -> ModelResult:
+    """One model: chat + fingerprint (+ device), agreement with the reference, then the RPC run."""
+    facts = model_chat_facts(model)
+    result = check_model(
+        server_binary,
+        model,
+        ref.label,
+        env=env,
+        options=options,
+        log_path=log_path,
+        extra_server_args=(*extra_server_args, *facts.server_args()),
+        device_prefix=device_prefix,
+        leak_check=ref.kind != "tiny",  # random weights answer random tokens
+    )
+    result.compute.chat_template = facts.describe()
+    if not result.ok or not result.runs:
+        return result
+    fp = Fingerprint(model=ref.label, model_sha256=file_sha256(model), runs=tuple(result.runs), recorded=_recorded(env))
+    result.compute.fingerprint = fp
+    refs_dir = reference_dir(settings)
+    if write_reference:
+        path = reference_path(refs_dir, fp.model)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render_reference(fp), encoding="utf-8")
+        console.info(f"{ref.label}: reference fingerprint written to {settings.relative(path)}")
+    agreement = agreement_with_reference(fp, refs_dir, options.logprob_tolerance)
+    result.compute.agreement = agreement
+    if agreement.status == "differs":
+        result.verdict, result.reason = "fail", agreement.describe()
+    elif agreement.status == "no-reference":
+        console.info(f"{ref.label}: WARNING: {agreement.describe()} (write it: nox -s spot-check -- --write-reference)")
+    if rpc_server is not None and result.ok:
+        committed = read_reference(refs_dir, fp.model)
+        _check_rpc(
+            result,
+            ref,
+            model,
+            server_binary,
+            rpc_server,
+            env=env,
+            options=options,
+            log_path=log_path,
+            extra_server_args=(*extra_server_args, *facts.server_args()),
+            # the RPC server computes on the CPU: the committed CPU reference, else this run's own numbers
+            reference=committed if committed is not None and committed.key() == fp.key() else fp,
+        )
+    return result
+
+
+def _recorded(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in (("backend", env.get("SKIPPY_BACKEND", "")),) if v}
+
+
+def _check_rpc(
+    result: ModelResult,
+    ref: ModelRef,
+    model: Path,
+    server_binary: Path,
+    rpc_server: Path,
+    *,
+    env: Mapping[str, str],
+    options: Options,
+    log_path: Path,
+    extra_server_args: Sequence[str],
+    reference: Fingerprint,
+) -> None:
+    """The RPC path: an RPC server on loopback, llama-server offloading every layer to it."""
+    port = free_port()
+    rpc_log = log_path.with_name(log_path.stem + "-rpc-server.log")
+    started = time.monotonic()
+    with running_server(
+        [str(rpc_server), "-H", HOST, "-p", str(port)], env=env, log_path=rpc_log, grace=options.grace
+    ) as rpc:
+        try:
+            wait_for_port(rpc, port, options.load_timeout)
+        except ServerFailure as exc:
+            result.verdict, result.reason = "fail", f"RPC server: {exc.reason}"
+            result.log_lines = rpc.tail()
+            return
+        offloaded = check_model(
+            server_binary,
+            model,
+            f"{ref.label} over RPC",
+            env=env,
+            options=options,
+            log_path=log_path.with_name(log_path.stem + "-rpc.log"),
+            extra_server_args=(*extra_server_args, "--rpc", f"{HOST}:{port}", "-ngl", "99"),
+            device_prefix="RPC",
+            leak_check=ref.kind != "tiny",
+        )
+    rpc_fp = Fingerprint(model=reference.model, model_sha256=reference.model_sha256, runs=tuple(offloaded.runs))
+    agreement = compare(rpc_fp, reference, tolerance=options.logprob_tolerance) if offloaded.ok else None
+    result.compute.rpc = {
+        "ok": offloaded.ok and agreement is not None and agreement.ok,
+        "device": offloaded.compute.device,
+        "agreement": agreement.as_dict() if agreement else None,
+        "reason": offloaded.reason,
+        "seconds": round(time.monotonic() - started, 2),
+        "log": offloaded.log_path,
+    }
+    if not offloaded.ok:
+        result.verdict, result.reason = "fail", f"over RPC: {offloaded.reason}"
+        result.log_lines = offloaded.log_lines
+    elif agreement is not None and not agreement.ok:
+        result.verdict, result.reason = (
+            "fail",
+            "over RPC: " + agreement.describe(),
+        )
+
+
+def model_chat_facts(model: Path) -> ChatFacts:
+    """The GGUF's chat facts; a file gguf cannot read gets none (the load itself will say why)."""
+    try:
+        return chat_facts(model)
+    except Exception:
+        return ChatFacts(architecture=None, has_template=True)
 
 
 def describe(result: ModelResult, settings: Settings) -> str:

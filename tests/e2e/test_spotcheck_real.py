@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from skippy.check import tinymodels
-from skippy.check.spotcheck import ModelCheckFailed, Provenance, port_is_free, spot_check
+from skippy.check.server import port_is_free
+from skippy.check.spotcheck import ModelCheckFailed, Provenance, spot_check
 from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.spotcheck import port_is_free
+from skippy.check.server import port_is_free
 from skippy.core import proc
 from tests.integration import fake_server
 

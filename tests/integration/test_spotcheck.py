@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check import spotcheck
-from skippy.check.spotcheck import ModelCheckFailed, Provenance, SpotCheckReport, port_is_free, spot_check
+from skippy.check import server, spotcheck
+from skippy.check.server import port_is_free
+from skippy.check.spotcheck import ModelCheckFailed, Provenance, SpotCheckReport, spot_check
 from skippy.cli.spot import main
 from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings
@@ -349,7 +350,7 @@ def test_port_taken_between_probe_and_bind_is_retried(rig: Rig, monkeypatch: pyt
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy = int(taken.getsockname()[1])
-        ports = iter([busy, spotcheck.free_port()])
+        ports = iter([busy, server.free_port()])
         monkeypatch.setattr(spotcheck, "free_port", lambda: next(ports))
         report = rig.check()
     (result,) = report.results

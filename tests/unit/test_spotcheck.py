@@ -9,18 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from skippy.check.server import ServerFailure, describe_exit
 from skippy.check.spotcheck import (
     Answer,
     ModelCheckFailed,
     ModelResult,
     Options,
     Provenance,
-    ServerFailure,
     SpotCheckReport,
     backend_of,
     completion_request,
     default_server,
-    describe_exit,
     judge,
     log_dir,
     parse_provenance,

@@ -10,11 +10,15 @@ FAKE_LLAMA_LOAD     seconds /health answers 503 before it is ready (default 0.2;
 FAKE_LLAMA_STATE    a directory: the server writes argv.json, pid, child.pid there
 FAKE_LLAMA_CHILD    "1": start a child process that must die with the server
 FAKE_LLAMA_PROVENANCE  "upstream=<sha> queue=<digest>" for --version
+FAKE_LLAMA_NUMERICS "shifted": /completion answers other tokens (numerics changed)
+FAKE_LLAMA_DEVICE   a device name (``Vulkan0``): with ``-ngl`` the load log offloads to it
 
 Modes: *crashing* exits 3 while loading; *error-in-log* answers fine but logs a
 GGML_ASSERT line; *hanging* never becomes ready and ignores SIGTERM; *empty*
 answers with no token; *error-answer* streams an error chunk; *stall* accepts
-the completion but never answers.
+the completion but never answers; *leak* answers with a chat-template token.
+``/completion`` answers a deterministic greedy run (token ids from the prompt);
+``--rpc HOST:PORT`` logs the layers offloaded to ``RPC0[HOST:PORT]``.
 """
 
 from __future__ import annotations
@@ -68,12 +72,19 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))
         request = json.loads(self.rfile.read(length) or b"{}")
+        if self.path == "/completion":
+            self._json(200, completion(str(request.get("prompt", "")), int(request.get("n_predict", 16))))
+            return
         if self.path != "/v1/chat/completions":
             self._json(404, {"error": {"code": 404, "message": "File Not Found"}})
             return
         if MODE == "stall":
             time.sleep(3600)
-        words = [] if MODE == "empty" else ["O", "K", "!"][: int(request.get("max_tokens", 5))]
+        words = (
+            []
+            if MODE == "empty"
+            else ["O", "K", "<|im" if MODE == "leak" else "!"][: int(request.get("max_tokens", 5))]
+        )
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
@@ -103,12 +114,32 @@ class Handler(BaseHTTPRequestHandler):
         event("[DONE]")
 
 
+def completion(prompt: str, n: int) -> dict[str, Any]:
+    """A deterministic greedy answer: token ids from the prompt's bytes (shifted when numerics changed)."""
+    shift = 7 if os.environ.get("FAKE_LLAMA_NUMERICS") == "shifted" else 0
+    probs: list[dict[str, Any]] = []
+    for i in range(n):
+        tok = (sum(prompt.encode()) * (i + 3) + (shift if i >= 2 else 0)) % 1000
+        probs.append({"id": tok, "token": f" t{tok}", "bytes": [], "logprob": -0.1 * (i % 4), "top_logprobs": []})
+    return {"content": "".join(str(p["token"]) for p in probs), "completion_probabilities": probs}
+
+
+def offload_log(rpc: str | None, ngl: str | None) -> None:
+    device = f"RPC0[{rpc}]" if rpc else os.environ.get("FAKE_LLAMA_DEVICE") if ngl else None
+    log(f"load_tensors: offloaded {5 if device else 0}/5 layers to GPU")
+    log("load_tensors:   CPU_Mapped model buffer size =     1.00 MiB")
+    if device:
+        log(f"load_tensors: {device} model buffer size =     2.00 MiB")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--version", action="store_true")
     parser.add_argument("-m", "--model")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--rpc")
+    parser.add_argument("-ngl", "--n-gpu-layers")
     args, _rest = parser.parse_known_args()
     if args.version:
         log("version: 1 (fake)")
@@ -133,6 +164,7 @@ def main() -> int:
         time.sleep(0.2)
         log("llama_model_loader: unexpected end of tensor data")
         return 3
+    offload_log(args.rpc, args.n_gpu_layers)
     load = float(os.environ.get("FAKE_LLAMA_LOAD", "1.5" if MODE == "slow" else "0.2"))
     Handler.ready_at = float("inf") if MODE == "hanging" else time.monotonic() + load
     Handler.model = args.model or ""

@@ -1,0 +1,180 @@
+"""A server process for the spot check (llama-server, the RPC server, or a stand-in):
+started through :func:`skippy.core.proc.spawn` (own session, dies with this process),
+its log in a file, always stopped (SIGTERM, then SIGKILL after a grace period)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import sh
+
+from skippy.core import proc
+from skippy.core.errors import SpotCheckFailed
+
+HOST: Final = "127.0.0.1"
+LOG_TAIL: Final = 30
+
+
+class ServerFailure(Exception):
+    """One model's check failed for ``reason`` (internal: becomes a ModelResult)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def free_port(host: str = HOST) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    """No process listens on ``port`` (connections in TIME_WAIT do not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+class Server:
+    """A background llama-server (or stand-in) with its log in a file.
+
+    Started like every other subprocess (argument list, complete env, own
+    process group, no tty, tied to this process so that it dies with it) by
+    :func:`skippy.core.proc.spawn`, but left running: :func:`skippy.core.proc.run`
+    waits for its command to finish.
+    """
+
+    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str], log_path: Path) -> None:
+        self.argv = tuple(argv)
+        exe = proc.which(self.argv[0], env)
+        if exe is None:
+            raise SpotCheckFailed(
+                f"server binary {self.argv[0]} is missing or not executable",
+                untouched="everything: no server was started",
+                next_step="nox -s build-cpu",
+            )
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        self.started = time.monotonic()
+        # own session, tied to this process: it dies with us even when we are SIGKILLed
+        self._running: Any = proc.spawn(exe, self.argv[1:], _env=dict(env), _out=self._log, _err_to_out=True)
+        self.pid = int(self._running.pid)
+        self.exit_code: int | None = None
+        self.killed = False
+
+    def _signal_group(self, sig: int) -> None:
+        # the server leads its own session, so its process group id is its pid;
+        # asking sh (os.getpgid) fails once the leader is reaped, children or not
+        os.killpg(self.pid, sig)
+
+    def alive(self) -> bool:
+        return bool(self._running.process.is_alive()[0])
+
+    def poll(self) -> int | None:
+        if self.alive():
+            return None
+        return self._finish()
+
+    def _finish(self) -> int:
+        with contextlib.suppress(sh.ErrorReturnCode, sh.SignalException):
+            self._running.wait()
+            # join sh's output thread too: the last lines (why it exited) reach the log only then
+            self._running.process.wait()
+        code = self._running.exit_code
+        self.exit_code = int(code) if code is not None else -1
+        with contextlib.suppress(OSError, ValueError):
+            self._log.flush()
+        return self.exit_code
+
+    def stop(self, grace: float) -> int:
+        """SIGTERM to the process group, SIGKILL after ``grace`` seconds; returns the exit code."""
+        if self.exit_code is None:
+            self._terminate(grace)
+        # the leader may be gone while children linger: the group goes either way
+        with contextlib.suppress(OSError):
+            self._signal_group(signal.SIGKILL)
+        proc.release(self.pid)
+        with contextlib.suppress(OSError):
+            self._log.close()
+        return self.exit_code if self.exit_code is not None else -1
+
+    def _terminate(self, grace: float) -> None:
+        if self.alive():
+            with contextlib.suppress(OSError):
+                self._signal_group(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while self.alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self.alive():
+                self.killed = True
+            with contextlib.suppress(OSError):
+                self._signal_group(signal.SIGKILL)
+        self._finish()
+
+    def log_lines(self) -> list[str]:
+        with contextlib.suppress(OSError, ValueError):
+            self._log.flush()
+        try:
+            text = self.log_path.read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            return []
+        return text.splitlines()
+
+    def tail(self, n: int = LOG_TAIL) -> list[str]:
+        return self.log_lines()[-n:]
+
+
+@contextlib.contextmanager
+def running_server(argv: Sequence[str], *, env: Mapping[str, str], log_path: Path, grace: float) -> Iterator[Server]:
+    server = Server(argv, env=env, log_path=log_path)
+    try:
+        yield server
+    finally:
+        server.stop(grace)
+
+
+def http_status(url: str, timeout: float) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback http only
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def describe_exit(code: int) -> str:
+    """``exited with code 3`` or ``was killed by SIGSEGV (exit code -11)``."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name} (exit code {code})"
+    return f"exited with code {code}"
+
+
+def wait_for_port(server: Server, port: int, timeout: float, host: str = HOST) -> float:
+    """Wait until ``port`` accepts a connection (a server without /health, like the RPC server)."""
+    deadline = server.started + timeout
+    while time.monotonic() < deadline:
+        code = server.poll()
+        if code is not None:
+            raise ServerFailure(f"{Path(server.argv[0]).name} {describe_exit(code)} before listening")
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+            return time.monotonic() - server.started
+        time.sleep(0.05)
+    raise ServerFailure(f"{Path(server.argv[0]).name} did not listen on {host}:{port} within {timeout:g} s")

@@ -1,0 +1,93 @@
+"""The spot check proves the build computes: fingerprint and reference, template leaks, the
+device the layers went to, the RPC path (real processes: the stand-in server and RPC server)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from skippy.check.server import port_is_free
+from skippy.check.spotcheck import ModelCheckFailed, SpotCheckReport, reference_dir, spot_check
+from skippy.core.ui import Console
+from tests.integration import fake_server
+from tests.integration.test_spotcheck import Rig, wait_gone
+
+pytestmark = pytest.mark.integration
+
+
+def run(rig: Rig, **kw: object) -> SpotCheckReport:
+    env = {"FAKE_LLAMA_MODE": "ready", "FAKE_LLAMA_STATE": str(rig.state), **kw.pop("env", {})}  # type: ignore[dict-item]
+    return spot_check(
+        rig.settings(),
+        rig.server,
+        [str(rig.model)],
+        console=Console(env={}, quiet=True),
+        server_env=env,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Rig:
+    return Rig(tmp_path)
+
+
+def test_no_reference_is_reported_then_written_then_agreed_with(rig: Rig) -> None:
+    first = run(rig)
+    (result,) = first.results
+    assert result.ok
+    assert result.compute.agreement is not None and result.compute.agreement.status == "no-reference"
+    assert json.loads(json.dumps(first.as_dict()))["results"][0]["compute"]["agreement"]["status"] == "no-reference"
+    written = run(rig, write_reference=True)
+    ref_file = reference_dir(rig.settings()) / f"{written.results[0].model.replace('/', '-')}.json"
+    assert any(reference_dir(rig.settings()).glob("*.json")), "no reference written"
+    again = run(rig)
+    agreement = again.results[0].compute.agreement
+    assert agreement is not None and agreement.status == "agrees", agreement
+    assert ref_file.name.endswith(".json")
+
+
+def test_changed_numerics_fail_naming_the_first_diverging_token(rig: Rig) -> None:
+    run(rig, write_reference=True)
+    with pytest.raises(ModelCheckFailed) as info:
+        run(rig, env={"FAKE_LLAMA_NUMERICS": "shifted"})
+    (result,) = info.value.report.results
+    assert "differs from the CPU reference" in result.reason
+    assert "token 2: a different greedy token" in result.reason
+    assert "prompt 'The capital of France is'" in result.reason
+
+
+def test_an_answer_with_template_tokens_fails(rig: Rig) -> None:
+    with pytest.raises(ModelCheckFailed) as info:
+        run(rig, env={"FAKE_LLAMA_MODE": "leak"})
+    assert "chat template token '<|im'" in info.value.report.results[0].reason
+
+
+def test_a_gpu_backend_must_put_the_layers_on_its_device(rig: Rig) -> None:
+    with pytest.raises(ModelCheckFailed) as info:
+        run(rig, device_prefix="Vulkan", extra_server_args=["-ngl", "99"])
+    assert "did not run on a Vulkan device: only 0/5 layers were offloaded" in info.value.report.results[0].reason
+    ok = run(rig, device_prefix="Vulkan", extra_server_args=["-ngl", "99"], env={"FAKE_LLAMA_DEVICE": "Vulkan0"})
+    assert "5/5 layers offloaded; model buffers on Vulkan0" in ok.results[0].compute.device
+
+
+def test_the_rpc_path_offloads_to_a_fresh_rpc_server_which_is_stopped(rig: Rig) -> None:
+    rpc = fake_server.install_rpc(rig.server.parent)
+    state = rig.root / "rpc-state"
+    report = run(rig, rpc_server=rpc, env={"FAKE_RPC_STATE": str(state)})
+    (result,) = report.results
+    assert result.ok, result.reason
+    assert result.compute.rpc["ok"] is True
+    assert result.compute.rpc["device"].startswith("5/5 layers offloaded; model buffers on RPC0[127.0.0.1:")
+    assert result.compute.rpc["agreement"]["status"] == "agrees"
+    argv = rig.argv()  # the last llama-server started: the one offloading to the RPC server
+    rpc_endpoint = argv[argv.index("--rpc") + 1]
+    assert argv[argv.index("-ngl") + 1] == "99"
+    assert wait_gone(int((state / "rpc.pid").read_text())), "the RPC server outlived the spot check"
+    deadline = time.monotonic() + 5
+    while not port_is_free(int(rpc_endpoint.rsplit(":", 1)[1])) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert port_is_free(int(rpc_endpoint.rsplit(":", 1)[1]))
