@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from skippy.build.backends import SERVER_TARGET
+from skippy.build.backends import RPC_TARGETS, SERVER_TARGET
 from skippy.build.backends import names as backend_names
 from skippy.check.compute import (
     ComputeFailure,
@@ -790,8 +790,9 @@ def describe(result: ModelResult, settings: Settings) -> str:
 # --- entry point --------------------------------------------------------------
 
 
-def default_server(settings: Settings) -> Path:
-    """The newest CPU build's llama-server under build_root, else the newest of any backend.
+def default_server(settings: Settings, backend: str | None = None) -> Path:
+    """The newest llama-server of ``backend`` under build_root; without one, the newest CPU
+    build, else the newest of any backend.
 
     Builds live in ``<build_root>/<backend>-<digest>/bin/`` (see :mod:`skippy.build.builder`).
     """
@@ -800,15 +801,20 @@ def default_server(settings: Settings) -> Path:
         found = sorted(settings.build_root.glob(pattern), key=lambda p: p.stat().st_mtime)
         return found[-1] if found else None
 
-    for pattern in (f"cpu-*/bin/{SERVER_TARGET}", f"cpu/bin/{SERVER_TARGET}"):
+    patterns = [f"{backend or 'cpu'}-*/bin/{SERVER_TARGET}", f"{backend or 'cpu'}/bin/{SERVER_TARGET}"]
+    if backend is None:
+        patterns.append(f"*/bin/{SERVER_TARGET}")
+    for pattern in patterns:
         found = newest(pattern)
         if found is not None:
             return found
-    found = newest(f"*/bin/{SERVER_TARGET}")
-    if found is not None:
-        return found
     raise SpotCheckFailed(
-        f"no {SERVER_TARGET} build under {settings.relative(settings.build_root)}",
+        f"no {backend + ' ' if backend else ''}{SERVER_TARGET} build under {settings.relative(settings.build_root)}",
         untouched="everything: nothing was started",
-        next_step="nox -s build-cpu (or pass --server PATH)",
+        next_step=f"nox -s build-{backend or 'cpu'} (or pass --server PATH)",
     )
+
+
+def rpc_server_beside(server: Path) -> Path | None:
+    """The RPC server built beside ``server`` (``ggml-rpc-server``, or ``rpc-server`` on older trees)."""
+    return next((server.parent / name for name in RPC_TARGETS if (server.parent / name).is_file()), None)

@@ -138,6 +138,8 @@ class SpotCheckFn(Protocol):
         server_env: Mapping[str, str],
         extra_server_args: Sequence[str],
         expect: tuple[str, str] | None = None,
+        device_prefix: str | None = None,
+        rpc_server: Path | None = None,
     ) -> object: ...
 
 
@@ -155,6 +157,8 @@ def _default_spot_check(
     server_env: Mapping[str, str],
     extra_server_args: Sequence[str],
     expect: tuple[str, str] | None = None,
+    device_prefix: str | None = None,
+    rpc_server: Path | None = None,
 ) -> object:
     from skippy.check.spotcheck import Provenance, spot_check
 
@@ -166,6 +170,8 @@ def _default_spot_check(
         server_env=server_env,
         extra_server_args=tuple(extra_server_args),
         expect_provenance=Provenance(*expect) if expect else None,
+        device_prefix=device_prefix,
+        rpc_server=rpc_server,
     )
 
 
@@ -264,6 +270,8 @@ def run_build_session(
             extra_server_args=plan.spot_check_args,
             # a binary that does not report this build's provenance is stale: refuse it
             expect=(prepared.upstream_sha, prepared.queue_digest) if plan.define(PROVENANCE_DEFINES[0]) else None,
+            device_prefix=spec(b).device_prefix,
+            rpc_server=next((path for name, path in report.binaries.items() if name != SERVER_TARGET), None),
         )
     return SessionOutcome(backend=b, build=report, patched_sha=prepared.patched_sha)
 

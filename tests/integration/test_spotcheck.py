@@ -295,20 +295,55 @@ def _project(rig: Rig) -> None:
     )
 
 
+def _stamp(rig: Rig, upstream: str, queue: str) -> None:
+    from skippy.queue import workdir as wd
+
+    git_dir = rig.root / ".deps" / "llama.cpp" / ".git"
+    git_dir.mkdir(parents=True, exist_ok=True)
+    wd.write_stamp(
+        git_dir, wd.Stamp(upstream_sha=upstream, patched_sha="p" * 40, queue_digest=queue, base_commit=upstream)
+    )
+
+
 def test_cli_json_report_and_default_server(rig: Rig, capsys: pytest.CaptureFixture[str]) -> None:
     _project(rig)
-    code = main(["--model", str(rig.model), "--json"], env={"PATH": os.defpath, **rig.env()}, root=rig.root)
+    _stamp(rig, "a" * 40, "d" * 64)
+    env = {"PATH": os.defpath, **rig.env(), "FAKE_LLAMA_PROVENANCE": f"upstream={'a' * 40} queue={'d' * 64}"}
+    code = main(["--model", str(rig.model), "--json"], env=env, root=rig.root)
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is True
     assert out["server"] == "build/cpu-0123abcd/bin/llama-server"
     assert out["results"][0]["tokens"] == 3
+    assert out["results"][0]["compute"]["fingerprint"]["runs"]
+
+
+def test_cli_checks_provenance_unless_told_not_to(rig: Rig, capsys: pytest.CaptureFixture[str]) -> None:
+    _project(rig)
+    stale = {"PATH": os.defpath, **rig.env(), "FAKE_LLAMA_PROVENANCE": f"upstream={'0' * 40} queue={'0' * 64}"}
+    # no prepared workdir: nothing to check the binary against, said, not passed
+    assert main(["--model", str(rig.model), "--json"], env=stale, root=rig.root) == 13
+    out = json.loads(capsys.readouterr().out)
+    assert "has no prepare stamp" in out["what"] and "--no-provenance" in out["next"]
+    # a stale binary (reports another pin and queue) fails
+    _stamp(rig, "a" * 40, "d" * 64)
+    assert main(["--model", str(rig.model), "--json"], env=stale, root=rig.root) == 13
+    out = json.loads(capsys.readouterr().out)
+    assert out["what"].startswith("stale llama-server")
+    # --no-provenance checks it as it is, loudly
+    assert main(["--model", str(rig.model), "--json", "--no-provenance"], env=stale, root=rig.root) == 0
+    captured = capsys.readouterr()
+    assert "--no-provenance: the binary is NOT checked" in captured.err
+    assert main(["--backend", "vulkan", "--json"], env=stale, root=rig.root) == 13
+    assert "no vulkan llama-server build" in json.loads(capsys.readouterr().out)["what"]
 
 
 def test_cli_failure_exit_code_and_json_carries_the_report(rig: Rig, capsys: pytest.CaptureFixture[str]) -> None:
     _project(rig)
     env = {"PATH": os.defpath, **rig.env("error-in-log")}
-    code = main(["--model", str(rig.model), "--server", str(rig.server), "--json"], env=env, root=rig.root)
+    code = main(
+        ["--model", str(rig.model), "--server", str(rig.server), "--json", "--no-provenance"], env=env, root=rig.root
+    )
     assert code == 13
     captured = capsys.readouterr()
     out = json.loads(captured.out)

@@ -264,6 +264,8 @@ class _Recorder:
         server_env: Mapping[str, str],
         extra_server_args: Sequence[str],
         expect: tuple[str, str] | None = None,
+        device_prefix: str | None = None,
+        rpc_server: Path | None = None,
     ) -> object:
         self.checked += 1
         return None

@@ -215,6 +215,10 @@ class BackendSpec:
     def session(self) -> str:
         return f"build-{self.name}"
 
+    def spot_check_env_for(self, cache_dir: Path) -> dict[str, str]:
+        """The spot check's environment for this backend, its caches under ``cache_dir``."""
+        return {k: v.replace("{cache_dir}", str(cache_dir)) for k, v in self.spot_check_env.items()}
+
     @property
     def table_keys(self) -> frozenset[str]:
         return frozenset(self.table_defines) | self.extra_table_keys
