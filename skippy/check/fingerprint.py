@@ -36,8 +36,12 @@ PROMPTS: Final = (
 N_PREDICT: Final = 16
 N_PROBS: Final = 3
 SEED: Final = 1234
-#: default tolerance on the top-1 log-probabilities (nats); ``[tool.skippy.spot_check] logprob_tolerance``
-DEFAULT_TOLERANCE: Final = 0.05
+#: default tolerance on the top-1 log-probabilities (nats), ``[tool.skippy.spot_check] logprob_tolerance``;
+#: the direct CPU run repeats its numbers exactly on the pinned tree and Gemma 3 270M
+DEFAULT_TOLERANCE: Final = 0.15
+#: the RPC path's tolerance, ``rpc_logprob_tolerance``: its numbers vary from run to run (measured on
+#: the pinned tree, Gemma 3 270M, 2 cores: up to 0.18 nats from the direct run, greedy tokens identical)
+DEFAULT_RPC_TOLERANCE: Final = 0.5
 SCHEMA: Final = 1
 
 
