@@ -53,6 +53,37 @@ def test_default_model_is_real_gemma_and_answers(project: Settings, server: Path
     _assert_stopped(result.port)
 
 
+def test_default_model_computes_like_the_committed_reference_directly_and_over_rpc(
+    project: Settings, server: Path, default_model: Path
+) -> None:
+    from skippy.check.spotcheck import rpc_server_beside
+
+    rpc = rpc_server_beside(server)
+    assert rpc is not None, "GGML_RPC=ON builds the RPC server beside llama-server"
+    report = spot_check(project, server, console=Console(env={}), rpc_server=rpc)
+    (result,) = report.results
+    assert result.verdict == "pass", result.reason
+    assert "built-in 'gemma' template" in result.compute.chat_template
+    assert "<|im" not in result.content and "<start_of_turn>" not in result.content
+    agreement = result.compute.agreement
+    assert agreement is not None and agreement.status == "agrees", agreement
+    assert result.compute.rpc["ok"] is True, result.compute.rpc
+    assert result.compute.rpc["device"].startswith("19/19 layers offloaded; model buffers on RPC0[127.0.0.1:")
+    as_json = report.as_dict()["results"][0]["compute"]
+    assert as_json["agreement"]["status"] == "agrees" and as_json["rpc"]["ok"] is True
+
+
+def test_changed_numerics_fail_the_agreement_naming_the_first_diverging_token(
+    project: Settings, server: Path, default_model: Path
+) -> None:
+    with pytest.raises(ModelCheckFailed) as info:
+        spot_check(project, server, console=Console(env={}), extra_server_args=["--rope-freq-base", "1000"])
+    (result,) = info.value.report.results
+    assert "differs from the CPU reference" in result.reason
+    assert "a different greedy token" in result.reason or "log-probability off by" in result.reason
+    assert "got '" in result.reason and "reference '" in result.reason
+
+
 @pytest.mark.parametrize("tiny", [*sorted(tinymodels.FAMILIES), "llama:q4_0", "qwen2:q4_0", "gemma3:q8_0"])
 def test_tiny_model_loads_and_answers(project: Settings, server: Path, tiny: str) -> None:
     report = spot_check(project, server, [f"tiny:{tiny}"], console=Console(env={}))
