@@ -25,7 +25,7 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import generate, parity
 from skippy.queue.model import Lane, Queue, load_queue
-from skippy.queue.replay import Replay, pinned_store, replay
+from skippy.queue.replay import Replay, Store, pinned_store, replay
 
 STATUSES = ("ok", "warning", "failed", "skipped")
 
@@ -119,105 +119,18 @@ def run_check(
     settings: Settings, *, console: Console, checkout: Path | None = None, offline: bool = False
 ) -> CheckReport:
     started = time.monotonic()
-    steps: list[Step] = []
-    holder: dict[str, Any] = {}
-
-    def queue_step() -> Step:
-        queue = load_queue(settings.patch_dir)
-        holder["queue"] = queue
-        n = {lane.value: len(queue.lane(lane)) for lane in Lane}
-        return Step(
-            "queue",
-            "ok",
-            f"{n['core']} core, {n['model_support']} model_support, {n['generated']} generated "
-            f"(digest {queue.digest[:12]})",
-            data={"lanes": n, "digest": queue.digest},
-        )
-
-    steps.append(_timed("queue", queue_step))
+    holder: dict[str, Any] = {}  # what each step hands to the next: queue, replay, parity
+    steps = [_timed("queue", lambda: _queue_step(settings, holder))]
     if "queue" not in holder:
         rest = ("apply", "parity", "generated", "boundaries")
         steps += [Step(name, "skipped", "the queue is invalid") for name in rest]
         return CheckReport(tuple(steps), None, None, time.monotonic() - started)
-    queue: Queue = holder["queue"]
     upstream_sha: str | None = None
     patched: str | None = None
     try:
         with pinned_store(settings, console=console, checkout=checkout, offline=offline) as store:
             upstream_sha = store.upstream_sha
-
-            def apply_step() -> Step:
-                with console.step(f"check: apply {len(queue.patches)} patch(es) on {store.upstream_sha[:12]}"):
-                    replayed = replay(settings, store.repo, store.base, queue, console=console)
-                holder["replay"] = replayed
-                return Step(
-                    "apply",
-                    "ok",
-                    f"all lanes apply on {store.upstream_sha[:12]}: patched {replayed.patched[:12]}",
-                    data={"patched_sha": replayed.patched, "source": store.source},
-                )
-
-            steps.append(_timed("apply", apply_step))
-
-            def parity_step() -> Step:
-                replayed: Replay = holder["replay"]
-                config = parity.ParityConfig.from_settings(settings)
-                allowlist = parity.load_allowlist(config.allowlist)
-                with console.step("check: parity audit"):
-                    report = parity.audit(store.repo, replayed, config, allowlist, upstream_sha=store.upstream_sha)
-                holder["parity"] = report
-                summary = (
-                    f"{report.upstream.switches} arch switches / {report.upstream.cases} cases upstream, "
-                    f"{len(report.dropped)} dropped ({len(report.failures)} unlisted), "
-                    f"{len(report.deletions)} upstream deletion hunk(s)"
-                )
-                status = "ok" if report.ok else "failed"
-                if report.ok and report.stale_allowlist:
-                    status = "warning"
-                return Step("parity", status, summary, details=report.render(), data=report.as_dict())
-
-            if "replay" in holder:
-                steps.append(_timed("parity", parity_step))
-                patched = holder["replay"].patched
-            else:
-                steps.append(Step("parity", "skipped", "the queue does not apply"))
-
-            def generated_step() -> Step:
-                spec = generate.load_spec(settings)
-                folder = generate.lane_dir(settings)
-                if spec is None:
-                    if queue.lane(Lane.GENERATED):
-                        return Step(
-                            "generated",
-                            "warning",
-                            f"{len(queue.lane(Lane.GENERATED))} generated patch(es) but no spec "
-                            f"({settings.relative(generate.spec_path(settings))}): drift cannot be checked",
-                        )
-                    return Step("generated", "ok", "no generated-lane spec and no generated patches")
-                with console.step("check: regenerate the generated lane aside"):
-                    lane = generate.generate_lane(
-                        settings,
-                        store.repo,
-                        store.base,
-                        upstream_sha=store.upstream_sha,
-                        queue=queue,
-                        spec=spec,
-                        console=console,
-                    )
-                drift = generate.compare_lane(folder, lane)
-                if drift.ok:
-                    return Step(
-                        "generated", "ok", f"{len(spec.families)} family patch(es), up to date", data=drift.as_dict()
-                    )
-                return Step(
-                    "generated",
-                    "failed",
-                    f"drifted: {', '.join(drift.drifted) or 'inputs/series'} (run `invoke generate`)",
-                    details=drift.render(),
-                    data=drift.as_dict(),
-                )
-
-            steps.append(_timed("generated", generated_step))
+            patched = _pinned_steps(steps, settings, store, holder, console=console)
     except SkippyError as exc:
         # the pin itself could not be resolved: nothing past the queue can be checked
         steps.append(Step("apply", "failed", exc.what, details=exc.render()))
@@ -225,22 +138,115 @@ def run_check(
     for name in ("apply", "parity", "generated"):
         if name not in done:
             steps.append(Step(name, "skipped", "the pin could not be checked out"))
-    report = holder.get("parity")
-    if report is None:
-        steps.append(Step("boundaries", "skipped", "needs the parity walk"))
-    elif report.boundary:
-        steps.append(
-            Step(
-                "boundaries",
-                "warning",
-                f"{len(report.boundary)} clean-up patch(es) to fold into the patches they fix",
-                details="\n".join(w.render() for w in report.boundary),
-                data={"warnings": [w.as_dict() for w in report.boundary]},
-            )
-        )
-    else:
-        steps.append(Step("boundaries", "ok", "every patch changes upstream lines or adds its own"))
+    steps.append(_boundaries_step(holder.get("parity")))
     return CheckReport(tuple(steps), upstream_sha, patched, time.monotonic() - started)
+
+
+def _pinned_steps(
+    steps: list[Step], settings: Settings, store: Store, holder: dict[str, Any], *, console: Console
+) -> str | None:
+    """The steps that need the pinned tree (apply, parity, generated), appended to ``steps``; the patched sha."""
+    queue: Queue = holder["queue"]
+    steps.append(_timed("apply", lambda: _apply_step(settings, store, queue, holder, console=console)))
+    patched: str | None = None
+    if "replay" in holder:
+        steps.append(_timed("parity", lambda: _parity_step(settings, store, holder, console=console)))
+        patched = holder["replay"].patched
+    else:
+        steps.append(Step("parity", "skipped", "the queue does not apply"))
+    steps.append(_timed("generated", lambda: _generated_step(settings, store, queue, console=console)))
+    return patched
+
+
+def _queue_step(settings: Settings, holder: dict[str, Any]) -> Step:
+    queue = load_queue(settings.patch_dir)
+    holder["queue"] = queue
+    n = {lane.value: len(queue.lane(lane)) for lane in Lane}
+    return Step(
+        "queue",
+        "ok",
+        f"{n['core']} core, {n['model_support']} model_support, {n['generated']} generated "
+        f"(digest {queue.digest[:12]})",
+        data={"lanes": n, "digest": queue.digest},
+    )
+
+
+def _apply_step(settings: Settings, store: Store, queue: Queue, holder: dict[str, Any], *, console: Console) -> Step:
+    with console.step(f"check: apply {len(queue.patches)} patch(es) on {store.upstream_sha[:12]}"):
+        replayed = replay(settings, store.repo, store.base, queue, console=console)
+    holder["replay"] = replayed
+    return Step(
+        "apply",
+        "ok",
+        f"all lanes apply on {store.upstream_sha[:12]}: patched {replayed.patched[:12]}",
+        data={"patched_sha": replayed.patched, "source": store.source},
+    )
+
+
+def _parity_step(settings: Settings, store: Store, holder: dict[str, Any], *, console: Console) -> Step:
+    replayed: Replay = holder["replay"]
+    config = parity.ParityConfig.from_settings(settings)
+    allowlist = parity.load_allowlist(config.allowlist)
+    with console.step("check: parity audit"):
+        report = parity.audit(store.repo, replayed, config, allowlist, upstream_sha=store.upstream_sha)
+    holder["parity"] = report
+    summary = (
+        f"{report.upstream.switches} arch switches / {report.upstream.cases} cases upstream, "
+        f"{len(report.dropped)} dropped ({len(report.failures)} unlisted), "
+        f"{len(report.deletions)} upstream deletion hunk(s)"
+    )
+    status = "ok" if report.ok else "failed"
+    if report.ok and report.stale_allowlist:
+        status = "warning"
+    return Step("parity", status, summary, details=report.render(), data=report.as_dict())
+
+
+def _generated_step(settings: Settings, store: Store, queue: Queue, *, console: Console) -> Step:
+    spec = generate.load_spec(settings)
+    folder = generate.lane_dir(settings)
+    if spec is None:
+        if queue.lane(Lane.GENERATED):
+            return Step(
+                "generated",
+                "warning",
+                f"{len(queue.lane(Lane.GENERATED))} generated patch(es) but no spec "
+                f"({settings.relative(generate.spec_path(settings))}): drift cannot be checked",
+            )
+        return Step("generated", "ok", "no generated-lane spec and no generated patches")
+    with console.step("check: regenerate the generated lane aside"):
+        lane = generate.generate_lane(
+            settings,
+            store.repo,
+            store.base,
+            upstream_sha=store.upstream_sha,
+            queue=queue,
+            spec=spec,
+            console=console,
+        )
+    drift = generate.compare_lane(folder, lane)
+    if drift.ok:
+        return Step("generated", "ok", f"{len(spec.families)} family patch(es), up to date", data=drift.as_dict())
+    return Step(
+        "generated",
+        "failed",
+        f"drifted: {', '.join(drift.drifted) or 'inputs/series'} (run `invoke generate`)",
+        details=drift.render(),
+        data=drift.as_dict(),
+    )
+
+
+def _boundaries_step(report: parity.ParityReport | None) -> Step:
+    if report is None:
+        return Step("boundaries", "skipped", "needs the parity walk")
+    if report.boundary:
+        return Step(
+            "boundaries",
+            "warning",
+            f"{len(report.boundary)} clean-up patch(es) to fold into the patches they fix",
+            details="\n".join(w.render() for w in report.boundary),
+            data={"warnings": [w.as_dict() for w in report.boundary]},
+        )
+    return Step("boundaries", "ok", "every patch changes upstream lines or adds its own")
 
 
 def failure(report: CheckReport) -> CheckFailed:

@@ -124,59 +124,73 @@ def mask(text: str) -> str:
             i += 1
             continue
         if line_start and c == "#":
-            j = i
-            while j < n:
-                if text[j] == "\n" and (j == 0 or text[j - 1] != "\\"):
-                    break
-                j += 1
+            j = _directive_end(text, i)
             word = re.match(r"#\s*(\w*)", text[i:j])
             directives.append((i, j, word.group(1) if word else ""))
             blank(i, j)
             i = j
             continue
         line_start = False
-        if c == "/" and text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            blank(i, j)
-            i = j
+        span = _masked_span(text, i)
+        if span is None:
+            i += 1
             continue
-        if c == "/" and text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            blank(i, j)
-            i = j
-            continue
-        if c == '"':
-            raw = re.match(r"(?:u8|[uUL])?R$", text[max(0, i - 3) : i]) is not None
-            if raw:
-                m = re.match(r'"([^()\\\s]{0,16})\(', text[i:])
-                if m:
-                    end = text.find(")" + m.group(1) + '"', i)
-                    end = n if end < 0 else end + len(m.group(1)) + 2
-                    blank(i + 1, end - 1)
-                    i = end
-                    continue
-            j = i + 1
-            while j < n and text[j] not in '"\n':
-                j += 2 if text[j] == "\\" else 1
-            blank(i + 1, j)
-            i = j + 1
-            continue
-        if c == "'":
-            prev = text[i - 1] if i else ""
-            if prev.isalnum() and i + 1 < n and text[i + 1].isalnum() and not prev.isalpha():
-                i += 1  # a digit separator (1'000)
-                continue
-            j = i + 1
-            while j < n and text[j] not in "'\n":
-                j += 2 if text[j] == "\\" else 1
-            blank(i + 1, j)
-            i = j + 1
-            continue
-        i += 1
+        a, b, i = span
+        blank(a, b)
     _keep_first_unbalanced_branch(out, directives, blank)
     return "".join(out)
+
+
+def _directive_end(text: str, i: int) -> int:
+    """Where the preprocessor line starting at ``i`` ends (its newline; backslash continuations included)."""
+    j = i
+    while j < len(text):
+        if text[j] == "\n" and (j == 0 or text[j - 1] != "\\"):
+            break
+        j += 1
+    return j
+
+
+def _masked_span(text: str, i: int) -> tuple[int, int, int] | None:
+    """For a comment or literal starting at ``i``: (blank from, blank to, resume at); None for any other text."""
+    c = text[i]
+    if c == "/" and text.startswith("//", i):
+        j = text.find("\n", i)
+        j = len(text) if j < 0 else j
+        return i, j, j
+    if c == "/" and text.startswith("/*", i):
+        j = text.find("*/", i + 2)
+        j = len(text) if j < 0 else j + 2
+        return i, j, j
+    if c == '"':
+        return _raw_string_span(text, i) or _quoted_span(text, i, '"')
+    if c == "'":
+        prev = text[i - 1] if i else ""
+        if prev.isalnum() and i + 1 < len(text) and text[i + 1].isalnum() and not prev.isalpha():
+            return None  # a digit separator (1'000)
+        return _quoted_span(text, i, "'")
+    return None
+
+
+def _raw_string_span(text: str, i: int) -> tuple[int, int, int] | None:
+    """The contents of a raw string literal (``R"delim(...)delim"``) whose quote is at ``i``."""
+    if re.match(r"(?:u8|[uUL])?R$", text[max(0, i - 3) : i]) is None:
+        return None
+    m = re.match(r'"([^()\\\s]{0,16})\(', text[i:])
+    if not m:
+        return None
+    end = text.find(")" + m.group(1) + '"', i)
+    end = len(text) if end < 0 else end + len(m.group(1)) + 2
+    return i + 1, end - 1, end
+
+
+def _quoted_span(text: str, i: int, quote: str) -> tuple[int, int, int]:
+    """The contents of a string or character literal opened at ``i`` (ends at its quote or the line's end)."""
+    stop = quote + "\n"
+    j = i + 1
+    while j < len(text) and text[j] not in stop:
+        j += 2 if text[j] == "\\" else 1
+    return i + 1, j, j + 1
 
 
 def _keep_first_unbalanced_branch(
@@ -235,16 +249,31 @@ class _Block:
 
 
 def classify(header: str, *, in_parens: bool, parent: _Block | None) -> tuple[str, str]:
-    """(kind, name) of a block from the text before its ``{`` (masked, one statement)."""
+    """(kind, name) of a block from the text before its ``{`` (masked, one statement).
+
+    The rules are tried in order; the first that recognises the header decides.
+    """
     text = " ".join(header.split())
     if in_parens or (parent is not None and parent.kind in ("table", "init")):
         return "init", ""
+    return (
+        _by_punctuation(text) or _by_keyword(text) or _by_call(text) or _by_declaration(text, parent) or ("block", "")
+    )
+
+
+def _by_punctuation(text: str) -> tuple[str, str] | None:
+    """An empty header, an expression still open (``f(a, {``, ``return {``) or a label."""
     if not text:
         return "block", ""
     if text.endswith((",", "(", "?", "[")) or re.search(r"\breturn$", text):
         return "init", ""
     if text.endswith(":") and not text.endswith("::"):
         return "block", ""  # a label: case X:, default:, public:
+    return None
+
+
+def _by_keyword(text: str) -> tuple[str, str] | None:
+    """A switch, an assignment's initializer, a namespace, an enum or a lambda body."""
     m = _SWITCH.search(text)
     if m and _balanced(m.group("expr")):
         return "switch", m.group("expr").strip()
@@ -252,11 +281,17 @@ def classify(header: str, *, in_parens: bool, parent: _Block | None) -> tuple[st
         names = re.findall(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*=$", text)
         return "table", names[-1] if names else ""
     if re.match(r"^(?:inline\s+)?namespace\b", text):
-        return "namespace", text.split()[-1] if len(text.split()) > 1 else ""
+        words = text.split()
+        return "namespace", words[-1] if len(words) > 1 else ""
     if re.search(r"\benum\b", text):
         return "enum", ""
     if _LAMBDA.search(text):
         return "block", ""
+    return None
+
+
+def _by_call(text: str) -> tuple[str, str] | None:
+    """The first ``name(...)`` outside parentheses: a function definition, or a control statement's block."""
     for m in _CALL.finditer(text):
         name = re.sub(r"\s+", "", m.group("name"))
         if name.split("::")[-1] in _CONTROL:
@@ -266,20 +301,23 @@ def classify(header: str, *, in_parens: bool, parent: _Block | None) -> tuple[st
         close = _matching_paren(text, m.end() - 1)
         if close is None:
             return "block", ""
-        rest = text[close + 1 :]
-        if _QUALIFIERS.match(rest):
+        if _QUALIFIERS.match(text[close + 1 :]):
             return "function", name
         return "block", ""
+    return None
+
+
+def _by_declaration(text: str, parent: _Block | None) -> tuple[str, str] | None:
+    """A class body, or a ``Type name{...}`` / ``Type name[] {`` brace initializer at namespace or class scope."""
     cm = _CLASS.search(text)
     if cm and "(" not in text:
         return "class", cm.group("name")
-    # `Type name{...}` / `Type name[] {` brace initializers
     at_scope = parent is None or parent.kind in ("namespace", "class")
     if at_scope and re.search(r"[A-Za-z_]\w*\s*(?:\[[^\]]*\]\s*)*$", text):
         words = re.findall(r"[A-Za-z_]\w*", text)
         if len(words) >= 2 and words[-1] not in ("else", "do", "try", "const", "override", "noexcept"):
             return "table", words[-1]
-    return "block", ""
+    return None
 
 
 def _balanced(expr: str) -> bool:
@@ -310,68 +348,96 @@ def _matching_paren(text: str, open_pos: int) -> int | None:
 
 def scan(path: str, text: str) -> FileScan:
     """Every arch switch (with its enclosing function) and arch-keyed table of one C++ source."""
-    masked = mask(text)
-    newlines = [k for k, c in enumerate(masked) if c == "\n"]
+    walk = _Walk(path, mask(text))
+    for m in _TOKEN.finditer(walk.masked):
+        walk.token(m)
+    walk.switches.sort(key=lambda s: s.line)
+    walk.tables.sort(key=lambda t: t.line)
+    return FileScan(path, tuple(walk.switches), tuple(walk.tables))
 
-    def line_of(pos: int) -> int:
-        return bisect.bisect_left(newlines, pos) + 1
 
-    switches: list[ArchSwitch] = []
-    tables: list[ArchTable] = []
-    stack: list[_Block] = []
-    parens = 0
-    boundary = 0  # offset after the last statement boundary outside parentheses
-    for m in _TOKEN.finditer(masked):
+@dataclass
+class _Walk:
+    """The one pass over the braces of a masked source: the open blocks and what was found so far."""
+
+    path: str
+    masked: str
+    switches: list[ArchSwitch] = field(default_factory=list)
+    tables: list[ArchTable] = field(default_factory=list)
+    stack: list[_Block] = field(default_factory=list)
+    parens: int = 0
+    boundary: int = 0  # offset after the last statement boundary outside parentheses
+    newlines: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.newlines = [k for k, c in enumerate(self.masked) if c == "\n"]
+
+    def line_of(self, pos: int) -> int:
+        return bisect.bisect_left(self.newlines, pos) + 1
+
+    def token(self, m: re.Match[str]) -> None:
         kind = m.lastgroup
-        pos = m.start()
-        top = stack[-1] if stack else None
         if kind == "lp":
-            parens += 1
+            self.parens += 1
         elif kind == "rp":
-            parens = max(0, parens - 1)
+            self.parens = max(0, self.parens - 1)
         elif kind == "semi":
-            if parens == 0:
-                boundary = m.end()
+            if self.parens == 0:
+                self.boundary = m.end()
         elif kind == "open":
-            header = masked[boundary:pos]
-            bkind, name = classify(header, in_parens=parens > 0, parent=top)
-            if bkind == "function" and "::" not in name and top is not None:
-                scopes = [b.name for b in (*_chain(top),) if b.kind == "class"][::-1]
-                name = "::".join([*scopes, name])
-            stack.append(_Block(bkind, name, pos, top, parens))
-            parens = 0
-            boundary = m.end()
+            self.open_block(m)
         elif kind == "close":
-            if not stack:
-                boundary = m.end()
-                continue
-            block = stack.pop()
-            parens = block.saved_parens
-            if block.kind == "switch" and block.cases:
-                switches.append(
-                    ArchSwitch(
-                        path, block.function() or "<file scope>", line_of(block.start), block.name, tuple(block.cases)
-                    )
-                )
-            elif block.kind == "table" and block.entries:
-                tables.append(ArchTable(path, _table_name(block), line_of(block.start), tuple(block.entries)))
-            boundary = m.end()
+            self.close_block(m)
         elif kind == "case":
-            switch = next((b for b in _chain(top) if b.kind == "switch"), None) if top else None
-            if switch is not None:
-                switch.cases.append(m.group("carch"))
-            boundary = m.end()
-        elif kind == "arch" and top is not None:
-            table = _table_root(top)
-            if table is None:
-                continue
-            # a key: the first token of its braces, or an element of the table's own list
-            first = not masked[top.start + 1 : pos].strip()
-            if top is table or first:
-                table.entries.append(m.group("arch"))
-    switches.sort(key=lambda s: s.line)
-    tables.sort(key=lambda t: t.line)
-    return FileScan(path, tuple(switches), tuple(tables))
+            self.case(m)
+        elif kind == "arch":
+            self.arch(m)
+
+    def open_block(self, m: re.Match[str]) -> None:
+        pos = m.start()
+        top = self.stack[-1] if self.stack else None
+        bkind, name = classify(self.masked[self.boundary : pos], in_parens=self.parens > 0, parent=top)
+        if bkind == "function" and "::" not in name and top is not None:
+            scopes = [b.name for b in (*_chain(top),) if b.kind == "class"][::-1]
+            name = "::".join([*scopes, name])
+        self.stack.append(_Block(bkind, name, pos, top, self.parens))
+        self.parens = 0
+        self.boundary = m.end()
+
+    def close_block(self, m: re.Match[str]) -> None:
+        self.boundary = m.end()
+        if not self.stack:
+            return
+        block = self.stack.pop()
+        self.parens = block.saved_parens
+        if block.kind == "switch" and block.cases:
+            function = block.function() or "<file scope>"
+            self.switches.append(
+                ArchSwitch(self.path, function, self.line_of(block.start), block.name, tuple(block.cases))
+            )
+        elif block.kind == "table" and block.entries:
+            self.tables.append(
+                ArchTable(self.path, _table_name(block), self.line_of(block.start), tuple(block.entries))
+            )
+
+    def case(self, m: re.Match[str]) -> None:
+        top = self.stack[-1] if self.stack else None
+        switch = next((b for b in _chain(top) if b.kind == "switch"), None) if top else None
+        if switch is not None:
+            switch.cases.append(m.group("carch"))
+        self.boundary = m.end()
+
+    def arch(self, m: re.Match[str]) -> None:
+        if not self.stack:
+            return
+        top = self.stack[-1]
+        table = _table_root(top)
+        if table is None:
+            return
+        # a key: the first token of its braces, or an element of the table's own list
+        first = not self.masked[top.start + 1 : m.start()].strip()
+        if top is table or first:
+            table.entries.append(m.group("arch"))
 
 
 def _chain(block: _Block | None) -> list[_Block]:

@@ -126,6 +126,20 @@ def parse_spec(path: Path, data: bytes) -> Spec:
             f"{path}: not valid TOML ({exc})", untouched="everything", next_step=f"fix {path.name}"
         ) from exc
     problems: list[str] = []
+    output_dir = _spec_settings(table, problems)
+    families = _spec_families(table, problems)
+    if problems:
+        raise QueueError(
+            f"the generated-lane spec {path} is invalid",
+            details="\n".join(problems),
+            untouched="everything: the generated lane was not changed",
+            next_step=f"fix {path.name}, then `invoke generate`",
+        )
+    return Spec(path, data, output_dir, tuple(families))
+
+
+def _spec_settings(table: Mapping[str, Any], problems: list[str]) -> str:
+    """Check the spec's top-level keys, schema and output_dir (problems appended); the output_dir to use."""
     unknown = sorted(set(table) - _SPEC_KEYS)
     if unknown:
         problems.append(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_SPEC_KEYS))})")
@@ -140,45 +154,47 @@ def parse_spec(path: Path, data: bytes) -> Spec:
         or "\\" in output_dir
     ):
         problems.append(f"output_dir {output_dir!r} must be a relative path inside the tree")
-        output_dir = DEFAULT_OUTPUT_DIR
+        return DEFAULT_OUTPUT_DIR
+    return output_dir
+
+
+def _spec_families(table: Mapping[str, Any], problems: list[str]) -> list[Family]:
+    """The spec's valid [[family]] entries, in order; a problem appended for each invalid one."""
     raw = table.get("family", [])
     if not isinstance(raw, list):
         problems.append("`family` must be an array of tables ([[family]])")
         raw = []
     families: list[Family] = []
-    seen_names: set[str] = set()
-    seen_arches: set[str] = set()
     for index, item in enumerate(raw, start=1):
-        if not isinstance(item, dict):
-            problems.append(f"family {index}: not a table")
-            continue
-        extra = sorted(set(item) - _FAMILY_KEYS)
-        if extra:
-            problems.append(f"family {index}: unknown key(s) {', '.join(extra)}")
-        name, arch = item.get("name"), item.get("arch")
-        if not isinstance(name, str) or not _NAME.match(name):
-            problems.append(f"family {index}: name {name!r} must match [a-z0-9][a-z0-9_-]*")
-            continue
-        if not isinstance(arch, str) or not _ARCH.match(arch):
-            problems.append(f"family {name}: arch {arch!r} must look like LLM_ARCH_GEMMA3")
-            continue
-        if name in seen_names:
-            problems.append(f"family {name}: declared twice")
-            continue
-        if arch in seen_arches:
-            problems.append(f"family {name}: arch {arch} is already declared by another family")
-            continue
-        seen_names.add(name)
-        seen_arches.add(arch)
-        families.append(Family(name, arch))
-    if problems:
-        raise QueueError(
-            f"the generated-lane spec {path} is invalid",
-            details="\n".join(problems),
-            untouched="everything: the generated lane was not changed",
-            next_step=f"fix {path.name}, then `invoke generate`",
-        )
-    return Spec(path, data, output_dir, tuple(families))
+        family = _spec_family(index, item, families, problems)
+        if family is not None:
+            families.append(family)
+    return families
+
+
+def _spec_family(index: int, item: object, earlier: Sequence[Family], problems: list[str]) -> Family | None:
+    """The spec's family ``index`` if it is valid and new (after the valid ``earlier`` ones); else None and
+    its problem appended (an unknown key is a problem too, but does not make the entry unusable)."""
+    if not isinstance(item, dict):
+        problems.append(f"family {index}: not a table")
+        return None
+    extra = sorted(set(item) - _FAMILY_KEYS)
+    if extra:
+        problems.append(f"family {index}: unknown key(s) {', '.join(extra)}")
+    name, arch = item.get("name"), item.get("arch")
+    if not isinstance(name, str) or not _NAME.match(name):
+        problems.append(f"family {index}: name {name!r} must match [a-z0-9][a-z0-9_-]*")
+        return None
+    if not isinstance(arch, str) or not _ARCH.match(arch):
+        problems.append(f"family {name}: arch {arch!r} must look like LLM_ARCH_GEMMA3")
+        return None
+    if any(f.name == name for f in earlier):
+        problems.append(f"family {name}: declared twice")
+        return None
+    if any(f.arch == arch for f in earlier):
+        problems.append(f"family {name}: arch {arch} is already declared by another family")
+        return None
+    return Family(name, arch)
 
 
 def arch_facts(

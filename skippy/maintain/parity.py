@@ -14,147 +14,62 @@ tells them apart), and the boundary lint warns about patches that only
 rewrite lines earlier patches introduced (a clean-up that belongs folded
 into the patches it fixes).
 
-Configuration (``[tool.skippy.parity]``)::
-
-    files = ["src/*.cpp", "src/models/*.cpp"]   # globs over the tree (``**`` spans folders)
-    allowlist = "parity-allowlist.toml"          # relative to the patch dir
+The configuration (``[tool.skippy.parity]``: the files to scan, where the
+allowlist lives) and the allowlist itself are read by ``parity_config``.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import re
-import tomllib
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skippy.core.errors import QueueError, SettingsError
+from skippy.core.errors import QueueError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import cscan
+from skippy.maintain.parity_config import (
+    DEFAULT_ALLOWLIST,
+    DEFAULT_FILES,
+    Allowed,
+    ParityConfig,
+    glob_match,
+    load_allowlist,
+)
 from skippy.queue.replay import Replay, changed_files, read_text, tracked_files
 
-DEFAULT_FILES: tuple[str, ...] = ("src/*.cpp", "src/models/*.cpp")
-DEFAULT_ALLOWLIST = "parity-allowlist.toml"
-_CONFIG_KEYS = frozenset({"files", "allowlist"})
-_ALLOW_KEYS = frozenset({"file", "function", "table", "case", "reason"})
+# the module's public names; the configuration's (from parity_config) are re-exported for their callers
+__all__ = [
+    "DEFAULT_ALLOWLIST",
+    "DEFAULT_FILES",
+    "Allowed",
+    "BoundaryWarning",
+    "Deletion",
+    "Dropped",
+    "Hunk",
+    "Key",
+    "ParityConfig",
+    "ParityFailed",
+    "ParityReport",
+    "Summary",
+    "analyse_step",
+    "audit",
+    "blame_lines",
+    "compare",
+    "failure",
+    "glob_match",
+    "load_allowlist",
+    "merged_counts",
+    "parse_hunks",
+    "run_parity",
+    "scan_commit",
+]
 
 Key = tuple[str, str, str]  # (kind, file, scope)
-
-
-# --------------------------------------------------------------------------- configuration
-
-
-@dataclass(frozen=True)
-class ParityConfig:
-    files: tuple[str, ...]
-    allowlist: Path
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ParityConfig:
-        table = settings.subtable("parity", _CONFIG_KEYS, example='files = ["src/*.cpp"]')
-        files = table.get("files", list(DEFAULT_FILES))
-        if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
-            raise SettingsError(
-                "[tool.skippy.parity] files must be a non-empty list of glob strings",
-                untouched="everything",
-                next_step='files = ["src/*.cpp", "src/models/*.cpp"]',
-            )
-        allow = table.get("allowlist", DEFAULT_ALLOWLIST)
-        if not isinstance(allow, str) or not allow:
-            raise SettingsError(
-                "[tool.skippy.parity] allowlist must be a path relative to the patch dir",
-                untouched="everything",
-                next_step=f'allowlist = "{DEFAULT_ALLOWLIST}"',
-            )
-        return cls(tuple(files), settings.patch_dir / allow)
-
-    def matches(self, path: str) -> bool:
-        return any(glob_match(path, pattern) for pattern in self.files)
-
-
-def glob_match(path: str, pattern: str) -> bool:
-    """Segment-wise glob: ``*`` stays inside one folder, ``**`` spans any number of them."""
-    parts = path.split("/")
-    pats = pattern.strip("/").split("/")
-
-    def walk(i: int, j: int) -> bool:
-        if j == len(pats):
-            return i == len(parts)
-        if pats[j] == "**":
-            return any(walk(k, j + 1) for k in range(i, len(parts) + 1))
-        return i < len(parts) and fnmatch.fnmatchcase(parts[i], pats[j]) and walk(i + 1, j + 1)
-
-    return walk(0, 0)
-
-
-@dataclass(frozen=True)
-class Allowed:
-    kind: str  # switch | table
-    file: str
-    scope: str
-    case: str
-    reason: str
-
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.kind, self.file, self.scope, self.case)
-
-    def as_dict(self) -> dict[str, str]:
-        scope_key = "function" if self.kind == "switch" else "table"
-        return {"file": self.file, scope_key: self.scope, "case": self.case, "reason": self.reason}
-
-
-def load_allowlist(path: Path) -> tuple[Allowed, ...]:
-    """The allowlist entries (none when the file does not exist); QueueError on a malformed file."""
-    if not path.is_file():
-        return ()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise QueueError(
-            f"{path}: not valid TOML ({exc})",
-            untouched="everything",
-            next_step=f"fix the syntax of {path.name}",
-        ) from exc
-    unknown_top = sorted(set(data) - {"dropped"})
-    problems: list[str] = [f"unknown top-level key {k!r} (entries are [[dropped]] tables)" for k in unknown_top]
-    entries: list[Allowed] = []
-    raw = data.get("dropped", [])
-    if not isinstance(raw, list):
-        raw = []
-        problems.append("`dropped` must be an array of tables ([[dropped]])")
-    for index, item in enumerate(raw, start=1):
-        if not isinstance(item, dict):
-            problems.append(f"entry {index}: not a table")
-            continue
-        extra = sorted(set(item) - _ALLOW_KEYS)
-        if extra:
-            problems.append(f"entry {index}: unknown key(s) {', '.join(extra)}")
-        scopes = [k for k in ("function", "table") if k in item]
-        values = {k: item.get(k) for k in ("file", "case", "reason", *scopes)}
-        missing = [k for k, v in values.items() if not isinstance(v, str) or not v.strip()]
-        if len(scopes) != 1:
-            problems.append(f"entry {index}: give exactly one of function = ... or table = ...")
-            continue
-        if missing:
-            problems.append(f"entry {index}: {', '.join(missing)} must be non-empty strings (a reason is required)")
-            continue
-        kind = "switch" if scopes[0] == "function" else "table"
-        entries.append(
-            Allowed(kind, str(item["file"]), str(item[scopes[0]]), str(item["case"]), str(item["reason"]).strip())
-        )
-    if problems:
-        raise QueueError(
-            f"the parity allowlist {path.name} is invalid",
-            details="\n".join(problems),
-            untouched="everything",
-            next_step=f"fix {path}; each [[dropped]] entry has file, function (or table), case and reason",
-        )
-    return tuple(entries)
 
 
 # --------------------------------------------------------------------------- report
@@ -488,43 +403,61 @@ def analyse_step(
     for hunk in hunks:
         by_file.setdefault(hunk.file, []).append(hunk)
     deletions: list[Deletion] = []
-    territory = bool(hunks) and not no_text
+    territory = bool(hunks) and not no_text  # so far, the patch only touches lines the queue introduced
     introducers: list[str] = []
     for path, file_hunks in by_file.items():
         if any(h.new_file for h in file_hunks):
             territory = False
             continue
         length = _line_count(repo, prev, path)
-        ranges: list[tuple[int, int]] = []
+        owners = blame_lines(repo, base, prev, path, _blame_ranges(file_hunks, length))
         for h in file_hunks:
-            if h.old_count > 0:
-                ranges.append((h.old_start, h.old_start + h.old_count - 1))
-            else:
-                lo, hi = max(1, h.old_start), min(length, h.old_start + 1)
-                if lo <= hi:
-                    ranges.append((lo, hi))
-        owners = blame_lines(repo, base, prev, path, _merge_ranges(ranges))
-        for h in file_hunks:
-            if h.old_count > 0:
-                span = range(h.old_start, h.old_start + h.old_count)
-                upstream = [n for n in span if not owners.get(n)]
-                if upstream:
-                    territory = False
-                    texts = [h.removed[n - h.old_start] for n in upstream[:3] if n - h.old_start < len(h.removed)]
-                    deletions.append(Deletion(label, path, h.old_start, h.old_count, len(upstream), tuple(texts)))
-                introducers += [labels.get(owners.get(n, ""), "") for n in span]
-            else:
-                near = [n for n in (h.old_start, h.old_start + 1) if 1 <= n <= length]
-                if not near or any(not owners.get(n) for n in near):
-                    territory = False
-                introducers += [labels.get(owners.get(n, ""), "") for n in near]
-    warning = None
-    if territory:
-        order = list(dict.fromkeys(labels.values()))
-        names = sorted({i for i in introducers if i}, key=order.index)
-        if names:
-            warning = BoundaryWarning(label, tuple(names), tuple(sorted(by_file)))
+            deletion, lines, queue_only = _judge_hunk(h, owners, length, label=label, path=path)
+            if deletion is not None:
+                deletions.append(deletion)
+            territory = territory and queue_only
+            introducers += [labels.get(owners.get(n, ""), "") for n in lines]
+    warning = _boundary_warning(label, labels, introducers, sorted(by_file)) if territory else None
     return deletions, warning
+
+
+def _blame_ranges(hunks: Sequence[Hunk], length: int) -> list[tuple[int, int]]:
+    """The old lines to blame for a file's hunks: the lines each removes, or those around a pure insertion."""
+    ranges: list[tuple[int, int]] = []
+    for h in hunks:
+        if h.old_count > 0:
+            ranges.append((h.old_start, h.old_start + h.old_count - 1))
+        else:
+            lo, hi = max(1, h.old_start), min(length, h.old_start + 1)
+            if lo <= hi:
+                ranges.append((lo, hi))
+    return _merge_ranges(ranges)
+
+
+def _judge_hunk(
+    h: Hunk, owners: Mapping[int, str], length: int, *, label: str, path: str
+) -> tuple[Deletion | None, list[int], bool]:
+    """One hunk against the blame of its old lines: the upstream lines it deletes (if any), the old lines
+    whose introducing patches it answers for, and whether those lines all come from the queue."""
+    if h.old_count > 0:
+        span = list(range(h.old_start, h.old_start + h.old_count))
+        upstream = [n for n in span if not owners.get(n)]
+        if not upstream:
+            return None, span, True
+        texts = [h.removed[n - h.old_start] for n in upstream[:3] if n - h.old_start < len(h.removed)]
+        return Deletion(label, path, h.old_start, h.old_count, len(upstream), tuple(texts)), span, False
+    near = [n for n in (h.old_start, h.old_start + 1) if 1 <= n <= length]
+    queue_only = bool(near) and all(owners.get(n) for n in near)
+    return None, near, queue_only
+
+
+def _boundary_warning(
+    label: str, labels: Mapping[str, str], introducers: Sequence[str], files: Sequence[str]
+) -> BoundaryWarning | None:
+    """The warning for a patch that only rewrites queue lines, naming the patches that introduced them."""
+    order = list(dict.fromkeys(labels.values()))
+    names = sorted({i for i in introducers if i}, key=order.index)
+    return BoundaryWarning(label, tuple(names), tuple(files)) if names else None
 
 
 def _merge_ranges(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
