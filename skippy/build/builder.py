@@ -39,7 +39,7 @@ from skippy.build.backends import (
     switches,
 )
 from skippy.build.backends.base import Tool
-from skippy.build.cache import CacheStorage, local_fallback_env, reachable, select_storage
+from skippy.build.cache import CacheStorage, local_fallback_env, reachable, select_storage, shared_cache_env
 from skippy.build.toolchain import (
     Toolchain,
     TreeInfo,
@@ -278,6 +278,8 @@ def plan_build(
             next_step="set [tool.skippy] build_root to a directory outside the llama.cpp tree",
         )
     build_dir = build_root / f"{s.name}-{digest}"
+    if storage is not None and launcher is not None:
+        env_overrides.update(shared_cache_env(storage, launcher.name, settings.env, (source_dir, build_dir)))
 
     rpc_target = tree.rpc_target or RPC_TARGETS[0]
     targets = tuple(rpc_target if t in RPC_TARGETS else t for t in s.default_targets)

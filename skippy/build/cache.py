@@ -17,9 +17,11 @@ Pure decisions, no I/O except :func:`reachable` (one bounded TCP connect):
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 from urllib.parse import SplitResult, parse_qsl, urlsplit, urlunsplit
 
@@ -344,6 +346,17 @@ def _from_sccache_env(configured: list[str], env: Mapping[str, str]) -> CacheSto
     return storage
 
 
+def shared_cache_env(
+    storage: CacheStorage, launcher: str, env: Mapping[str, str], roots: Sequence[Path]
+) -> dict[str, str]:
+    """For a remote sccache storage: ``SCCACHE_BASEDIRS`` naming the source tree and the build
+    dir, so object keys do not depend on where each machine keeps them (a user's own
+    ``SCCACHE_BASEDIRS`` is kept)."""
+    if not storage.remote or launcher != "sccache" or env.get("SCCACHE_BASEDIRS"):
+        return {}
+    return {"SCCACHE_BASEDIRS": os.pathsep.join(str(root) for root in roots)}
+
+
 def local_fallback_env(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` without any remote storage variable: sccache falls back to its local directory."""
     return {k: v for k, v in env.items() if not k.startswith(_STORAGE_PREFIXES)}
@@ -460,4 +473,5 @@ __all__ = [
     "reachable",
     "redact_url",
     "select_storage",
+    "shared_cache_env",
 ]

@@ -2,8 +2,8 @@
 CMake + Ninja build of tests/integration/cmake_probe with extra translation units:
 
 * a build with an empty local cache fills the remote; a second build of the same
-  sources in a fresh build dir, with the local cache wiped (a new machine), takes
-  its compile steps from the remote;
+  sources in a fresh build dir, with the local cache wiped and the tree at another
+  path (a new machine), takes its compile steps from the remote;
 * a remote that cannot be reached is a warning and a local build, in bounded time;
 * the password in the storage URL never shows in output, reports or stamps.
 """
@@ -48,10 +48,8 @@ def redis(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
 
 
-@pytest.fixture
-def src(tmp_path: Path) -> Path:
-    """One source tree for every build (sccache's keys name the source paths)."""
-    tree = tmp_path / "src"
+def make_tree(tree: Path) -> Path:
+    """The probe with EXTRA_UNITS more translation units."""
     shutil.copytree(PROBE, tree)
     extra = tree / "src" / "extra"
     extra.mkdir()
@@ -60,6 +58,11 @@ def src(tmp_path: Path) -> Path:
             f"int probe_unit_{i}(int x) {{ return x * {i + 2} + {i}; }}\n", encoding="utf-8"
         )
     return tree
+
+
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    return make_tree(tmp_path / "src")
 
 
 class Machine:
@@ -99,10 +102,12 @@ def test_a_fresh_machine_takes_its_objects_from_redis(tmp_path: Path, src: Path,
     local = first.settings.cache_dir / "sccache"
     assert not [p for p in local.rglob("*") if p.is_file()]
 
-    # a new machine: another project root (fresh build dir, empty local cache), same sources
+    # a new machine: another project root (fresh build dir, empty local cache) and the same
+    # sources at another path (SCCACHE_BASEDIRS keeps the paths out of the keys)
     shutil.rmtree(first.settings.cache_dir)
-    second = Machine(tmp_path / "two", src, redis.url)
+    second = Machine(tmp_path / "two", make_tree(tmp_path / "elsewhere" / "src"), redis.url)
     assert second.plan.build_dir != first.plan.build_dir
+    assert second.plan.env_overrides["SCCACHE_BASEDIRS"].startswith(str(tmp_path / "elsewhere" / "src"))
     assert not second.settings.cache_dir.exists()
     warm = second.build()
     assert warm.compiled == cold.compiled

@@ -206,6 +206,10 @@ def test_the_plan_carries_the_remote_and_a_local_fallback(tmp_path: Path) -> Non
     assert local.cache_storage is not None
     assert not local.cache_storage.remote
     assert local.cache_fallback_env == {}
+    # the remote is shared between machines that keep the tree at other paths
+    assert remote.env_overrides["SCCACHE_BASEDIRS"] == f"{remote.source_dir}:{remote.build_dir}"
+    assert "SCCACHE_BASEDIRS" not in local.env_overrides
+    assert "SCCACHE_BASEDIRS" not in fallback
 
 
 def test_the_users_variables_reach_sccache_untouched(tmp_path: Path) -> None:
@@ -214,6 +218,8 @@ def test_the_users_variables_reach_sccache_untouched(tmp_path: Path) -> None:
     assert p.cache_storage is not None
     assert p.cache_storage.kind == "s3"
     assert {k: p.env[k] for k in env} == env
+    own = plan(tmp_path, "cpu", env={**env, "SCCACHE_BASEDIRS": "/srv/src"})
+    assert own.env["SCCACHE_BASEDIRS"] == "/srv/src"
     assert "SCCACHE_BUCKET" not in p.cache_fallback_env
 
 
