@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -136,3 +137,31 @@ def _stop(pid: int, grace: float = 5.0) -> None:
     if _alive(pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+class Listener:
+    """A loopback port that accepts connections and answers ``reply`` (or nothing)."""
+
+    def __init__(self, reply: bytes | None) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = int(self.sock.getsockname()[1])
+        self.reply = reply
+        self.held: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = self.sock.accept()
+            self.held.append(conn)
+            conn.recv(64)
+            if self.reply is not None:
+                conn.sendall(self.reply)
+
+    def close(self) -> None:
+        for conn in self.held:
+            conn.close()
+        self.sock.close()
+        self.thread.join(timeout=5)

@@ -603,6 +603,8 @@ class _CacheProbe:
         #: the environment the build runs with (the plan's, or the local fallback)
         self.env: Mapping[str, str] = plan.env
         self.fallback: str | None = None
+        #: sccache may bring the remote's server up after its start timed out: stop it after the build
+        self._stray_server = False
 
     def _run(self, *args: str, timeout: float = 120) -> proc.Result | None:
         launcher = self.plan.launcher
@@ -651,6 +653,7 @@ class _CacheProbe:
                     started.tail(3) if started is not None else "no launcher"
                 )
                 self._run("--stop-server", timeout=30)
+                self._stray_server = True
         if why is None:
             return
         self.fallback = why
@@ -665,6 +668,8 @@ class _CacheProbe:
         launcher = self.plan.launcher
         if launcher is None:
             return None
+        if self._stray_server:
+            proc.run([launcher.path, "--stop-server"], env=self.plan.env, check=False, timeout=30)
         storage = self._storage
         served = "local directory"
         if storage is not None and storage.remote and self.fallback is None:

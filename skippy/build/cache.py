@@ -96,6 +96,8 @@ _S3_PARAMS: Final = {
 _GHA_PARAMS: Final = {"version": "SCCACHE_GHA_VERSION"}
 _WEBDAV_PARAMS: Final = {"key_prefix": "SCCACHE_WEBDAV_KEY_PREFIX"}
 _REDIS_DEFAULT_PORT: Final = 6379
+#: an inline PING: a simple-string or error reply ("+PONG", "-NOAUTH ...") shows a live Redis
+_REDIS_HELLO: Final = (b"PING\r\n", b"+-")
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,8 @@ class CacheStorage:
     unusable: str | None = None
     #: values to scrub from any text shown (sccache's messages and stats name the endpoint)
     secrets: tuple[str, ...] = field(default=(), repr=False)
+    #: (bytes to send, the first bytes a live server may answer with) checked after connecting
+    hello: tuple[bytes, bytes] | None = None
 
     @property
     def remote(self) -> bool:
@@ -197,6 +201,7 @@ def parse_storage(value: str, env: Mapping[str, str], *, source: str) -> CacheSt
             env=out,
             endpoint=(parts.hostname, port),
             secrets=(*secrets, *_env_secrets(env)),
+            hello=_REDIS_HELLO if scheme == "redis" else None,
         )
     if scheme == "s3":
         return _s3(parts, env, source, value)
@@ -303,8 +308,10 @@ def _from_sccache_env(configured: list[str], env: Mapping[str, str]) -> CacheSto
     }.get(first, first.removeprefix("SCCACHE_").split("_")[0].lower())
     endpoint = None
     secrets: list[str] = list(_env_secrets(env))
+    hello = None
     if kind == "redis" and first != "SCCACHE_REDIS_CLUSTER_ENDPOINTS":
         parts = urlsplit(value if "://" in value else f"redis://{value}")
+        hello = _REDIS_HELLO if parts.scheme in ("redis", "tcp") else None
         secrets += [parts.password] if parts.password else []
         if parts.hostname:
             try:
@@ -342,6 +349,7 @@ def _from_sccache_env(configured: list[str], env: Mapping[str, str]) -> CacheSto
         endpoint=endpoint,
         unusable=unusable,
         secrets=tuple(secrets),
+        hello=hello,
     )
     return storage
 
@@ -372,7 +380,14 @@ def reachable(storage: CacheStorage, timeout: float = REACH_TIMEOUT) -> str | No
         return None
     host, port = storage.endpoint
     try:
-        with socket.create_connection((host, port), timeout=timeout):
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            if storage.hello:
+                # a port that accepts but does not speak the protocol would hang sccache's start
+                conn.settimeout(timeout)
+                conn.sendall(storage.hello[0])
+                reply = conn.recv(64)
+                if not reply or reply[0] not in storage.hello[1]:
+                    return f"{host}:{port} does not answer like {storage.kind} ({reply[:20]!r})"
             return None
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__

@@ -25,7 +25,7 @@ from skippy.build.toolchain import inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from tests.redisserver import RedisServer, free_port, redis_server
+from tests.redisserver import Listener, RedisServer, free_port, redis_server
 
 pytestmark = pytest.mark.integration
 
@@ -159,3 +159,20 @@ def test_an_unreachable_remote_is_a_warning_and_a_local_build(tmp_path: Path, sr
     # bounded: a connect refused at once, no sccache startup timeout waited for
     assert seconds < 60, seconds
     print(f"unreachable remote: local build in {seconds:.1f} s")
+
+
+def test_a_remote_that_accepts_but_never_answers_is_a_local_build_in_bounded_time(tmp_path: Path, src: Path) -> None:
+    silent = Listener(None)
+    try:
+        machine = Machine(tmp_path / "proj", src, f"redis://127.0.0.1:{silent.port}")
+        started = time.monotonic()
+        report = machine.build()
+        seconds = time.monotonic() - started
+    finally:
+        silent.close()
+    assert report.cache is not None
+    assert report.cache.fallback is not None
+    assert "no answer within" in report.cache.fallback
+    assert report.cache.misses == report.compiled
+    assert "building with the local cache" in machine.out.getvalue()
+    assert seconds < 60, seconds

@@ -21,7 +21,7 @@ from skippy.build.cache import (
     select_storage,
 )
 from skippy.core.errors import SettingsError
-from tests.redisserver import free_port
+from tests.redisserver import Listener, free_port
 from tests.unit.test_build_plan import plan
 
 SECRET = "pa55-w0rd-xyz"  # noqa: S105 - a fake credential the tests check is never shown
@@ -267,3 +267,32 @@ def test_storage_is_frozen_and_hides_its_variables() -> None:
     assert SECRET not in repr(s)
     assert s.socket_tag() != ""
     assert SECRET not in s.socket_tag()
+
+
+@pytest.mark.parametrize(
+    ("reply", "verdict"),
+    [(b"+PONG\r\n", None), (b"-NOAUTH Authentication required.\r\n", None), (b"HTTP/1.1 400\r\n", "answer like")],
+)
+def test_a_redis_port_must_answer_like_redis(reply: bytes, verdict: str | None) -> None:
+    listener = Listener(reply)
+    try:
+        why = reachable(select_storage(f"redis://127.0.0.1:{listener.port}", {}), timeout=2)
+    finally:
+        listener.close()
+    if verdict is None:
+        assert why is None
+    else:
+        assert why is not None
+        assert verdict in why
+
+
+def test_a_port_that_never_answers_is_unreachable_within_the_bound() -> None:
+    listener = Listener(None)
+    started = time.monotonic()
+    try:
+        why = reachable(select_storage(f"redis://127.0.0.1:{listener.port}", {}), timeout=1)
+    finally:
+        listener.close()
+    assert time.monotonic() - started < 3
+    assert why is not None
+    assert "no answer within 1 s" in why
