@@ -39,6 +39,7 @@ from skippy.build.backends import (
     switches,
 )
 from skippy.build.backends.base import Tool
+from skippy.build.cache import CacheStorage, local_fallback_env, reachable, select_storage, shared_cache_env
 from skippy.build.toolchain import (
     Toolchain,
     TreeInfo,
@@ -100,8 +101,9 @@ class BuildPlan:
     binaries: Mapping[str, Path]
     #: values CMakeCache.txt must hold after configure
     expectations: Mapping[str, str]
-    #: variables added to the environment of cmake/ninja/launcher (on top of settings.env)
-    env_overrides: Mapping[str, str]
+    #: variables added to the environment of cmake/ninja/launcher (on top of settings.env;
+    #: a remote cache storage's may hold credentials: kept out of repr)
+    env_overrides: Mapping[str, str] = field(repr=False)
     env: Mapping[str, str] = field(repr=False)
     launcher: Tool | None = None
     spot_check_env: Mapping[str, str] = field(default_factory=dict)
@@ -109,6 +111,10 @@ class BuildPlan:
     stamp: Mapping[str, Any] = field(default_factory=dict)
     #: where each choice came from, e.g. {"CMAKE_CUDA_ARCHITECTURES": "detected (nvidia-smi)"}
     provenance: Mapping[str, str] = field(default_factory=dict)
+    #: where the compiler cache keeps objects (None without a launcher)
+    cache_storage: CacheStorage | None = None
+    #: the whole environment of a build with the local cache, when the remote cannot be reached
+    cache_fallback_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def stamp_path(self) -> Path:
@@ -143,7 +149,7 @@ def split_cmake_args(args: Sequence[str]) -> tuple[dict[str, str], tuple[str, ..
 
 
 #: [tool.skippy.build] keys of every build, besides those each backend reads
-COMMON_TABLE_KEYS: Final = frozenset({"native", "jobs", "compiler_cache"})
+COMMON_TABLE_KEYS: Final = frozenset({"native", "jobs", "compiler_cache", "cache_storage"})
 
 
 def build_table_keys() -> frozenset[str]:
@@ -229,13 +235,21 @@ def plan_build(
     facts = toolchain.plan_facts(given, tree.source_dir)
     for choice in s.choices(facts):
         put(choice.name, choice.value, path=choice.path, source=choice.source)
-    env_overrides: dict[str, str] = dict(s.env_overrides(facts))
+    backend_env = dict(s.env_overrides(facts))
+    env_overrides: dict[str, str] = dict(backend_env)
     launcher = toolchain.launcher
+    storage: CacheStorage | None = None
+    fallback_env: dict[str, str] = {}
     if launcher is not None:
         languages = [lang for lang in s.languages if lang in tree.languages or lang in ("C", "CXX")]
         for lang in languages:
             put(f"CMAKE_{lang}_COMPILER_LAUNCHER", launcher.path, path=True, source=launcher.name)
-        env_overrides.update(launcher_env(launcher.name, settings.cache_dir))
+        storage = select_storage(_build_table(settings).get("cache_storage"), settings.env)
+        env_overrides.update(launcher_env(launcher.name, settings.cache_dir, storage))
+        if storage.remote and launcher.name == "sccache":
+            # a remote that cannot be reached: the same build with the local directory
+            local = launcher_env(launcher.name, settings.cache_dir)
+            fallback_env = {**local_fallback_env(settings.env), **backend_env, **local}
 
     # the user's -D values win over everything above
     path_like = {name for name, d in values.items() if d.path}
@@ -264,6 +278,8 @@ def plan_build(
             next_step="set [tool.skippy] build_root to a directory outside the llama.cpp tree",
         )
     build_dir = build_root / f"{s.name}-{digest}"
+    if storage is not None and launcher is not None:
+        env_overrides.update(shared_cache_env(storage, launcher.name, settings.env, (source_dir, build_dir)))
 
     rpc_target = tree.rpc_target or RPC_TARGETS[0]
     targets = tuple(rpc_target if t in RPC_TARGETS else t for t in s.default_targets)
@@ -318,6 +334,8 @@ def plan_build(
         spot_check_args=s.spot_check_args,
         stamp=MappingProxyType(stamp),
         provenance=MappingProxyType(provenance),
+        cache_storage=storage,
+        cache_fallback_env=MappingProxyType(fallback_env),
     )
 
 
@@ -345,18 +363,23 @@ def _inside(path: Path, parent: Path) -> bool:
     return True
 
 
-def launcher_env(kind: str, cache_dir: Path) -> dict[str, str]:
-    """Environment for the compiler cache: its store under ``cache_dir``."""
+def launcher_env(kind: str, cache_dir: Path, storage: CacheStorage | None = None) -> dict[str, str]:
+    """Environment for the compiler cache: its store under ``cache_dir``, or the remote
+    ``storage`` in sccache's own variables (served by a server of its own)."""
     if kind == "sccache":
         env = {"SCCACHE_DIR": str(cache_dir / "sccache")}
-        # a server of our own, so SCCACHE_DIR is honoured and the stats are ours
-        sock = cache_dir / "sccache.sock"
+        # a server of our own, so SCCACHE_DIR is honoured and the stats are ours; one per
+        # storage, so a running server with another storage is never reused
+        tag = storage.socket_tag() if storage is not None else ""
+        sock = cache_dir / (f"sccache-{tag}.sock" if tag else "sccache.sock")
         if len(str(sock)) <= _UDS_MAX:
             env["SCCACHE_SERVER_UDS"] = str(sock)
         else:
             # too long for a Unix socket: a loopback port derived from the cache dir
-            seed = int(hashlib.sha256(str(cache_dir).encode()).hexdigest()[:8], 16)
+            seed = int(hashlib.sha256((str(cache_dir) + tag).encode()).hexdigest()[:8], 16)
             env["SCCACHE_SERVER_PORT"] = str(20000 + seed % 20000)
+        if storage is not None:
+            env.update(storage.env)
         return env
     if kind == "ccache":
         return {"CCACHE_DIR": str(cache_dir / "ccache")}
@@ -469,6 +492,12 @@ class CacheStats:
     tool: str
     hits: int
     misses: int
+    #: the storage that served this build (redacted), e.g. "local directory", "redis redis://host:6379"
+    storage: str | None = None
+    #: per language, in the cache's own names ("C/C++", "CUDA" ...): (hits, misses)
+    languages: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    #: why the configured remote storage was not used (the local directory served instead)
+    fallback: str | None = None
 
     @property
     def requests(self) -> int:
@@ -481,7 +510,21 @@ class CacheStats:
     def render(self) -> str:
         rate = self.hit_rate
         pct = f"{rate * 100:.0f}%" if rate is not None else "n/a"
-        return f"{self.tool}: {self.hits} hits, {self.misses} misses ({pct} hit rate)"
+        where = f" ({self.storage})" if self.storage else ""
+        line = f"{self.tool}{where}: {self.hits} hits, {self.misses} misses ({pct} hit rate)"
+        if len(self.languages) > 1:
+            line += "; " + ", ".join(f"{lang} {h}/{h + m}" for lang, (h, m) in sorted(self.languages.items()))
+        return line
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tool": self.tool,
+            "hits": self.hits,
+            "misses": self.misses,
+            "storage": self.storage,
+            "languages": {lang: {"hits": h, "misses": m} for lang, (h, m) in sorted(self.languages.items())},
+            "fallback": self.fallback,
+        }
 
 
 @dataclass(frozen=True)
@@ -514,21 +557,22 @@ class BuildReport:
             "compiled": self.compiled,
             "steps": self.steps,
             "binaries": {k: str(v) for k, v in self.binaries.items()},
-            "cache": None
-            if self.cache is None
-            else {"tool": self.cache.tool, "hits": self.cache.hits, "misses": self.cache.misses},
+            "cache": None if self.cache is None else self.cache.as_dict(),
         }
 
 
 def sccache_counts(stats_json: str) -> tuple[int, int]:
+    by_language = sccache_languages(stats_json)
+    return sum(h for h, _ in by_language.values()), sum(m for _, m in by_language.values())
+
+
+def sccache_languages(stats_json: str) -> dict[str, tuple[int, int]]:
+    """``sccache --show-stats --stats-format=json`` -> {language: (hits, misses)}."""
     data = json.loads(stats_json)
     stats = data.get("stats", {})
-
-    def total(key: str) -> int:
-        counts = stats.get(key, {}).get("counts", {})
-        return sum(int(v) for v in counts.values())
-
-    return total("cache_hits"), total("cache_misses")
+    hits = {k: int(v) for k, v in stats.get("cache_hits", {}).get("counts", {}).items()}
+    misses = {k: int(v) for k, v in stats.get("cache_misses", {}).get("counts", {}).items()}
+    return {lang: (hits.get(lang, 0), misses.get(lang, 0)) for lang in sorted(set(hits) | set(misses))}
 
 
 def ccache_counts(print_stats: str) -> tuple[int, int]:
@@ -543,45 +587,105 @@ def ccache_counts(print_stats: str) -> tuple[int, int]:
 
 
 class _CacheProbe:
-    """Zero the compiler cache's counters before a build, read them after."""
+    """Zero the compiler cache's counters before a build, read them after.
+
+    With a remote storage, ``before`` checks that it can be reached (bounded) and
+    starts sccache's server with it; when either fails, the build goes on with the
+    local directory and a warning naming the storage (redacted).
+    """
+
+    #: seconds sccache may take to start its server with a remote storage
+    START_TIMEOUT: Final = 30.0
 
     def __init__(self, plan: BuildPlan, console: Console) -> None:
         self.plan = plan
         self.console = console
+        #: the environment the build runs with (the plan's, or the local fallback)
+        self.env: Mapping[str, str] = plan.env
+        self.fallback: str | None = None
+        #: sccache may bring the remote's server up after its start timed out: stop it after the build
+        self._stray_server = False
 
-    def _run(self, *args: str) -> proc.Result | None:
+    def _run(self, *args: str, timeout: float = 120) -> proc.Result | None:
         launcher = self.plan.launcher
         if launcher is None:
             return None
-        return proc.run([launcher.path, *args], env=self.plan.env, check=False, timeout=120)
+        return proc.run([launcher.path, *args], env=self.env, check=False, timeout=timeout)
 
-    def before(self) -> None:
+    @property
+    def _storage(self) -> CacheStorage | None:
+        return self.plan.cache_storage
+
+    def before(self) -> Mapping[str, str]:
+        """Prepare the cache; returns the environment the build must run with."""
         launcher = self.plan.launcher
         if launcher is None:
-            return
-        for key in ("SCCACHE_DIR", "CCACHE_DIR"):
-            if key in self.plan.env_overrides:
-                Path(self.plan.env_overrides[key]).mkdir(parents=True, exist_ok=True)
-        if "SCCACHE_SERVER_UDS" in self.plan.env_overrides:
-            Path(self.plan.env_overrides["SCCACHE_SERVER_UDS"]).parent.mkdir(parents=True, exist_ok=True)
+            return self.env
+        for env in (self.plan.env_overrides, self.plan.cache_fallback_env):
+            for key in ("SCCACHE_DIR", "CCACHE_DIR"):
+                if key in env:
+                    Path(env[key]).mkdir(parents=True, exist_ok=True)
+            if "SCCACHE_SERVER_UDS" in env:
+                Path(env["SCCACHE_SERVER_UDS"]).parent.mkdir(parents=True, exist_ok=True)
+        storage = self._storage
+        if storage is not None and storage.remote:
+            if launcher.name != "sccache":
+                self.console.warn(
+                    f"compiler cache: {storage.description} ({storage.source}) is used through sccache only; "
+                    f"{launcher.name} builds with its local directory"
+                )
+                self.fallback = f"{launcher.name} has no remote storage here"
+            else:
+                self._start_remote(storage)
+                return self.env
         # sccache starts its server on the first request (a second --start-server
         # would start a rival server on the same socket)
         if launcher.name in ("sccache", "ccache"):
             self._run("--zero-stats")
+        return self.env
+
+    def _start_remote(self, storage: CacheStorage) -> None:
+        why = reachable(storage)
+        if why is None:
+            started = self._run("--zero-stats", timeout=self.START_TIMEOUT)
+            if started is None or not started.ok:
+                why = "sccache could not start with it: " + storage.scrub(
+                    started.tail(3) if started is not None else "no launcher"
+                )
+                self._run("--stop-server", timeout=30)
+                self._stray_server = True
+        if why is None:
+            return
+        self.fallback = why
+        self.console.warn(
+            f"compiler cache: {storage.description} ({storage.source}) cannot be used: {why}; "
+            "building with the local cache"
+        )
+        self.env = self.plan.cache_fallback_env or local_fallback_env(self.plan.env)
+        self._run("--zero-stats")
 
     def after(self) -> CacheStats | None:
         launcher = self.plan.launcher
         if launcher is None:
             return None
+        if self._stray_server:
+            proc.run([launcher.path, "--stop-server"], env=self.plan.env, check=False, timeout=30)
+        storage = self._storage
+        served = "local directory"
+        if storage is not None and storage.remote and self.fallback is None:
+            served = storage.description
+        languages: dict[str, tuple[int, int]] = {}
         try:
             if launcher.name == "sccache":
                 result = self._run("--show-stats", "--stats-format=json")
                 if result is None or not result.ok:
                     return None
                 try:
-                    hits, misses = sccache_counts(result.stdout)
+                    languages = sccache_languages(result.stdout)
                 except ValueError:
-                    raise ValueError(f"not JSON: {result.tail(5)!r}") from None
+                    text = storage.scrub(result.tail(5)) if storage is not None else result.tail(5)
+                    raise ValueError(f"not JSON: {text!r}") from None
+                hits, misses = sccache_counts(result.stdout)
             elif launcher.name == "ccache":
                 result = self._run("--print-stats")
                 if result is None or not result.ok:
@@ -592,13 +696,15 @@ class _CacheProbe:
         except (ValueError, KeyError, AttributeError) as exc:
             self.console.warn(f"could not read {launcher.name} statistics: {exc}")
             return None
-        return CacheStats(launcher.name, hits, misses)
+        return CacheStats(launcher.name, hits, misses, storage=served, languages=languages, fallback=self.fallback)
 
 
 def stop_cache_server(plan: BuildPlan) -> None:
-    """Stop the sccache server a build of ``plan`` started (tests, benchmarks)."""
+    """Stop the sccache server(s) a build of ``plan`` started (tests, benchmarks)."""
     if plan.launcher is not None and plan.launcher.name == "sccache":
-        proc.run([plan.launcher.path, "--stop-server"], env=plan.env, check=False, timeout=60)
+        for env in (plan.env, plan.cache_fallback_env):
+            if env:
+                proc.run([plan.launcher.path, "--stop-server"], env=env, check=False, timeout=60)
 
 
 def read_stamp(path: Path) -> dict[str, Any] | None:
@@ -716,7 +822,7 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
     if targets != plan.targets:
         build_argv = tuple(a for a in plan.build_argv if a not in plan.targets) + targets
     probe = _CacheProbe(plan, console)
-    probe.before()
+    build_env = probe.before()
     compiled = 0
     steps = 0
 
@@ -730,7 +836,7 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
 
     with _timed(console, f"build {plan.backend}: {' '.join(targets)}", build_time):
         try:
-            proc.run(build_argv, env=plan.env, on_line=on_line, echo=console.command)
+            proc.run(build_argv, env=build_env, on_line=on_line, echo=console.command)
         except CommandError as exc:
             raise _build_error(
                 exc,
