@@ -139,7 +139,7 @@ class ProbeContext(Protocol):
 
     @property
     def build_table(self) -> Mapping[str, object]:
-        """``[tool.skippy.build]`` (validated), for the keys the backend declares."""
+        """``[tool.skippy.build]``, for the keys the backend declares (unknown keys are refused when planning)."""
         ...
 
     @property
