@@ -260,15 +260,17 @@ def plan_build(
             provenance[name] = "given"
 
     defines = tuple(sorted(values.values(), key=lambda d: d.name))
-    digest = _digest(
-        {
-            "backend": s.name,
-            "generator": GENERATOR,
-            "defines": [[d.name, d.value] for d in defines if not d.path],
-            "path_defines": [d.name for d in defines if d.path],
-            "extra": list(extra_args),
-        }
-    )
+    identity: dict[str, Any] = {
+        "backend": s.name,
+        "generator": GENERATOR,
+        "defines": [[d.name, d.value] for d in defines if not d.path],
+        "path_defines": [d.name for d in defines if d.path],
+        "extra": list(extra_args),
+    }
+    if toolchain.facts.get("toolkit"):
+        # a backend toolkit's kind and version (e.g. CUDA from wheels): another toolkit, another dir
+        identity["toolkit"] = toolchain.facts["toolkit"]
+    digest = _digest(identity)
     build_root = settings.build_root
     source_dir = tree.source_dir
     if _inside(build_root, source_dir):

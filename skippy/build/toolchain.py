@@ -270,6 +270,12 @@ def _require(
     return Tool(label or Path(name).name, path, tool_version(path, env))
 
 
+def _build_table(settings: Settings) -> Mapping[str, object]:
+    """``[tool.skippy.build]`` as a mapping (its keys are validated by skippy.build.builder, the owner)."""
+    table = settings.raw.get("build", {})
+    return table if isinstance(table, Mapping) else {}
+
+
 def compiler_cache_choice(settings: Settings) -> str:
     table = settings.raw.get("build", {})  # validated by skippy.build.builder (the table's owner)
     value = settings.env.get("SKIPPY_COMPILER_CACHE") or (
@@ -295,6 +301,7 @@ def probe_toolchain(
     os_release: str | None = None,
     library_dirs: tuple[Path, ...] = SYSTEM_LIBRARY_DIRS,
     well_known_dirs: bool = True,
+    machine: str | None = None,
 ) -> Toolchain:
     """Find every tool ``backend`` needs on this machine, or raise ToolchainMissing.
 
@@ -331,6 +338,10 @@ def probe_toolchain(
             platform=plat,
             library_dirs=tuple(library_dirs),
             well_known_dirs=well_known_dirs,
+            cache_dir=settings.cache_dir,
+            build_table=_build_table(settings),
+            system=system,
+            machine=machine or _platform.machine(),
         )
     )
     tools += found.tools
@@ -380,6 +391,10 @@ class _Context:
     platform: Platform | None
     library_dirs: tuple[Path, ...] = SYSTEM_LIBRARY_DIRS
     well_known_dirs: bool = True
+    cache_dir: Path = Path(".deps/cache")
+    build_table: Mapping[str, object] = field(default_factory=dict)
+    system: str = ""
+    machine: str = ""
 
     def require(self, name: str, *, extra_dirs: tuple[Path, ...] = (), label: str | None = None) -> Tool:
         return _require(

@@ -133,6 +133,26 @@ class ProbeContext(Protocol):
         ...
 
     @property
+    def cache_dir(self) -> Path:
+        """The project's cache (where a toolchain assembled from downloads is kept)."""
+        ...
+
+    @property
+    def build_table(self) -> Mapping[str, object]:
+        """``[tool.skippy.build]``, for the keys the backend declares (unknown keys are refused when planning)."""
+        ...
+
+    @property
+    def system(self) -> str:
+        """``platform.system()`` of the host (tests pass their own)."""
+        ...
+
+    @property
+    def machine(self) -> str:
+        """``platform.machine()`` of the host (tests pass their own)."""
+        ...
+
+    @property
     def well_known_dirs(self) -> bool:
         """Also look in the usual install places (/usr/local/cuda, /opt/rocm, /usr/include ...)."""
         ...

@@ -1,4 +1,11 @@
-"""NVIDIA CUDA: nvcc and cuBLAS; a GPU is needed only to run, not to build."""
+"""NVIDIA CUDA: nvcc and cuBLAS; a GPU is needed only to run, not to build.
+
+The toolkit is a system one (nvcc plus cuBLAS) or one assembled from the package
+index's wheels (:mod:`skippy.build.backends.cuda_toolkit`): ``[tool.skippy.build]
+cuda_toolkit`` / ``SKIPPY_CUDA_TOOLKIT`` = ``auto`` (a complete system toolkit, else
+the wheels), ``system`` or ``wheels``.  The kind and version are toolchain facts: they
+name the build directory and go into the stamp.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +17,25 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import BackendSpec, Choice, Found, InstallHint, PlanFacts, ProbeContext
+from skippy.build.backends.base import BackendSpec, Choice, Found, InstallHint, PlanFacts, ProbeContext, Tool
+from skippy.build.backends.cuda_toolkit import (
+    AssemblyContext,
+    assemble,
+    parse_wheel_pins,
+    resolve_toolkit_choice,
+    wheels_supported,
+)
+from skippy.core.errors import ToolchainMissing
 
 #: CUDA architectures used when none is given and no GPU is visible
 #: (PTX for Turing/Ampere/Hopper, real code for the common RTX 30/40 cards;
 #: needs CUDA >= 11.8).  Override with -DCMAKE_CUDA_ARCHITECTURES=...,
 #: CUDAARCHS, or [tool.skippy.build] cuda_architectures.
 DEFAULT_CUDA_ARCHITECTURES: Final = "75-virtual;80-virtual;86-real;89-real;90-virtual"
+
+#: the wheel toolkit's default without a GPU: one architecture (Ampere), as it exists to
+#: compile-check the tree on machines without a GPU; a GPU or a given value still wins
+WHEEL_DEFAULT_ARCHITECTURES: Final = "80"
 
 _SYSTEM_LIB_DIRS: Final = (
     Path("/usr/lib/x86_64-linux-gnu"),
@@ -52,31 +71,99 @@ def find_cuda_library(name: str, roots: Iterable[Path], system_dirs: Iterable[Pa
     return None
 
 
+def nvcc_release(version_line: str) -> str | None:
+    """``Cuda compilation tools, release 13.0, V13.0.88`` -> ``13.0.88``."""
+    m = re.search(r"\bV(\d+(?:\.\d+)+)", version_line) or re.search(r"release (\d+(?:\.\d+)+)", version_line)
+    return m.group(1) if m else None
+
+
+def _architectures(ctx: ProbeContext, facts: dict[str, str], notes: list[str]) -> None:
+    """The visible GPUs' architectures (nvidia-smi), unless the user gave them."""
+    if "CMAKE_CUDA_ARCHITECTURES" in ctx.given:
+        return
+    smi = ctx.find("nvidia-smi")
+    if smi is None:
+        notes.append("no nvidia-smi: using the default CUDA architectures")
+        return
+    out = ctx.output((smi, "--query-gpu=compute_cap", "--format=csv,noheader"))
+    detected = parse_cuda_compute_caps(out) if out is not None else None
+    if detected:
+        facts["cuda_architectures"] = detected
+    else:
+        notes.append("nvidia-smi found no GPU; using the default CUDA architectures")
+
+
+def _system_toolkit(ctx: ProbeContext) -> Found:
+    """An installed toolkit: nvcc on PATH (or CUDA_PATH/CUDA_HOME, /usr/local/cuda) and cuBLAS."""
+    env = ctx.env
+    cuda_dirs = [Path(env[v]) / "bin" for v in ("CUDA_PATH", "CUDA_HOME") if env.get(v)]
+    if ctx.well_known_dirs:
+        cuda_dirs.append(Path("/usr/local/cuda/bin"))
+    nvcc = ctx.require(env.get("CUDACXX") or "nvcc", extra_dirs=tuple(cuda_dirs), label="nvcc")
+    root = Path(os.path.realpath(nvcc.path)).parent.parent
+    roots = [root, *(d.parent for d in cuda_dirs)]
+    if not find_cuda_library("cublas", roots, ctx.library_dirs):
+        raise ctx.missing("needs cuBLAS (libcublas) from the CUDA toolkit, which was not found")
+    version = nvcc_release(nvcc.version) or "unknown"
+    facts = {
+        "cuda_compiler": nvcc.path,
+        "cuda_toolkit": "system",
+        "cuda_version": version,
+        "toolkit": f"cuda system {version}",
+    }
+    notes: list[str] = []
+    _architectures(ctx, facts, notes)
+    kit = Tool("cuda-toolkit", str(root), f"system {version}")
+    return Found(tools=(nvcc, kit), facts=MappingProxyType(facts), notes=tuple(notes))
+
+
+def _wheel_toolkit(ctx: ProbeContext, why: str | None) -> Found:
+    """The toolkit assembled from the pinned wheels under the project cache."""
+    if not wheels_supported(ctx.system, ctx.machine):
+        raise ctx.missing(
+            f"cannot use the CUDA wheels on {ctx.system} {ctx.machine} (they are Linux x86_64 builds)"
+            + (f"; and {why}" if why else "")
+        )
+    pins = parse_wheel_pins(ctx.build_table.get("cuda_wheels"))
+    cc = ctx.find(ctx.env.get("CC") or "cc") or "cc"
+    notes: list[str] = []
+    kit = assemble(pins, AssemblyContext(cache_dir=ctx.cache_dir, env=ctx.env, cc=cc, log=notes.append))
+    if kit.downloaded_bytes:
+        notes.append(
+            f"CUDA wheels: {kit.downloaded_bytes / (1 << 20):.0f} MiB downloaded in {kit.download_seconds:.1f} s, "
+            f"assembled in {kit.assembly_seconds:.1f} s"
+        )
+    nvcc = Tool("nvcc", str(kit.nvcc), ctx.version(str(kit.nvcc)))
+    facts = {
+        "cuda_compiler": str(kit.nvcc),
+        "cuda_toolkit_root": str(kit.root),
+        "cuda_toolkit": "wheels",
+        "cuda_version": kit.version,
+        "toolkit": f"cuda wheels {kit.version} {kit.digest}",
+    }
+    notes.append(f"CUDA toolkit: {kit.label} in {kit.root}" + (f" ({why})" if why else ""))
+    _architectures(ctx, facts, notes)
+    return Found(
+        tools=(nvcc, Tool("cuda-toolkit", str(kit.root), kit.label)),
+        facts=MappingProxyType(facts),
+        notes=tuple(notes),
+    )
+
+
 @dataclass(frozen=True)
 class _Cuda(BackendSpec):
     def probe(self, ctx: ProbeContext) -> Found:
-        env = ctx.env
-        cuda_dirs = [Path(env[v]) / "bin" for v in ("CUDA_PATH", "CUDA_HOME") if env.get(v)]
-        if ctx.well_known_dirs:
-            cuda_dirs.append(Path("/usr/local/cuda/bin"))
-        nvcc = ctx.require(env.get("CUDACXX") or "nvcc", extra_dirs=tuple(cuda_dirs), label="nvcc")
-        roots = [Path(os.path.realpath(nvcc.path)).parent.parent, *(d.parent for d in cuda_dirs)]
-        if not find_cuda_library("cublas", roots, ctx.library_dirs):
-            raise ctx.missing("needs cuBLAS (libcublas) from the CUDA toolkit, which was not found")
-        facts = {"cuda_compiler": nvcc.path}
-        notes: list[str] = []
-        if "CMAKE_CUDA_ARCHITECTURES" not in ctx.given:
-            smi = ctx.find("nvidia-smi")
-            if smi is None:
-                notes.append("no nvidia-smi: using the default CUDA architectures")
-            else:
-                out = ctx.output((smi, "--query-gpu=compute_cap", "--format=csv,noheader"))
-                detected = parse_cuda_compute_caps(out) if out is not None else None
-                if detected:
-                    facts["cuda_architectures"] = detected
-                else:
-                    notes.append("nvidia-smi found no GPU; using the default CUDA architectures")
-        return Found(tools=(nvcc,), facts=MappingProxyType(facts), notes=tuple(notes))
+        choice = resolve_toolkit_choice(ctx.build_table, ctx.env)
+        if choice == "wheels":
+            return _wheel_toolkit(ctx, None)
+        try:
+            return _system_toolkit(ctx)
+        except ToolchainMissing as exc:
+            # auto falls back only where wheels are pinned and can run
+            pinned = bool(ctx.build_table.get("cuda_wheels"))
+            if choice == "system" or not pinned or not wheels_supported(ctx.system, ctx.machine):
+                raise
+            return _wheel_toolkit(ctx, f"auto: no complete system toolkit, {exc.what}")
 
     def requested(self, table: Mapping[str, object], env: Mapping[str, str]) -> dict[str, str]:
         out = super().requested(table, env)
@@ -93,14 +180,22 @@ class _Cuda(BackendSpec):
             arch = Choice(arch_name, plan.given[arch_name], source="given")
         elif plan.facts.get("cuda_architectures"):
             arch = Choice(arch_name, plan.facts["cuda_architectures"], source="detected (nvidia-smi)")
+        elif plan.facts.get("cuda_toolkit") == "wheels":
+            source = "default for the wheel toolkit (no GPU visible)"
+            arch = Choice(arch_name, WHEEL_DEFAULT_ARCHITECTURES, source=source)
         else:
             arch = Choice(arch_name, DEFAULT_CUDA_ARCHITECTURES, source="default (no GPU visible)")
         out = [
             arch,
             Choice("GGML_CUDA_FA_ALL_QUANTS", "ON", source="default (opt out with -DGGML_CUDA_FA_ALL_QUANTS=OFF)"),
         ]
+        kind = plan.facts.get("cuda_toolkit")
+        toolkit = f"CUDA toolkit: {kind} {plan.facts.get('cuda_version', '')}".rstrip() if kind else None
         if plan.facts.get("cuda_compiler"):
-            out.append(Choice("CMAKE_CUDA_COMPILER", plan.facts["cuda_compiler"], path=True))
+            out.append(Choice("CMAKE_CUDA_COMPILER", plan.facts["cuda_compiler"], path=True, source=toolkit))
+        if plan.facts.get("cuda_toolkit_root"):
+            # else FindCUDAToolkit may take a partial system toolkit's libraries
+            out.append(Choice("CUDAToolkit_ROOT", plan.facts["cuda_toolkit_root"], path=True, source=toolkit))
         return tuple(out)
 
 
@@ -121,5 +216,5 @@ BACKEND: Final = _Cuda(
     device_prefix="CUDA",
     artifact_markers=("ggml_backend_cuda_reg", "ggml_backend_rpc_reg"),
     table_defines=MappingProxyType({"cuda_architectures": "CMAKE_CUDA_ARCHITECTURES"}),
-    extra_table_keys=frozenset({"cuda_fa_all_quants"}),
+    extra_table_keys=frozenset({"cuda_fa_all_quants", "cuda_toolkit", "cuda_wheels"}),
 )
