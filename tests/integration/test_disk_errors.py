@@ -190,7 +190,7 @@ def test_read_only_workdir_abort(project: Project) -> None:
         prepare(project.settings(), Target.latest(), console=QUIET)
     (project.workdir / "README.md").write_bytes(b"my edit\n")
     before = snapshot(project)
-    result, cause = run_prepare(project, {"resume": "abort"}, readonly=[project.workdir])
+    result, cause = run_prepare(project, {"abort": True}, readonly=[project.workdir])
     assert_clean_error(
         result,
         cause,
