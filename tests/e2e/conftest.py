@@ -38,10 +38,16 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 
+#: a hang guard, not a speed target: the first test of a session pays for a cold CPU build of
+#: llama.cpp in its fixture (6 to 13 minutes on 2 cores, more while other work shares them)
+E2E_TIMEOUT = 2400
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.is_relative_to(HERE):
             item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
 
 
 @pytest.fixture(scope="session")
