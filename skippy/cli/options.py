@@ -91,7 +91,12 @@ COMMANDS: Final[tuple[Command, ...]] = (
         (
             Option("pinned", "prepare the commit in the pin file (default)"),
             Option("latest", "prepare upstream master"),
-            Option("sha", "prepare this upstream commit", kind="text", metavar="SHA"),
+            Option(
+                "sha",
+                "prepare this upstream commit (offline, an abbreviation of the pin or of a configured archive works)",
+                kind="text",
+                metavar="SHA",
+            ),
             Option("force", "discard local work in the workdir (saved under a backup ref first)"),
             OFFLINE,
             Option("triage", "only try every patch against the target and report (nothing is applied)"),

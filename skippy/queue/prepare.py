@@ -332,6 +332,28 @@ def disk_errors(settings: Settings, *, rerun: str, untouched: str) -> Iterator[N
         raise disk_error(settings, problem, untouched=untouched, rerun=rerun, doing=doing) from exc
 
 
+def expand_known_sha(settings: Settings, sha: str) -> str:
+    """An abbreviated ``--sha`` that starts exactly one configured archive's commit or the pin, in full.
+
+    Offline there is no upstream to ask git about an abbreviation, but the project names full
+    SHAs itself (``[tool.skippy.archives]`` and the pin file): ``4df29be4f4c3`` is the pin.
+    An abbreviation matching several is refused, naming them; one matching none is left as given.
+    """
+    if len(sha) >= 40:
+        return sha
+    known = {str(k).lower() for k in (settings.raw.get("archives") or {})}
+    with contextlib.suppress(SkippyError, OSError):
+        known.add(read_pin(settings))
+    matches = sorted(k for k in known if len(k) == 40 and k.startswith(sha))
+    if len(matches) > 1:
+        raise SettingsError(
+            f"--sha {sha} is ambiguous: it starts {', '.join(matches)}",
+            untouched="everything: nothing was fetched or changed",
+            next_step=f"invoke prepare --sha {matches[0]} (give more digits)",
+        )
+    return matches[0] if matches else sha
+
+
 def _check_sha_arg(sha: str | None) -> None:
     if not sha or not _SHA_PREFIX.match(sha):
         raise SettingsError(
@@ -874,7 +896,7 @@ class _Preparer:
                     next_step="check [tool.skippy] upstream_branch",
                 )
             return sha, sha, "git"
-        wanted = pin if target.mode == "pinned" else (target.sha or "").lower()
+        wanted = pin if target.mode == "pinned" else expand_known_sha(self.settings, (target.sha or "").lower())
         assert wanted
         local = self._lookup(repo, wanted)
         if local is not None:

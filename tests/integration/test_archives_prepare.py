@@ -150,3 +150,27 @@ def test_digest_mismatch_through_prepare_changes_nothing(queued_project: Project
     assert set(changed) <= {".git/FETCH_HEAD", ".git/config"}
     assert run_git(wdir, "rev-parse", "HEAD").strip() == first.patched_sha
     assert run_git(wdir, "for-each-ref", "refs/skippy/archive") == ""
+
+
+def test_an_abbreviated_sha_of_a_configured_archive_prepares_offline(queued_project: Project) -> None:
+    pin = queued_project.upstream.commits[1]
+    archive = archive_of(queued_project, pin)
+    configure(queued_project, str(queued_project.upstream.path), {pin: (archive, archives.sha256_of(archive))})
+
+    report = prepare(queued_project.settings(), Target.at(pin[:12]), console=QUIET, offline=True)
+
+    assert report.upstream_sha == pin
+    assert report.source == "archive"
+
+
+def test_an_abbreviation_matching_two_configured_commits_is_refused(queued_project: Project) -> None:
+    from skippy.queue.prepare import expand_known_sha
+
+    settings = queued_project.settings()
+    twins: dict[str, dict[str, str]] = {"ab" + "1" * 38: {}, "ab" + "2" * 38: {}}
+    crafted = type(settings).from_table(settings.root, {**settings.raw, "archives": twins}, settings.env)
+    with pytest.raises(SettingsError, match="--sha ab is ambiguous") as info:
+        expand_known_sha(crafted, "ab")
+    assert "give more digits" in (info.value.next_step or "")
+    assert expand_known_sha(crafted, "ab1") == "ab" + "1" * 38
+    assert expand_known_sha(crafted, "cd12") == "cd12"
