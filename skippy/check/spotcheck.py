@@ -574,6 +574,7 @@ def spot_check(
     device_prefix: str | None = None,
     rpc_server: Path | None = None,
     write_reference: bool = False,
+    agreement_required: bool = True,
 ) -> SpotCheckReport:
     """Spot-check ``server_binary`` on each model (the default model when none is given).
 
@@ -581,7 +582,9 @@ def spot_check(
     compute fingerprint compared with the committed CPU reference, the layers on the
     backend's device (``device_prefix``), and, with ``rpc_server``, the same model
     offloaded to a freshly started RPC server (layers on the RPC device, same numbers).
-    ``write_reference`` records this run's fingerprints as the reference (CPU builds).
+    ``write_reference`` records this run's fingerprints as the reference (CPU builds);
+    ``agreement_required=False`` reports a difference from it without failing (pin-bump's
+    own build of a new upstream, whose numbers may move on purpose).
 
     Raises :class:`ModelCheckFailed` (a :class:`SpotCheckFailed`, with the
     report attached as ``.report``) when any model fails, and
@@ -632,6 +635,7 @@ def spot_check(
                 device_prefix=device_prefix,
                 rpc_server=rpc_server,
                 write_reference=write_reference,
+                agreement_required=agreement_required,
                 console=console,
             )
             report.results.append(result)
@@ -664,6 +668,7 @@ def _check_resolved(
     rpc_server: Path | None,
     write_reference: bool,
     console: Console,
+    agreement_required: bool = True,
 ) -> ModelResult:
     """One model: chat + fingerprint (+ device), agreement with the reference, then the RPC run."""
     facts = model_chat_facts(model)
@@ -691,8 +696,10 @@ def _check_resolved(
         console.info(f"{ref.label}: reference fingerprint written to {settings.relative(path)}")
     agreement = agreement_with_reference(fp, refs_dir, options.logprob_tolerance)
     result.compute.agreement = agreement
-    if agreement.status == "differs":
+    if agreement.status == "differs" and agreement_required:
         result.verdict, result.reason = "fail", agreement.describe()
+    elif agreement.status == "differs":
+        console.info(f"{ref.label}: {agreement.describe()} (reported, not failed: the numbers may move on purpose)")
     elif agreement.status == "no-reference":
         console.info(f"{ref.label}: WARNING: {agreement.describe()} (write it: nox -s spot-check -- --write-reference)")
     if rpc_server is not None and result.ok:

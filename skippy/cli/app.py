@@ -148,6 +148,10 @@ def pin_bump_main(
         )
         if report.summary is not None and not as_json:
             print(report.summary.markdown())
+        if report.numerics and not as_json:
+            print("\n" + report.numerics_markdown())
+        if report.numerics:
+            console.summary(report.numerics_markdown())
         verb = "would move" if report.dry_run else "moved" if report.written else "left"
         console.info(f"pin {verb}: {report.old_pin[:12]} -> {report.new_pin[:12]}")
         return report.as_dict()

@@ -109,6 +109,8 @@ class SessionOutcome:
     skipped: str | None = None
     build: BuildReport | None = None
     patched_sha: str | None = None
+    #: the spot check's report (None without a spot check)
+    spot: object | None = None
 
 
 class _Prepared(Protocol):
@@ -140,6 +142,7 @@ class SpotCheckFn(Protocol):
         expect: tuple[str, str] | None = None,
         device_prefix: str | None = None,
         rpc_server: Path | None = None,
+        agreement_required: bool = True,
     ) -> object: ...
 
 
@@ -159,6 +162,7 @@ def _default_spot_check(
     expect: tuple[str, str] | None = None,
     device_prefix: str | None = None,
     rpc_server: Path | None = None,
+    agreement_required: bool = True,
 ) -> object:
     from skippy.check.spotcheck import Provenance, spot_check
 
@@ -172,6 +176,7 @@ def _default_spot_check(
         expect_provenance=Provenance(*expect) if expect else None,
         device_prefix=device_prefix,
         rpc_server=rpc_server,
+        agreement_required=agreement_required,
     )
 
 
@@ -215,6 +220,7 @@ def run_build_session(
     *,
     prepare_fn: PrepareFn = _default_prepare,
     spot_check_fn: SpotCheckFn = _default_spot_check,
+    numerics_must_match: bool = True,
 ) -> SessionOutcome:
     """Probe the toolchain, prepare the pinned tree, configure, build, spot check.
 
@@ -261,8 +267,9 @@ def run_build_session(
         f"({report.compiled} compile steps) in {settings.relative(report.build_dir)}"
     )
     artifact_gate(b, plan, report, console)
+    spot = None
     if args.spot_check:
-        spot_check_fn(
+        spot = spot_check_fn(
             settings,
             server_binary=report.binaries[SERVER_TARGET],
             console=console,
@@ -272,8 +279,9 @@ def run_build_session(
             expect=(prepared.upstream_sha, prepared.queue_digest) if plan.define(PROVENANCE_DEFINES[0]) else None,
             device_prefix=spec(b).device_prefix,
             rpc_server=next((path for name, path in report.binaries.items() if name != SERVER_TARGET), None),
+            agreement_required=numerics_must_match,
         )
-    return SessionOutcome(backend=b, build=report, patched_sha=prepared.patched_sha)
+    return SessionOutcome(backend=b, build=report, patched_sha=prepared.patched_sha, spot=spot)
 
 
 class SessionFn(Protocol):

@@ -240,6 +240,22 @@ class BumpReport:
     summary: Summary | None
     parity: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
+    #: the CPU build's fingerprints against the committed reference: per model, the prompts whose
+    #: greedy answer changed between the old and the new pin, and whether the reference was rewritten
+    numerics: tuple[dict[str, Any], ...] = ()
+
+    def numerics_markdown(self) -> str:
+        if not self.numerics:
+            return ""
+        lines = ["### Numerics (greedy answers of the CPU build, old pin -> new pin)", ""]
+        for n in self.numerics:
+            changed = n["changed_prompts"]
+            what = "unchanged" if not changed else "CHANGED for " + ", ".join(f"`{p}`" for p in changed)
+            if not n["had_reference"]:
+                what = "no reference before this bump"
+            tail = f"; reference rewritten: `{n['reference']}`" if n["written"] else ""
+            lines.append(f"- `{n['model']}`: {what}{tail}")
+        return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -252,6 +268,7 @@ class BumpReport:
             "summary": self.summary.as_dict() if self.summary else None,
             "parity": self.parity,
             "notes": list(self.notes),
+            "numerics": list(self.numerics),
         }
 
 
@@ -264,7 +281,8 @@ def _default_build(
 ) -> object:
     from skippy.flows.build_session import run_build_session
 
-    outcome = run_build_session(backend, settings, console, prepare_fn=prepare_fn)
+    # the new upstream's numbers may move on purpose: compared with the reference and reported, not failed
+    outcome = run_build_session(backend, settings, console, prepare_fn=prepare_fn, numerics_must_match=False)
     if outcome.skipped:
         raise SkippyError(f"build-{backend} was skipped: {outcome.skipped}", untouched="the pin")
     return outcome
@@ -364,12 +382,14 @@ def pin_bump(
     def prepare_new(s: Settings, c: Console) -> PrepareReport:
         return prepare(s, target, console=c, interactive=False)
 
+    outcomes: dict[str, object] = {}
     for backend in backends:
         with console.step(f"build and spot-check {backend} at {new_pin[:12]}"):
-            build_fn(backend, settings, console, prepare_new)
+            outcomes[backend] = build_fn(backend, settings, console, prepare_new)
     with console.step("parity audit against the new upstream"):
         parity = parity_fn(settings, console, repo, new_base, new_pin)
     summary = summarize(repo, old_base, new_base, queue, upstream_url=settings.upstream_url)
+    numerics = _numerics(settings, outcomes.get("cpu"), write=not dry_run)
     written = False
     if not dry_run:
         write_pin_atomic(settings.pin_file, new_pin)
@@ -378,6 +398,7 @@ def pin_bump(
             notes.append(f"mirrored the pin to {settings.relative(settings.pin_mirror)}")
         written = True
     console.summary(summary.markdown())
+    report_numerics = tuple(numerics)
     return BumpReport(
         old_pin=old_pin,
         new_pin=new_pin,
@@ -388,4 +409,37 @@ def pin_bump(
         summary=summary,
         parity=parity,
         notes=tuple(notes),
+        numerics=report_numerics,
     )
+
+
+def _numerics(settings: Settings, cpu_outcome: object, *, write: bool) -> list[dict[str, Any]]:
+    """The CPU build's fingerprints against the committed reference; rewrite it when ``write``."""
+    from skippy.check.fingerprint import greedy_changed, read_reference, reference_path, render_reference
+    from skippy.check.spotcheck import SpotCheckReport, reference_dir
+
+    spot = getattr(cpu_outcome, "spot", None)
+    if not isinstance(spot, SpotCheckReport):
+        return []
+    found: list[dict[str, Any]] = []
+    refs = reference_dir(settings)
+    for result in spot.results:
+        fingerprint = result.compute.fingerprint
+        if fingerprint is None:
+            continue
+        old = read_reference(refs, fingerprint.model)
+        had = old is not None and old.key() == fingerprint.key()
+        path = reference_path(refs, fingerprint.model)
+        if write:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            wd.write_text_atomic(path, render_reference(fingerprint))
+        found.append(
+            {
+                "model": fingerprint.model,
+                "had_reference": had,
+                "changed_prompts": greedy_changed(old if had else None, fingerprint) if had else [],
+                "reference": settings.relative(path),
+                "written": write,
+            }
+        )
+    return found

@@ -112,6 +112,11 @@ def test_pin_bump_from_0335_to_0336_builds_and_spot_checks(testbed: LlamaTestbed
     assert report.written
     assert settings.pin_file.read_text(encoding="utf-8") == new + "\n"
     assert report.summary is not None and len(report.summary.commits) == 1
+    # the CPU build's greedy answers against the reference, and the reference rewritten for the new pin
+    (numerics,) = report.numerics
+    assert numerics["model"] == "gemma3-270m" and numerics["written"] is True
+    assert (settings.root / numerics["reference"]).is_file()
+    assert "Numerics" in report.numerics_markdown()
     binaries = list(settings.build_root.glob("cpu-*/bin/llama-server"))
     assert binaries, "the bump built llama-server"
     assert prepare(settings, Target.pinned(), console=console).action == "noop"

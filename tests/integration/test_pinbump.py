@@ -278,3 +278,40 @@ def test_pin_bump_keeps_the_pin_files_comments_and_mode(history: tuple[Project, 
     assert real_mirror.read_text(encoding="utf-8") == f"# mirror\n{shas['u1']}"
     assert real_mirror.stat().st_mode & 0o7777 == 0o640
     assert prepare(project.settings(), Target.pinned(), console=QUIET).upstream_sha == shas["u1"]
+
+
+def test_pin_bump_reports_greedy_drift_and_rewrites_the_reference(history: tuple[Project, dict[str, str]]) -> None:
+    from types import SimpleNamespace
+
+    from skippy.check.fingerprint import Fingerprint, Run, Step, read_reference, reference_path, render_reference
+    from skippy.check.spotcheck import ModelResult, SpotCheckReport, reference_dir
+
+    project, shas = history
+    settings = project.settings()
+
+    def fingerprint(*ids: int) -> Fingerprint:
+        steps = tuple(Step(i, f" t{i}", -0.5) for i in ids)
+        return Fingerprint(model="gemma3-270m", model_sha256="f" * 64, runs=(Run("a", steps), Run("b", steps)))
+
+    refs = reference_dir(settings)
+    refs.mkdir(parents=True)
+    reference_path(refs, "gemma3-270m").write_text(render_reference(fingerprint(1, 2, 3)), encoding="utf-8")
+    new = fingerprint(1, 2, 4)
+    result = ModelResult(model="gemma3-270m", path=None, verdict="pass")
+    result.compute.fingerprint = new
+    spot = SpotCheckReport(server="llama-server", results=[result])
+
+    def build(backend: str, s: object, c: object, p: object) -> object:
+        return SimpleNamespace(spot=spot)
+
+    rec = Recorder()
+    dry = pin_bump(settings, sha=shas["u1"], console=QUIET, dry_run=True, build_fn=build, parity_fn=rec.parity)
+    (numerics,) = dry.numerics
+    assert numerics["changed_prompts"] == ["a", "b"] and numerics["written"] is False
+    assert read_reference(refs, "gemma3-270m") == fingerprint(1, 2, 3), "a dry run writes no reference"
+    assert "CHANGED for `a`, `b`" in dry.numerics_markdown()
+
+    report = pin_bump(settings, sha=shas["u1"], console=QUIET, build_fn=build, parity_fn=rec.parity)
+    assert report.written and report.numerics[0]["written"] is True
+    assert read_reference(refs, "gemma3-270m") == new
+    assert report.as_dict()["numerics"][0]["model"] == "gemma3-270m"

@@ -266,6 +266,7 @@ class _Recorder:
         expect: tuple[str, str] | None = None,
         device_prefix: str | None = None,
         rpc_server: Path | None = None,
+        agreement_required: bool = True,
     ) -> object:
         self.checked += 1
         return None
