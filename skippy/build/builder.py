@@ -717,6 +717,25 @@ def read_stamp(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def newest_builds(build_root: Path) -> dict[str, dict[str, Any]]:
+    """The newest build dir of each backend under ``build_root`` (by its stamp): where its
+    binaries are, the patched commit it was built from, when."""
+    found: dict[str, dict[str, Any]] = {}
+    stamps = sorted(build_root.glob(f"*/{STAMP_NAME}"), key=lambda p: p.stat().st_mtime)
+    for path in stamps:  # oldest first: the newest of a backend wins
+        stamp = read_stamp(path)
+        if stamp is None or not isinstance(stamp.get("backend"), str):
+            continue
+        bin_dir = path.parent / "bin"
+        found[stamp["backend"]] = {
+            "build_dir": str(path.parent),
+            "patched_sha": stamp.get("patched_sha"),
+            "binaries": {p.name: str(p) for p in sorted(bin_dir.iterdir()) if p.is_file()} if bin_dir.is_dir() else {},
+            "built": int(path.stat().st_mtime),
+        }
+    return found
+
+
 def _wipe_cache(build_dir: Path) -> None:
     (build_dir / STAMP_NAME).unlink(missing_ok=True)
     (build_dir / "CMakeCache.txt").unlink(missing_ok=True)

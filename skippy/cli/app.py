@@ -236,11 +236,19 @@ def status_main(
     console = Console(env=env, verbose=verbose)
 
     def action() -> dict[str, Any]:
+        from skippy.build.builder import newest_builds
         from skippy.queue.status import compute_status
 
-        status = compute_status(load(root, env))
+        settings = load(root, env)
+        status = compute_status(settings)
+        builds = newest_builds(settings.build_root)
         if not as_json:
             print(status.render())
-        return status.as_dict()
+            for backend, build in builds.items():
+                where = settings.relative(Path(build["build_dir"]))
+                print(f"build {backend}: {where} (patched {str(build['patched_sha'])[:12]})")
+                for name, path in build["binaries"].items():
+                    print(f"  {name}: {settings.relative(Path(path))}")
+        return {**status.as_dict(), "builds": builds}
 
     return guarded(action, console=console, as_json=as_json)

@@ -212,6 +212,19 @@ def artifact_gate(backend: Backend, plan: BuildPlan, report: BuildReport, consol
     console.info(f"{backend}: {server.name} contains its backend ({', '.join(markers)})")
 
 
+def where(report: BuildReport, settings: Settings, console: Console) -> None:
+    """Where the binaries are, and one line to run them (also in ``invoke status --json``)."""
+    server = report.binaries[SERVER_TARGET]
+    for name, path in report.binaries.items():
+        console.info(f"{name}: {settings.relative(path)}")
+    console.info(f"run: {settings.relative(server)} --model <model.gguf> --port 8080  (then http://127.0.0.1:8080)")
+    rpc = next((p for n, p in report.binaries.items() if n != SERVER_TARGET), None)
+    if rpc is not None:
+        console.info(
+            f"rpc: {settings.relative(rpc)} -H 127.0.0.1 -p 50052  (llama-server --rpc 127.0.0.1:50052 -ngl 99)"
+        )
+
+
 def run_build_session(
     backend: Backend,
     settings: Settings,
@@ -267,6 +280,7 @@ def run_build_session(
         f"({report.compiled} compile steps) in {settings.relative(report.build_dir)}"
     )
     artifact_gate(b, plan, report, console)
+    where(report, settings, console)
     spot = None
     if args.spot_check:
         spot = spot_check_fn(

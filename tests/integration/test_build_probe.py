@@ -306,3 +306,20 @@ def test_artifact_gate_refuses_a_binary_without_its_backend(env: Env) -> None:
     again = env.run(env.plan())
     artifact_gate("cpu", plan, again, env.console)
     assert "contains its backend" in env.out.getvalue()
+
+
+def test_status_and_the_build_say_where_the_binaries_are(env: Env) -> None:
+    from skippy.build.builder import newest_builds
+    from skippy.flows.build_session import where
+
+    plan = env.plan()
+    report = env.run(plan)
+    where(report, env.settings, env.console)
+    out = env.out.getvalue()
+    assert f"llama-server: {env.settings.relative(report.binaries['llama-server'])}" in out
+    assert "run: " in out and "--model <model.gguf>" in out
+    assert "rpc: " in out and "--rpc 127.0.0.1:50052 -ngl 99" in out
+    builds = newest_builds(env.settings.build_root)
+    assert builds["cpu"]["build_dir"] == str(plan.build_dir)
+    assert builds["cpu"]["binaries"]["llama-server"] == str(report.binaries["llama-server"])
+    assert builds["cpu"]["patched_sha"] == SHA
