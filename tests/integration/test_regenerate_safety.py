@@ -5,6 +5,7 @@ and uncommitted work in the checkout is refused instead of being left out of the
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -70,7 +71,10 @@ def test_linked_patch_dir_is_restored_through_the_link(project: Project) -> None
     assert "queue/patches was restored byte for byte from .deps/cache/backups/patches-" in (error.untouched or "")
     assert link.is_symlink() and link.readlink() == Path("real-patches")
     assert snapshot(real) == before
-    newest = max((settings.cache_dir / "backups").iterdir())
+    # the backup this run made, as the error names it (two runs in one second sort by their random suffix)
+    named = re.search(r"(patches-\S+?)(?=[\s,;)]|$)", error.untouched or "")
+    assert named is not None, error.untouched
+    newest = settings.cache_dir / "backups" / named.group(1)
     assert snapshot(newest) == before  # the backup holds the queue's bytes, not a link
 
 
