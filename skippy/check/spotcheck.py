@@ -35,6 +35,7 @@ from skippy.check.compute import (
     fingerprint_runs,
     leak_reason,
 )
+from skippy.check.evidence import parse_devices
 from skippy.check.fingerprint import (
     DEFAULT_RPC_TOLERANCE,
     DEFAULT_TOLERANCE,
@@ -169,9 +170,16 @@ class SpotCheckReport:
     version: str | None = None
     provenance: Provenance | None = None
     results: list[ModelResult] = field(default_factory=list)
+    #: ``llama-server --list-devices`` (GPU backends; None when not asked)
+    devices: list[str] | None = None
+    #: why no model was checked (no device of the backend on this machine), or None
+    not_run: str | None = None
 
     @property
     def ok(self) -> bool:
+        """Nothing failed: every model passed, or the check could not run here (``not_run`` says why)."""
+        if self.not_run is not None:
+            return not self.results
         return bool(self.results) and all(r.ok for r in self.results)
 
     @property
@@ -184,6 +192,9 @@ class SpotCheckReport:
             "version": self.version,
             "provenance": asdict(self.provenance) if self.provenance else None,
             "ok": self.ok,
+            "ran": self.not_run is None,
+            "not_run": self.not_run,
+            "devices": self.devices,
             "results": [
                 {**{k: v for k, v in asdict(r).items() if k not in ("runs", "compute")}, "compute": r.compute.as_dict()}
                 for r in self.results
@@ -191,6 +202,8 @@ class SpotCheckReport:
         }
 
     def markdown(self) -> str:
+        if self.not_run is not None:
+            return f"### Spot check: not run\n\n`{self.server}`: {self.not_run}"
         lines = [
             "### Spot check: " + ("passed" if self.ok else "FAILED"),
             "",
@@ -562,6 +575,30 @@ def read_version(server_binary: Path, env: Mapping[str, str], console: Console) 
     return (result.stdout + "\n" + result.stderr).strip()
 
 
+def list_devices(server_binary: Path, env: Mapping[str, str], console: Console) -> list[str]:
+    """The devices ``llama-server --list-devices`` reports (in the spot check's environment)."""
+    result = proc.run(
+        [server_binary, "--list-devices"],
+        env=env,
+        check=False,
+        timeout=120,
+        echo=console.command,
+        what="llama-server --list-devices",
+    )
+    return parse_devices(result.stdout + "\n" + result.stderr)
+
+
+def no_device_reason(devices: Sequence[str], prefix: str) -> str | None:
+    """Why the models cannot be checked on a ``prefix`` device, or None when one is listed."""
+    if any(name.startswith(prefix) for name in devices):
+        return None
+    listed = ", ".join(devices) or "none"
+    return (
+        f"no {prefix} device on this machine (llama-server --list-devices lists: {listed}); "
+        "the artifact gate (the backend is in the binary) is what was checked"
+    )
+
+
 def spot_check(
     settings: Settings,
     server_binary: Path,
@@ -584,7 +621,10 @@ def spot_check(
     offloaded to a freshly started RPC server (layers on the RPC device, same numbers).
     ``write_reference`` records this run's fingerprints as the reference (CPU builds);
     ``agreement_required=False`` reports a difference from it without failing (pin-bump's
-    own build of a new upstream, whose numbers may move on purpose).
+    own build of a new upstream, whose numbers may move on purpose).  For a GPU backend
+    (``device_prefix``), ``llama-server --list-devices`` must list one of its devices first;
+    where none is listed (no GPU on this machine) no model is checked and the report's
+    ``not_run`` says why (the build's artifact gate is then the proof that was made).
 
     Raises :class:`ModelCheckFailed` (a :class:`SpotCheckFailed`, with the
     report attached as ``.report``) when any model fails, and
@@ -610,6 +650,14 @@ def spot_check(
                 next_step=f"rebuild it: {build_cmd}",
                 details=version_text,
             )
+    if device_prefix is not None:
+        report.devices = list_devices(server_binary, env, console)
+        report.not_run = no_device_reason(report.devices, device_prefix)
+        if report.not_run is not None:
+            console.warn(f"spot check not run: {report.not_run}")
+            console.summary(report.markdown())
+            return report
+        console.info(f"devices: {', '.join(report.devices)}")
     logs = log_dir(settings, server_binary)
     used: set[str] = set()
     for ref in refs:

@@ -12,6 +12,7 @@ FAKE_LLAMA_CHILD    "1": start a child process that must die with the server
 FAKE_LLAMA_PROVENANCE  "upstream=<sha> queue=<digest>" for --version
 FAKE_LLAMA_NUMERICS "shifted": /completion answers other tokens (numerics changed)
 FAKE_LLAMA_DEVICE   a device name (``Vulkan0``): with ``-ngl`` the load log offloads to it
+FAKE_LLAMA_LISTED   the devices ``--list-devices`` prints, comma-separated (default: FAKE_LLAMA_DEVICE)
 
 Modes: *crashing* exits 3 while loading; *error-in-log* answers fine but logs a
 GGML_ASSERT line; *hanging* never becomes ready and ignores SIGTERM; *empty*
@@ -135,6 +136,7 @@ def offload_log(rpc: str | None, ngl: str | None) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--version", action="store_true")
+    parser.add_argument("--list-devices", action="store_true")
     parser.add_argument("-m", "--model")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
@@ -146,6 +148,13 @@ def main() -> int:
         log("built with python for testing")
         if os.environ.get("FAKE_LLAMA_PROVENANCE"):
             log("skippy: " + os.environ["FAKE_LLAMA_PROVENANCE"])
+        return 0
+    if args.list_devices:
+        listed = os.environ.get("FAKE_LLAMA_LISTED", os.environ.get("FAKE_LLAMA_DEVICE", ""))
+        names = [name for name in listed.split(",") if name]
+        print("Available devices:")
+        for name in names or ["(none)"]:
+            print(f"  {name}: fake device (1024 MiB, 1000 MiB free)" if names else f"  {name}")
         return 0
     if STATE is not None:
         STATE.mkdir(parents=True, exist_ok=True)
