@@ -310,21 +310,39 @@ def test_find_cuda_library(tmp_path: Path) -> None:
 
 # --- Vulkan headers from the system's Debian mirror (fake apt-get and dpkg-deb) --------------
 
-_FAKE_APT = r"""#!/bin/sh
+_INDEXTARGETS = (
+    "Site: http://mirror.example/debian\\nOrigin: Debian\\nLabel: Debian\\nComponent: main\\nRelease: bookworm\\n\\n"
+    "Site: http://mirror.example/debian-security\\nOrigin: Debian\\nLabel: Debian-Security\\n"
+    "Component: main\\nRelease: bookworm-security\\n"
+)
+
+_FAKE_APT = (
+    """#!/bin/sh
 # a stand-in apt-get: records its arguments, answers indextargets, "downloads" a package
 echo "$*" >> "$APT_LOG"
 case "$*" in
-  indextargets*) printf 'Site: http://mirror.example/debian\nOrigin: Debian\nLabel: Debian\nComponent: main\nRelease: bookworm\n\nSite: http://mirror.example/debian-security\nOrigin: Debian\nLabel: Debian-Security\nComponent: main\nRelease: bookworm-security\n' ;;
-  *" update") for a in "$@"; do case "$a" in Dir::Etc::SourceList=*) cp "${a#*=}" "$APT_LOG.sources" ;; esac; done ;;
-  *" download "*) [ -n "$APT_FAIL" ] && { echo "E: Version '1.4.309.0-1' for 'libvulkan-dev' was not found" >&2; exit 100; }
-       : > libvulkan-dev_1.4.309.0-1_amd64.deb ;;
+  indextargets*) printf '"""
+    + _INDEXTARGETS
+    + """' ;;
+  *" update")
+    for a in "$@"; do case "$a" in Dir::Etc::SourceList=*) cp "${a#*=}" "$APT_LOG.sources" ;; esac; done ;;
+  *" download "*)
+    if [ -n "$APT_FAIL" ]; then echo "E: Version '1.4.309.0-1' was not found" >&2; exit 100; fi
+    : > libvulkan-dev_1.4.309.0-1_amd64.deb ;;
 esac
 """
+)
 
-_FAKE_DPKG_DEB = r"""#!/bin/sh
+_VULKAN_CORE = (
+    "#define VK_HEADER_VERSION 309\\n"
+    "#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION(0, 1, 4, VK_HEADER_VERSION)\\n"
+    "#define VK_EXT_layer_settings 1\\n"
+)
+
+_FAKE_DPKG_DEB = f"""#!/bin/sh
 # a stand-in dpkg-deb -x DEB DIR: unpacks headers that define VK_EXT_layer_settings
 mkdir -p "$3/usr/include/vulkan"
-printf '#define VK_HEADER_VERSION 309\n#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION(0, 1, 4, VK_HEADER_VERSION)\n#define VK_EXT_layer_settings 1\n' > "$3/usr/include/vulkan/vulkan_core.h"
+printf '{_VULKAN_CORE}' > "$3/usr/include/vulkan/vulkan_core.h"
 echo '// C++ bindings' > "$3/usr/include/vulkan/vulkan.hpp"
 """
 

@@ -39,7 +39,7 @@ Release: bookworm
 
 def test_the_mirror_is_the_debian_main_archive_not_security_nor_another_origin() -> None:
     assert debian_mirror(SECURITY_FIRST) == "http://mirror.example/debian"
-    assert debian_mirror(SECURITY_FIRST.split("\n\n")[0]) is None
+    assert debian_mirror(SECURITY_FIRST.split("\n\n", maxsplit=1)[0]) is None
     assert debian_mirror("") is None
 
 
@@ -51,7 +51,7 @@ def test_pin_is_checked_and_named() -> None:
         parse_header_pin(None)
     with pytest.raises(SettingsError, match="needs exactly suite, package and version"):
         parse_header_pin({"suite": "trixie", "package": "libvulkan-dev"})
-    with pytest.raises(SettingsError, match="version '1.4; rm' is not a Debian name or version"):
+    with pytest.raises(SettingsError, match=r"version '1\.4; rm' is not a Debian name or version"):
         parse_header_pin({"suite": "trixie", "package": "libvulkan-dev", "version": "1.4; rm"})
 
 

@@ -59,9 +59,7 @@ def tree_needs(source_dir: Path) -> frozenset[str]:
 
 def _system_include_dirs(ctx: ProbeContext) -> list[Path]:
     dirs = (
-        [Path("/usr/include"), Path("/usr/local/include"), Path("/opt/homebrew/include")]
-        if ctx.well_known_dirs
-        else []
+        [Path("/usr/include"), Path("/usr/local/include"), Path("/opt/homebrew/include")] if ctx.well_known_dirs else []
     )
     if ctx.env.get("VULKAN_SDK"):
         dirs.insert(0, Path(ctx.env["VULKAN_SDK"]) / "include")
@@ -113,26 +111,26 @@ def _debian_headers(ctx: ProbeContext, notes: list[str], why: str) -> Path:
     return headers.include
 
 
+def _choose_headers(ctx: ProbeContext, system_dirs: list[Path], notes: list[str]) -> tuple[Path, str]:
+    """(include dir, where from: given / system / debian)."""
+    given_dir = ctx.given.get("Vulkan_INCLUDE_DIR")
+    if given_dir:
+        return _header_dir([Path(given_dir)], ctx), "given"
+    choice = resolve_headers_choice(ctx.build_table, ctx.env)
+    found = None if choice == "debian" else _find_header_dir(system_dirs)
+    if choice == "debian" or (choice == "auto" and _too_old_for_current_trees(found, ctx)):
+        why = "asked for" if choice == "debian" else _why_newer(found)
+        return _debian_headers(ctx, notes, why), "debian"
+    return _header_dir(system_dirs, ctx), "system"
+
+
 @dataclass(frozen=True)
 class _Vulkan(BackendSpec):
     def probe(self, ctx: ProbeContext) -> Found:
         glslc = ctx.require("glslc")
         system_dirs = _system_include_dirs(ctx)
-        given_dir = ctx.given.get("Vulkan_INCLUDE_DIR")
         notes: list[str] = []
-        source = "given"
-        if given_dir:
-            header_dir = _header_dir([Path(given_dir)], ctx)
-        else:
-            choice = resolve_headers_choice(ctx.build_table, ctx.env)
-            header_dir = None if choice == "debian" else _find_header_dir(system_dirs)
-            source = "system"
-            if choice == "debian" or (choice == "auto" and _too_old_for_current_trees(header_dir, ctx)):
-                why = "asked for" if choice == "debian" else _why_newer(header_dir)
-                header_dir = _debian_headers(ctx, notes, why)
-                source = "debian"
-            elif header_dir is None:
-                header_dir = _header_dir(system_dirs, ctx)
+        header_dir, source = _choose_headers(ctx, system_dirs, notes)
         version, features = _read_header(header_dir)
         if not any((d / "spirv" / "unified1" / "spirv.hpp").is_file() for d in (header_dir, *system_dirs)):
             raise ctx.missing("needs the SPIR-V headers (spirv/unified1/spirv.hpp not found)")

@@ -106,10 +106,10 @@ def debian_mirror(indextargets: str) -> str | None:
             key, sep, value = line.partition(":")
             if sep:
                 fields[key.strip()] = value.strip()
-        origin, release = fields.get("Origin", ""), fields.get("Release", "")
-        if origin == "Debian" and fields.get("Component") == "main" and fields.get("Site"):
-            if "security" not in release and "security" not in fields.get("Label", "").lower():
-                return fields["Site"]
+        debian_main = fields.get("Origin") == "Debian" and fields.get("Component") == "main"
+        security = "security" in fields.get("Release", "") or "security" in fields.get("Label", "").lower()
+        if debian_main and not security and fields.get("Site"):
+            return fields["Site"]
     return None
 
 
