@@ -188,7 +188,7 @@ def _build(
     return report, time.perf_counter() - started
 
 
-def _bench_settings(settings: Settings, root: Path, name: str, **env: str) -> Settings:
+def machine_settings(settings: Settings, root: Path, name: str, **env: str) -> Settings:
     table = {
         **settings.raw,
         "build_root": str(root / name / "build"),
@@ -199,7 +199,7 @@ def _bench_settings(settings: Settings, root: Path, name: str, **env: str) -> Se
     return Settings.from_table(settings.root, table, {**base, **env})
 
 
-def _link_downloads(settings: Settings, into: Settings) -> None:
+def share_downloads(settings: Settings, into: Settings) -> None:
     """The bench machines share the project's download cache (wheels, toolkits), not its objects."""
     into.cache_dir.mkdir(parents=True, exist_ok=True)
     for name in ("cuda", "vulkan-headers", "archives"):
@@ -214,9 +214,11 @@ def bench_remote_cache(settings: Settings, console: Console) -> dict[str, Any]:
     root = settings.cache_dir.parent / "bench" / "remote-cache"
     shutil.rmtree(root, ignore_errors=True)
     with _redis(root / "redis", settings.env) as url:
-        first = _bench_settings(settings, root, "machine-a", SKIPPY_COMPILER_CACHE="sccache", SKIPPY_CACHE_STORAGE=url)
+        first = machine_settings(settings, root, "machine-a", SKIPPY_COMPILER_CACHE="sccache", SKIPPY_CACHE_STORAGE=url)
         cold, cold_s = _build("cpu", first)
-        second = _bench_settings(settings, root, "machine-b", SKIPPY_COMPILER_CACHE="sccache", SKIPPY_CACHE_STORAGE=url)
+        second = machine_settings(
+            settings, root, "machine-b", SKIPPY_COMPILER_CACHE="sccache", SKIPPY_CACHE_STORAGE=url
+        )
         warm, warm_s = _build("cpu", second)
     shutil.rmtree(root, ignore_errors=True)
     ratio = warm_s / cold_s
@@ -248,13 +250,13 @@ def bench_cuda(settings: Settings, console: Console) -> dict[str, Any]:
     run_build_session("cpu", settings, _quiet(), ["--no-spot-check"])  # a prepared workdir
     root = settings.cache_dir.parent / "bench" / "cuda"
     shutil.rmtree(root, ignore_errors=True)
-    first = _bench_settings(settings, root, "a", SKIPPY_CUDA_TOOLKIT="wheels", SKIPPY_COMPILER_CACHE="sccache")
-    _link_downloads(settings, first)
+    first = machine_settings(settings, root, "a", SKIPPY_CUDA_TOOLKIT="wheels", SKIPPY_COMPILER_CACHE="sccache")
+    share_downloads(settings, first)
     cold, cold_s = _build("cuda", first)
     missing = artifact_markers_missing(cold.binaries[SERVER_TARGET], spec("cuda").artifact_markers)
     sizes = {name: path.stat().st_size for name, path in cold.binaries.items()}
     # a second machine directory sharing the first one's compiler cache: a fresh build dir
-    second = _bench_settings(settings, root, "b", SKIPPY_CUDA_TOOLKIT="wheels", SKIPPY_COMPILER_CACHE="sccache")
+    second = machine_settings(settings, root, "b", SKIPPY_CUDA_TOOLKIT="wheels", SKIPPY_COMPILER_CACHE="sccache")
     second.cache_dir.mkdir(parents=True, exist_ok=True)
     for entry in first.cache_dir.iterdir():
         if not (second.cache_dir / entry.name).exists() and not entry.name.endswith((".lock", ".sock")):
