@@ -187,7 +187,9 @@ def test_builds_keep_compiler_objects_in_the_github_actions_cache(path: Any, job
         s
         for s in job_steps[:index]
         if str(s.get("uses", "")).startswith("actions/github-script@")
-        and all(f"'{name}'" in s["with"]["script"] and "core.exportVariable" in s["with"]["script"] for name in GHA_RUNTIME)
+        and all(
+            f"'{name}'" in s["with"]["script"] and "core.exportVariable" in s["with"]["script"] for name in GHA_RUNTIME
+        )
     ]
     assert len(exports) == 1, f"{path.name}:{job_id}: no step exports {GHA_RUNTIME} before the build"
     assert "core.setSecret" in exports[0]["with"]["script"]
