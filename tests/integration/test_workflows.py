@@ -1,7 +1,8 @@
 """Every workflow validated offline with the real tools: the GitHub workflow schema
 (check-jsonschema's bundled copy), zizmor's security audits (offline, pedantic
 persona, the repository's .github/zizmor.yml), and every nox session and invoke
-task (with its --options) a workflow calls checked against the real menus."""
+task (with its --options) a workflow calls checked against the real menus; and the
+canary's alert script run by node against a fake GitHub API."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from skippy.core import proc
-from tests.workflowtools import ROOT, WORKFLOWS, calls
+from tests.workflowtools import ROOT, WORKFLOWS, calls, load
 
 pytestmark = pytest.mark.integration
 
@@ -138,3 +140,216 @@ def test_every_invoke_task_and_option_a_workflow_calls_exists() -> None:
     for c in used:
         unknown = {o.removeprefix("--") for o in c.options} - invoke_options(c.name)
         assert unknown == set(), f"{c.where}: invoke {c.name} has no option(s) {sorted(unknown)}"
+
+
+# --- the canary's alert script, run with node against a fake GitHub API ----------
+#
+# The alert job's github-script is the only logic a workflow holds: it decides, from this
+# run's job results and the previous scheduled run's conclusion, whether to open, update or
+# close the canary issue.  node runs it here the way actions/github-script does (the script
+# as the body of an async function of github, context, core and require), with an API that
+# answers from the scenario and records every call.
+
+HARNESS = r"""
+const fs = require('fs');
+const [scriptPath, scenarioPath] = process.argv.slice(2);
+const script = fs.readFileSync(scriptPath, 'utf8');
+const scenario = JSON.parse(fs.readFileSync(scenarioPath, 'utf8'));
+const calls = [];
+const notices = [];
+const api = (name, reply) => async (params) => {
+  calls.push({ name, params });
+  return { data: reply(params) };
+};
+const github = {
+  paginate: async (method, params) => (await method(params)).data,
+  rest: {
+    issues: {
+      listForRepo: api('issues.listForRepo', () => scenario.issues),
+      create: api('issues.create', (p) => ({ number: 99, ...p })),
+      update: api('issues.update', (p) => p),
+      createComment: api('issues.createComment', (p) => p),
+    },
+    actions: {
+      getWorkflowRun: api('actions.getWorkflowRun', () => scenario.this_run),
+      listWorkflowRuns: api('actions.listWorkflowRuns', () => ({ workflow_runs: scenario.runs })),
+    },
+  },
+};
+const context = {
+  repo: { owner: 'team', repo: 'queue' },
+  runId: scenario.this_run.id,
+  eventName: scenario.event,
+  serverUrl: 'https://github.example',
+};
+const core = { notice: (m) => notices.push(m), setSecret: () => {}, exportVariable: () => {} };
+const AsyncFunction = Object.getPrototypeOf(async () => {}).constructor;
+new AsyncFunction('github', 'context', 'core', 'require', script)(github, context, core, require)
+  .then((result) => process.stdout.write(JSON.stringify({ result, calls, notices })))
+  .catch((error) => { console.error(error); process.exit(1); });
+"""
+
+WRITES = ("issues.create", "issues.update", "issues.createComment")
+MARKER = "<!-- skippy-canary-alert -->"
+THIS_RUN = {"id": 500, "run_number": 50, "workflow_id": 7, "html_url": "https://github.example/r/500"}
+
+
+def scheduled_run(number: int, conclusion: str) -> dict[str, object]:
+    return {
+        "id": number * 10,
+        "run_number": number,
+        "conclusion": conclusion,
+        "html_url": f"https://github.example/r/{number * 10}",
+    }
+
+
+def alert_step() -> dict[str, Any]:
+    (step,) = [
+        s
+        for s in load(ROOT / ".github" / "workflows" / "canary.yml")["jobs"]["alert"]["steps"]
+        if "script" in s.get("with", {})
+    ]
+    assert isinstance(step, dict)
+    return step
+
+
+def run_alert(
+    tmp_path: Path,
+    *,
+    bump: str,
+    pr: str = "skipped",
+    event: str = "schedule",
+    runs: list[dict[str, object]] | None = None,
+    issues: list[dict[str, object]] | None = None,
+    reports: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    step = alert_step()
+    report_dir = tmp_path / "canary"
+    report_dir.mkdir()
+    for name, text in (reports or {}).items():
+        (report_dir / name).write_text(text, encoding="utf-8")
+    (tmp_path / "alert.js").write_text(step["with"]["script"], encoding="utf-8")
+    (tmp_path / "harness.js").write_text(HARNESS, encoding="utf-8")
+    scenario = {"event": event, "this_run": THIS_RUN, "runs": runs or [], "issues": issues or []}
+    (tmp_path / "scenario.json").write_text(json.dumps(scenario), encoding="utf-8")
+    # the step's env as the runner gives it: literal values kept, the expressions answered by the scenario
+    answers = {"BUMP_RESULT": bump, "PR_RESULT": pr, "REPORT_DIR": str(report_dir)}
+    env = {k: answers.get(k, str(v)) for k, v in step["env"].items()}
+    assert set(answers) <= set(env)
+    assert not [v for v in env.values() if "${{" in v]
+    result = proc.run(
+        [tool("node"), str(tmp_path / "harness.js"), str(tmp_path / "alert.js"), str(tmp_path / "scenario.json")],
+        env={"PATH": os.environ.get("PATH", ""), **env},
+        cwd=tmp_path,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = json.loads(result.stdout)
+    assert isinstance(out, dict)
+    return out
+
+
+def writes(out: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(c["name"], c["params"]) for c in out["calls"] if c["name"] in WRITES]
+
+
+def test_alert_opens_one_issue_after_the_second_failed_scheduled_run(tmp_path: Path) -> None:
+    triage = "patch   lane   status\n0001-x  core   conflict  src/llama.cpp\n```not a fence end```\n"
+    out = run_alert(
+        tmp_path,
+        bump="failure",
+        # newest first, as the API lists them; the cancelled run in between does not count
+        runs=[scheduled_run(49, "cancelled"), scheduled_run(48, "failure"), scheduled_run(47, "success")],
+        issues=[
+            {"number": 3, "body": "an unrelated issue"},
+            {"number": 4, "body": MARKER, "pull_request": {"url": "x"}},
+        ],
+        reports={"triage.txt": triage, "bisect.txt": "newest compatible: abc123\n"},
+    )
+    assert out["result"] == "opened"
+    ((name, params),) = writes(out)
+    assert name == "issues.create"
+    assert params["labels"] == [alert_step()["env"]["ALERT_LABEL"]]
+    assert params["title"] == alert_step()["env"]["ALERT_TITLE"]
+    body = params["body"]
+    assert body.startswith(MARKER)
+    assert "[#48](https://github.example/r/480)" in body and "[#50](" in body
+    assert "0001-x  core   conflict" in body and "newest compatible: abc123" in body
+    # the triage text holds a ``` run: its fence is longer, so the issue shows it as text
+    assert "````text\n" in body
+    listed = [c["params"] for c in out["calls"] if c["name"] == "actions.listWorkflowRuns"]
+    assert listed == [
+        {"owner": "team", "repo": "queue", "workflow_id": 7, "event": "schedule", "status": "completed", "per_page": 20}
+    ]
+
+
+def test_alert_waits_for_a_second_failure(tmp_path: Path) -> None:
+    out = run_alert(tmp_path, bump="failure", runs=[scheduled_run(49, "success"), scheduled_run(48, "failure")])
+    assert out["result"] == "first-failure"
+    assert writes(out) == []
+    assert "#49" in out["notices"][0] and "success" in out["notices"][0]
+    # the first scheduled run there is
+    first = tmp_path / "first"
+    first.mkdir()
+    out_first = run_alert(first, bump="failure", runs=[])
+    assert out_first["result"] == "first-failure"
+    assert writes(out_first) == []
+
+
+def test_alert_updates_the_open_issue_instead_of_opening_another(tmp_path: Path) -> None:
+    out = run_alert(
+        tmp_path,
+        bump="failure",
+        runs=[scheduled_run(49, "failure")],
+        issues=[{"number": 12, "body": f"{MARKER}\nold text"}],
+        reports={"triage.txt": "0002-y conflict\n"},
+    )
+    assert out["result"] == "updated"
+    (update, comment) = writes(out)
+    assert update[0] == "issues.update" and update[1]["issue_number"] == 12
+    assert "0002-y conflict" in update[1]["body"]
+    # the bisect step did not write its file: the issue says so instead of failing
+    assert "(bisect.txt was not written" in update[1]["body"]
+    assert comment[0] == "issues.createComment" and comment[1]["body"].endswith("/actions/runs/500")
+
+
+def test_alert_closes_the_issue_when_the_canary_passes_again(tmp_path: Path) -> None:
+    issues = [{"number": 12, "body": f"{MARKER}\nfailing"}]
+    out = run_alert(tmp_path, bump="success", pr="success", event="workflow_dispatch", issues=issues)
+    assert out["result"] == "closed"
+    (comment, update) = writes(out)
+    assert comment[0] == "issues.createComment" and "passes again" in comment[1]["body"]
+    assert update == (
+        "issues.update",
+        {"owner": "team", "repo": "queue", "issue_number": 12, "state": "closed", "state_reason": "completed"},
+    )
+    # nothing open, nothing to close; no run history is read for a passing run
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    out = run_alert(quiet, bump="success", pr="success")
+    assert (out["result"], writes(out)) == ("passed", [])
+    assert not [c for c in out["calls"] if c["name"].startswith("actions.")]
+
+
+def test_alert_ignores_manual_failures_and_unfinished_bumps(tmp_path: Path) -> None:
+    issues = [{"number": 12, "body": MARKER}]
+    runs = [scheduled_run(49, "failure")]
+    for i, (event, bump, pr) in enumerate(
+        [
+            ("workflow_dispatch", "failure", "skipped"),
+            ("schedule", "cancelled", "skipped"),
+            ("schedule", "success", "cancelled"),
+        ]
+    ):
+        where = tmp_path / str(i)
+        where.mkdir()
+        out = run_alert(where, bump=bump, pr=pr, event=event, runs=runs, issues=issues)
+        assert (out["result"], writes(out)) == ("nothing", []), (event, bump, pr)
+
+
+def test_alert_counts_a_failed_pull_request_job_as_a_failed_run(tmp_path: Path) -> None:
+    out = run_alert(tmp_path, bump="success", pr="failure", runs=[scheduled_run(49, "failure")])
+    assert out["result"] == "opened"
+    ((_, params),) = writes(out)
+    assert "bump success, pull-request failure" in params["body"]

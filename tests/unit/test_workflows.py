@@ -11,6 +11,9 @@ from typing import Any
 import pytest
 
 from skippy.build.backends import registry
+from skippy.build.backends.cuda_toolkit import TOOLKIT_ENV, resolve_toolkit_choice
+from skippy.build.cache import ENV_VAR as CACHE_STORAGE_ENV
+from skippy.build.cache import reachable, select_storage
 from skippy.cli.ci import COMMANDS
 from skippy.flows.build_session import parse_session_args
 from tests.workflowtools import (
@@ -67,7 +70,7 @@ def test_the_build_matrix_has_one_job_per_backend_of_the_registry() -> None:
         ("cpu", True, "ubuntu"),
         ("vulkan", True, "ubuntu"),
         ("metal", True, "macos"),
-        ("cuda", False, "nvidia/cuda:"),
+        ("cuda", False, "ubuntu"),
         ("rocm", False, "rocm/dev-"),
     ],
 )
@@ -133,7 +136,7 @@ def test_build_artifact_names_carry_the_matrix_key() -> None:
     assert len(set(names)) == len(names)
 
 
-def test_caches_cover_pip_the_compiler_cache_and_the_downloads() -> None:
+def test_caches_cover_pip_and_the_downloads_and_the_tests_compiler_cache() -> None:
     for path in WORKFLOWS:
         wf_steps = list(steps(path))
         pythons = [s for s in wf_steps if "setup-python" in str(s.step.get("uses", ""))]
@@ -145,8 +148,85 @@ def test_caches_cover_pip_the_compiler_cache_and_the_downloads() -> None:
         cached = " ".join(
             str(s.step["with"]["path"]) for s in wf_steps if "actions/cache" in str(s.step.get("uses", ""))
         )
-        for folder in (".deps/cache/sccache", ".deps/cache/archives", ".deps/cache/models"):
+        for folder in (".deps/cache/archives", ".deps/cache/models"):
             assert folder in cached, f"{path.name}: {folder} not cached"
+        # the builds share sccache's objects through the GitHub Actions cache, not a saved directory;
+        # the test tiers keep their own local store (the tests choose their cache storage themselves)
+        assert (".deps/cache/sccache" in cached) is (path == CI), path.name
+
+
+#: the workflows and jobs that build llama.cpp through skippy's build (nox build-*, invoke pin-bump)
+BUILD_JOBS = ((BUILD, "build"), (CANARY, "bump"))
+#: what the GitHub Actions cache storage needs, besides SCCACHE_GHA_ENABLED (sccache's docs/GHA.md)
+GHA_RUNTIME = ("ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN")
+_SECRET_OR_DEFAULT = re.compile(r"^\$\{\{\s*secrets\.(\w+)\s*\|\|\s*'([^']*)'\s*\}\}$")
+
+
+def _building_steps(path: Any, job_id: str) -> list[Any]:
+    found = []
+    for step in steps(path):
+        if step.job_id != job_id:
+            continue
+        argv = commands(str(step.step.get("run", "")))
+        if any(a[:1] == ["nox"] or a[:2] == ["invoke", "pin-bump"] for a in argv):
+            found.append(step)
+    return found
+
+
+@pytest.mark.parametrize(("path", "job_id"), BUILD_JOBS, ids=lambda v: getattr(v, "name", v))
+def test_builds_keep_compiler_objects_in_the_github_actions_cache(path: Any, job_id: str) -> None:
+    (build,) = _building_steps(path, job_id)
+    # one variable: the repository secret when a team sets it, else the GitHub Actions cache
+    m = _SECRET_OR_DEFAULT.match(build.step["env"][CACHE_STORAGE_ENV])
+    assert m, build.step["env"][CACHE_STORAGE_ENV]
+    assert m.groups() == (CACHE_STORAGE_ENV, "gha")
+    # an earlier step of the same job hands the runtime's cache URL and token to the run steps
+    job_steps = list(load(path)["jobs"][job_id]["steps"])
+    index = job_steps.index(build.step)
+    exports = [
+        s
+        for s in job_steps[:index]
+        if str(s.get("uses", "")).startswith("actions/github-script@")
+        and all(
+            f"'{name}'" in s["with"]["script"] and "core.exportVariable" in s["with"]["script"] for name in GHA_RUNTIME
+        )
+    ]
+    assert len(exports) == 1, f"{path.name}:{job_id}: no step exports {GHA_RUNTIME} before the build"
+    assert "core.setSecret" in exports[0]["with"]["script"]
+
+
+def test_the_gha_storage_the_workflows_choose_is_usable_with_the_runtime_variables_and_falls_back_without() -> None:
+    runtime = {"ACTIONS_RESULTS_URL": "https://results.example/", "ACTIONS_RUNTIME_TOKEN": "t0ken"}
+    storage = select_storage(None, {CACHE_STORAGE_ENV: "gha", **runtime})
+    assert (storage.kind, storage.env.get("SCCACHE_GHA_ENABLED"), storage.unusable) == ("gha", "true", None)
+    assert "t0ken" not in storage.description and "t0ken" in storage.secrets
+    # outside a job (or without the export step): a warning and a local build, never a failed one
+    bare = select_storage(None, {CACHE_STORAGE_ENV: "gha"})
+    assert bare.kind == "gha"
+    assert reachable(bare) == bare.unusable
+    assert bare.unusable and "ACTIONS_RUNTIME_TOKEN" in bare.unusable
+
+
+def test_cuda_builds_with_the_wheel_toolkit_on_a_plain_runner() -> None:
+    (entry,) = [e for e in build_entries() if e["backend"] == "cuda"]
+    assert entry["container"] == ""
+    assert entry["runs-on"].startswith("ubuntu-")
+    (build,) = _building_steps(BUILD, "build")
+    m = re.fullmatch(r"\$\{\{\s*matrix\.([\w-]+)\s*\}\}", build.step["env"][TOOLKIT_ENV])
+    assert m, build.step["env"][TOOLKIT_ENV]
+    # each job's environment, as skippy reads it: wheels for CUDA, the default (auto) elsewhere
+    for e in build_entries():
+        choice = resolve_toolkit_choice({}, {TOOLKIT_ENV: str(e.get(m.group(1), ""))})
+        assert choice == ("wheels" if e["backend"] == "cuda" else "auto"), e["backend"]
+    # build only, so the artifact gate (the backend's symbol in the binary) is what proves CUDA is in it
+    assert "--no-spot-check" in str(entry["posargs"]).split()
+
+
+#: the only jobs that write, and exactly what each holds
+WRITERS = {
+    ("canary.yml", "pull-request"): {"contents": "write", "pull-requests": "write"},
+    ("canary.yml", "alert"): {"actions": "read", "issues": "write"},
+}
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -158,12 +238,25 @@ def test_least_privilege(path: Any) -> None:
         assert isinstance(grants, dict), f"{job_id}: no job-level permissions"
         writes = {k for k, v in grants.items() if v == "write"}
         if writes:
-            # only the canary's pull-request job writes, and it runs no project code
-            assert (path.name, job_id) == ("canary.yml", "pull-request")
-            assert writes == {"contents", "pull-requests"}
-            assert not [s for s in job["steps"] if "run" in s]
+            assert grants == WRITERS.get((path.name, job_id)), f"{path.name}:{job_id}: {grants}"
         else:
             assert grants == {"contents": "read"}
+
+
+@pytest.mark.parametrize(("workflow", "job_id"), sorted(WRITERS))
+def test_jobs_that_write_run_no_project_code(workflow: str, job_id: str) -> None:
+    job = load(WORKFLOW_DIR / workflow)["jobs"][job_id]
+    assert not [s for s in job["steps"] if "run" in s], "no shell step"
+    used = [str(s["uses"]).partition("@")[0] for s in job["steps"]]
+    # no local action, no interpreter set up, no pip: only GitHub's and the PR action's own code runs
+    assert set(used) <= {
+        "actions/checkout",
+        "actions/download-artifact",
+        "actions/github-script",
+        "peter-evans/create-pull-request",
+    }, used
+    scripts = [str(s.get("with", {}).get("script", "")) for s in job["steps"]]
+    assert not [s for s in scripts if "exec" in s or "child_process" in s or "require('./" in s]
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -192,6 +285,8 @@ NODE24_SINCE = {
     "actions/upload-artifact": 6,
     "actions/download-artifact": 6,
     "peter-evans/create-pull-request": 8,
+    # v8.0.0 (ed597411d8f9...): action.yml `runs.using: node24`
+    "actions/github-script": 8,
 }
 
 
@@ -244,6 +339,33 @@ def test_the_canary_is_scheduled_and_manual_and_bumps_with_triage_and_bisect_on_
     (create,) = [s for s in pr["steps"] if "create-pull-request" in str(s.get("uses"))]
     assert create["with"]["add-paths"] == "skippy/llama_cpp/upstream.txt"
     assert create["with"]["body-path"].endswith("/pr-body.md")
+
+
+def test_the_canary_alert_runs_after_every_finished_run_from_the_reports_artifact_without_a_checkout() -> None:
+    wf = load(CANARY)
+    alert = wf["jobs"]["alert"]
+    assert alert["needs"] == ["bump", "pull-request"]
+    # failed jobs upstream must not skip it (a failure is what it reports); a cancelled run decides nothing
+    assert alert["if"] == "${{ !cancelled() }}"
+    uses_ = [str(s.get("uses", "")).partition("@")[0] for s in alert["steps"]]
+    assert uses_ == ["actions/download-artifact", "actions/github-script"]
+    download, script = alert["steps"]
+    # the artifact the bump job uploads on every outcome, with the triage and bisect output in it
+    (upload,) = [s for s in wf["jobs"]["bump"]["steps"] if s.get("name") == "Upload the canary report"]
+    assert upload["if"] == "always()"
+    assert download["with"]["name"] == upload["with"]["name"] == "canary-report"
+    assert download.get("continue-on-error") is True
+    env = script["env"]
+    assert env["REPORT_DIR"] == download["with"]["path"]
+    assert env["BUMP_RESULT"] == "${{ needs.bump.result }}"
+    assert env["PR_RESULT"] == "${{ needs.pull-request.result }}"
+    body = script["with"]["script"]
+    # the decision reads the previous *scheduled* run, and only scheduled failures count
+    assert "event: 'schedule'" in body and "context.eventName !== 'schedule'" in body
+    for produced in ("triage.txt", "bisect.txt"):
+        assert produced in body
+        (step,) = [s for s in wf["jobs"]["bump"]["steps"] if f"> .deps/ci/{produced}" in str(s.get("run", ""))]
+        assert step["if"] == "failure() && steps.bump.outcome == 'failure'"
 
 
 def test_commands_splits_scripts_like_a_shell() -> None:
