@@ -26,6 +26,7 @@ from typing import Any, Final, Literal
 
 from skippy.build.backends import RPC_TARGETS, SERVER_TARGET
 from skippy.build.backends import names as backend_names
+from skippy.build.backends import spec as backend_spec
 from skippy.check.compute import (
     ComputeFailure,
     ComputeResult,
@@ -118,10 +119,11 @@ class Options:
     rpc_logprob_tolerance: float = DEFAULT_RPC_TOLERANCE
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Options:
+    def from_settings(cls, settings: Settings, backend_defaults: Mapping[str, float] | None = None) -> Options:
+        """The defaults, then the backend's own (``BackendSpec.spot_check_timeouts``), then the table."""
         table = settings.subtable("spot_check", cls.__dataclass_fields__, example="load_timeout = 600")
         defaults = cls()
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = dict(backend_defaults or {})
         for key, value in table.items():
             kind = type(getattr(defaults, key))
             try:
@@ -630,10 +632,11 @@ def spot_check(
     report attached as ``.report``) when any model fails, and
     :class:`SpotCheckFailed` when the binary's provenance is not the expected one.
     """
-    options = Options.from_settings(settings)
-    env = {**settings.env, **(server_env or {})}
     server_binary = Path(server_binary)
-    build_cmd = f"nox -s build-{backend_of(server_binary, settings)}"
+    backend = backend_of(server_binary, settings)
+    options = Options.from_settings(settings, backend_spec(backend).spot_check_timeouts)
+    env = {**settings.env, **(server_env or {})}
+    build_cmd = f"nox -s build-{backend}"
     refs: list[ModelRef] = model_refs(list(models), cwd=settings.root)
     version_text = read_version(server_binary, env, console)
     report = SpotCheckReport(

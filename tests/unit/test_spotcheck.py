@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from skippy.build.backends import spec
 from skippy.check.server import ServerFailure, describe_exit
 from skippy.check.spotcheck import (
     Answer,
@@ -190,6 +191,12 @@ def test_options_from_settings(tmp_path: Path) -> None:
         Options.from_settings(settings(tmp_path, load_timout=60))
     with pytest.raises(SettingsError, match="must be a float"):
         Options.from_settings(settings(tmp_path, grace="soon"))
+    # a backend's own timeouts (lavapipe compiles its shaders on first use) replace the defaults,
+    # and the user's table still wins over them
+    vulkan = spec("vulkan").spot_check_timeouts
+    assert Options.from_settings(settings(tmp_path), vulkan).request_timeout == vulkan["request_timeout"] > 120
+    assert Options.from_settings(settings(tmp_path, request_timeout=30), vulkan).request_timeout == 30.0
+    assert spec("cpu").spot_check_timeouts == {}
 
 
 def test_report_markdown_json_and_failure_message() -> None:

@@ -184,6 +184,9 @@ BACKEND: Final = _Vulkan(
         }
     ),
     spot_check_args=("-ngl", "99"),
+    # lavapipe compiles each shader pipeline on first use: with an empty Mesa shader cache one
+    # 16-token completion took over 2 minutes on 2 busy cores (seconds once the cache is warm)
+    spot_check_timeouts=MappingProxyType({"load_timeout": 900.0, "request_timeout": 900.0}),
     device_prefix="Vulkan",
     artifact_markers=("ggml_backend_vk_reg", "ggml_backend_rpc_reg"),
     table_defines=MappingProxyType({"vulkan_include_dir": "Vulkan_INCLUDE_DIR"}),
