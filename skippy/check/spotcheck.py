@@ -61,6 +61,7 @@ from skippy.check.server import (
 )
 from skippy.core import proc
 from skippy.core.errors import SettingsError, SkippyError, SpotCheckFailed
+from skippy.core.files import write_text_atomic
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 
@@ -743,7 +744,7 @@ def _check_resolved(
     if write_reference:
         path = reference_path(refs_dir, fp.model)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render_reference(fp), encoding="utf-8")
+        write_text_atomic(path, render_reference(fp))
         console.info(f"{ref.label}: reference fingerprint written to {settings.relative(path)}")
     agreement = agreement_with_reference(fp, refs_dir, options.logprob_tolerance)
     result.compute.agreement = agreement

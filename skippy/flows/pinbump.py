@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from skippy.core.errors import ConflictError, SettingsError, SkippyError
+from skippy.core.files import write_text_atomic
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -326,7 +327,7 @@ def write_pin_atomic(path: Path, sha: str) -> None:
         old = target.read_bytes().decode("utf-8")
     except FileNotFoundError:
         old = ""
-    wd.write_text_atomic(target, pin_text(old, sha))
+    write_text_atomic(target, pin_text(old, sha))
 
 
 def pin_bump(
@@ -432,7 +433,7 @@ def _numerics(settings: Settings, cpu_outcome: object, *, write: bool) -> list[d
         path = reference_path(refs, fingerprint.model)
         if write:
             path.parent.mkdir(parents=True, exist_ok=True)
-            wd.write_text_atomic(path, render_reference(fingerprint))
+            write_text_atomic(path, render_reference(fingerprint))
         found.append(
             {
                 "model": fingerprint.model,
