@@ -578,7 +578,16 @@ def read_version(server_binary: Path, env: Mapping[str, str], console: Console) 
     return (result.stdout + "\n" + result.stderr).strip()
 
 
-def list_devices(server_binary: Path, env: Mapping[str, str], console: Console) -> list[str]:
+@dataclass(frozen=True)
+class DeviceListing:
+    """What ``llama-server --list-devices`` said: the devices, or why it could not say."""
+
+    devices: list[str]
+    #: the command's failure (exit code and its last line), None when it ran
+    failure: str | None = None
+
+
+def list_devices(server_binary: Path, env: Mapping[str, str], console: Console) -> DeviceListing:
     """The devices ``llama-server --list-devices`` reports (in the spot check's environment)."""
     result = proc.run(
         [server_binary, "--list-devices"],
@@ -588,18 +597,19 @@ def list_devices(server_binary: Path, env: Mapping[str, str], console: Console) 
         echo=console.command,
         what="llama-server --list-devices",
     )
-    return parse_devices(result.stdout + "\n" + result.stderr)
+    failure = None
+    if not result.ok:
+        last = result.tail(1) or "no output"
+        failure = f"llama-server --list-devices {describe_exit(result.returncode)}: {last}"
+    return DeviceListing(parse_devices(result.stdout + "\n" + result.stderr), failure)
 
 
-def no_device_reason(devices: Sequence[str], prefix: str) -> str | None:
+def no_device_reason(listing: DeviceListing, prefix: str) -> str | None:
     """Why the models cannot be checked on a ``prefix`` device, or None when one is listed."""
-    if any(name.startswith(prefix) for name in devices):
+    if any(name.startswith(prefix) for name in listing.devices):
         return None
-    listed = ", ".join(devices) or "none"
-    return (
-        f"no {prefix} device on this machine (llama-server --list-devices lists: {listed}); "
-        "the artifact gate (the backend is in the binary) is what was checked"
-    )
+    seen = listing.failure or f"llama-server --list-devices lists: {', '.join(listing.devices) or 'none'}"
+    return f"no {prefix} device on this machine ({seen}); the artifact gate (the backend is in the binary) stands in"
 
 
 def spot_check(
@@ -655,8 +665,9 @@ def spot_check(
                 details=version_text,
             )
     if device_prefix is not None:
-        report.devices = list_devices(server_binary, env, console)
-        report.not_run = no_device_reason(report.devices, device_prefix)
+        listing = list_devices(server_binary, env, console)
+        report.devices = listing.devices
+        report.not_run = no_device_reason(listing, device_prefix)
         if report.not_run is not None:
             console.warn(f"spot check not run: {report.not_run}")
             console.summary(report.markdown())

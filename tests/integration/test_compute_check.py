@@ -88,6 +88,10 @@ def test_no_device_of_the_backend_listed_means_not_run_and_no_server_started(rig
     assert report.markdown().startswith("### Spot check: not run")
     none = run(rig, device_prefix="CUDA", extra_server_args=["-ngl", "99"])
     assert none.devices == [] and none.not_run is not None and "lists: none" in none.not_run
+    # a binary that cannot even list its devices (a missing driver library) says so, with its last line
+    broken = run(rig, device_prefix="CUDA", env={"FAKE_LLAMA_LIST_FAILS": "1"})
+    assert broken.not_run is not None
+    assert "--list-devices exited with code 127: llama-server: error while loading shared libraries" in broken.not_run
 
 
 def test_the_rpc_path_offloads_to_a_fresh_rpc_server_which_is_stopped(rig: Rig) -> None:

@@ -13,6 +13,7 @@ FAKE_LLAMA_PROVENANCE  "upstream=<sha> queue=<digest>" for --version
 FAKE_LLAMA_NUMERICS "shifted": /completion answers other tokens (numerics changed)
 FAKE_LLAMA_DEVICE   a device name (``Vulkan0``): with ``-ngl`` the load log offloads to it
 FAKE_LLAMA_LISTED   the devices ``--list-devices`` prints, comma-separated (default: FAKE_LLAMA_DEVICE)
+FAKE_LLAMA_LIST_FAILS  "1": ``--list-devices`` fails like a binary missing its driver library
 
 Modes: *crashing* exits 3 while loading; *error-in-log* answers fine but logs a
 GGML_ASSERT line; *hanging* never becomes ready and ignores SIGTERM; *empty*
@@ -149,6 +150,9 @@ def main() -> int:
         if os.environ.get("FAKE_LLAMA_PROVENANCE"):
             log("skippy: " + os.environ["FAKE_LLAMA_PROVENANCE"])
         return 0
+    if args.list_devices and os.environ.get("FAKE_LLAMA_LIST_FAILS") == "1":
+        log("llama-server: error while loading shared libraries: libcuda.so.1: cannot open shared object file")
+        return 127
     if args.list_devices:
         listed = os.environ.get("FAKE_LLAMA_LISTED", os.environ.get("FAKE_LLAMA_DEVICE", ""))
         names = [name for name in listed.split(",") if name]
