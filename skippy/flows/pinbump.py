@@ -11,6 +11,7 @@ audit, then writes the new pin atomically and prints the summary.
 
 from __future__ import annotations
 
+import functools
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,9 +24,11 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain.summary import Summary, summarize
 from skippy.queue import workdir as wd
-from skippy.queue.archives import owned_scratch
 from skippy.queue.model import Patch, Queue, load_queue
-from skippy.queue.prepare import PrepareReport, Target, prepare, read_pin, resolve_target
+from skippy.queue.prepare import prepare, resolve_target
+from skippy.queue.run import PrepareReport
+from skippy.queue.scratch import owned_scratch
+from skippy.queue.target import Target, read_pin
 
 # --------------------------------------------------------------------------- applying in an index
 
@@ -115,6 +118,18 @@ def _subject(repo: Repo, sha: str) -> str:
     return repo.git("log", "-1", "--format=%s", sha).stdout.strip()
 
 
+def _last_holding(good: int, bad: int, holds: Callable[[int], bool]) -> int:
+    """The last index in ``good..bad`` where ``holds`` is true, given it holds at ``good`` and not at
+    ``bad`` and never again once it stops (the bisection invariant)."""
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if holds(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
 def bisect_queue(repo: Repo, queue: Queue, pin: str, target: str, *, scratch: Path) -> BisectReport:
     """Binary searches over the first-parent line ``pin..target`` (local commits).
 
@@ -141,29 +156,17 @@ def bisect_queue(repo: Repo, queue: Queue, pin: str, target: str, *, scratch: Pa
     def whole(i: int) -> bool:
         return all(applier.verdicts(line[i], patches))
 
-    lo, hi = 0, len(line) - 1  # whole(lo) is true
-    if whole(hi):
-        lo = hi
-    else:
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if whole(mid):
-                lo = mid
-            else:
-                hi = mid
+    def applies(index: int, i: int) -> bool:
+        return applier.verdicts(line[i], patches)[index]
+
+    last = len(line) - 1
+    lo = last if whole(last) else _last_holding(0, last, whole)
     breakers: list[Breaker] = []
     at_target = applier.verdicts(line[-1], patches)
     for index, (patch, ok) in enumerate(zip(patches, at_target, strict=True)):
         if ok:
             continue
-        good, bad = 0, len(line) - 1
-        while bad - good > 1:
-            mid = (good + bad) // 2
-            if applier.verdicts(line[mid], patches)[index]:
-                good = mid
-            else:
-                bad = mid
-        commit = line[bad]
+        commit = line[_last_holding(0, last, functools.partial(applies, index)) + 1]
         breakers.append(Breaker(patch.label, patch.subject, commit, _subject(repo, commit)))
     return BisectReport(
         pin=pin,
@@ -305,7 +308,7 @@ def _default_parity(settings: Settings, console: Console, repo: Repo, base: str,
 
 def pin_text(old: str, sha: str) -> str:
     """The pin file ``old`` with its SHA line replaced by ``sha``: comment lines (``#``, as
-    :func:`skippy.queue.prepare.read_pin` reads them), blank lines, indentation and line endings stay."""
+    :func:`skippy.queue.target.read_pin` reads them), blank lines, indentation and line endings stay."""
     lines = old.splitlines(keepends=True)
     for i, line in enumerate(lines):
         body = line.rstrip("\r\n")
