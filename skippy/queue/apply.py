@@ -4,7 +4,6 @@ temporary worktree or a fresh checkout; the switch to the patched commit; the st
 from __future__ import annotations
 
 import contextlib
-import re
 import shutil
 import uuid
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 from skippy.core.errors import ConflictError
 from skippy.core.git import AM_ARGS, AM_ENV, Repo
 from skippy.queue import workdir as wd
+from skippy.queue.am_output import failed_paths, unmerged_paths, without_am_hints
 from skippy.queue.model import LANES, Lane, Patch, Queue
 from skippy.queue.run import Run
 from skippy.queue.upstream import Resolved
@@ -43,18 +43,18 @@ def failed_lane(
     with contextlib.suppress(OSError, ValueError):
         index = int((git_dir / "rebase-apply" / "next").read_text().strip())
         failed = patches[index - 1]
-    conflicts = [
-        line for line in repo.git("diff", "--name-only", "--diff-filter=U", check=False).stdout.splitlines() if line
-    ]
-    if not conflicts:
-        conflicts = sorted(set(re.findall(r"^error: patch failed: (.+?):\d+$", output, flags=re.MULTILINE)))
+    conflicts = unmerged_paths(repo)
+    failed_here = () if conflicts else failed_paths(output)
     repo.git("am", "--abort", check=False)
     name = failed.label if failed else f"a patch of the {lane.value} lane"
+    where = ""
+    if conflicts:
+        where = f" (conflicts in {', '.join(conflicts)})"
+    elif failed_here:
+        where = f" (git could not apply it to {', '.join(failed_here)}; no conflict markers)"
     return ConflictError(
-        f"{name} does not apply"
-        + (f": {failed.subject}" if failed and failed.subject else "")
-        + (f" (conflicts in {', '.join(conflicts)})" if conflicts else ""),
-        details=output,
+        f"{name} does not apply" + (f": {failed.subject}" if failed and failed.subject else "") + where,
+        details=without_am_hints(output),
         untouched=f"{run.rel(run.workdir)} was left as it was before this run; no stamp was written",
         next_step="refresh that patch against the new upstream (edit it, or carry the fix on a branch and "
         "run `invoke regenerate`), then re-run `invoke prepare`",
@@ -95,12 +95,12 @@ def switch(
     entry = wd.Journal(
         "switch", head, patched, at.upstream_sha, base=at.base, queue_digest=queue.digest, source=at.source
     )
+    said = [f"{len(changed)} file(s) differ"] if changed is not None else []
+    if run.reverted:
+        said.append(f"--force reverted {len(run.reverted)} file(s) before")
     with (
         wd.journal(git_dir, entry),
-        run.console.step(
-            f"move {run.rel(run.workdir)} to {patched[:12]}"
-            + (f" ({len(changed)} file(s) differ)" if changed is not None else "")
-        ),
+        run.console.step(f"move {run.rel(run.workdir)} to {patched[:12]}" + (f" ({'; '.join(said)})" if said else "")),
     ):
         # an ignored file in the way stops the switch (the next run then refuses or backs it up)
         repo.git("checkout", "--detach", "--quiet", "--no-overwrite-ignore", patched)

@@ -27,6 +27,7 @@ each a function of its own module that can be read and tested alone:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -141,18 +142,7 @@ def prepare(
         ):
             report = converge(run, queue, target, pin)
     notes = ensure_compat_link(settings, console)
-    return PrepareReport(
-        report.action,
-        report.upstream_sha,
-        report.patched_sha,
-        report.queue_digest,
-        report.workdir,
-        report.source,
-        time.monotonic() - started,
-        changed_files=report.changed_files,
-        backup_ref=report.backup_ref,
-        notes=report.notes + notes,
-    )
+    return dataclasses.replace(report, seconds=time.monotonic() - started, notes=report.notes + notes)
 
 
 def converge(run: Run, queue: Queue, target: Target, pin: str | None) -> PrepareReport:

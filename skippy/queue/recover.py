@@ -14,7 +14,7 @@ from skippy.queue import workdir as wd
 from skippy.queue.apply import apply_aside
 from skippy.queue.model import Queue
 from skippy.queue.run import Run
-from skippy.queue.session import session_commands
+from skippy.queue.session import next_commands
 
 
 def remove_aside_worktrees(repo: Repo, git_dir: Path) -> None:
@@ -49,7 +49,7 @@ def _discard_session(run: Run, repo: Repo, git_dir: Path, entry: wd.Journal) -> 
         raise ConflictError(
             f"a conflict session is in progress in {run.rel(run.workdir)} (stopped at {entry.stopped_patch})",
             untouched=f"{run.rel(run.workdir)}: the session is as you left it",
-            next_step=session_commands(run.rel(run.workdir)),
+            next_step=next_commands(repo, run.rel(run.workdir)),
         )
     work = wd.local_work(repo, git_dir, None, run.settings.tolerated_untracked)
     run.backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --force (conflict session)")
@@ -59,6 +59,7 @@ def _discard_session(run: Run, repo: Repo, git_dir: Path, entry: wd.Journal) -> 
     if entry.from_commit and repo.has_commit(entry.from_commit):
         repo.git("checkout", "--force", "--detach", "--quiet", entry.from_commit)
     wd.drop_journal(git_dir)
+    run.discarded(work.modified, work.untracked, what="--force (conflict session)")
 
 
 def _undo_apply(run: Run, repo: Repo, git_dir: Path, entry: wd.Journal) -> None:
@@ -97,6 +98,8 @@ def finish_switch(run: Run, repo: Repo, git_dir: Path, entry: wd.Journal) -> Non
         _save_before_finishing(run, repo, git_dir, moving=moving, findings=findings, foreign=foreign)
     run.console.info(f"finishing an interrupted prepare: moving {rel} {moving}")
     repo.git("checkout", "--force", "--detach", "--quiet", to)
+    if findings:
+        run.discarded(foreign, ())
     # the journal says what this commit is: the stamp the interrupted run would have written (a
     # journal from before it recorded the queue digest gives an empty one: the run re-applies)
     wd.write_stamp(
@@ -206,3 +209,4 @@ def refuse_or_discard(run: Run, repo: Repo, git_dir: Path, work: wd.LocalWork) -
         wd.abort_in_progress(repo, git_dir)
     wd.discard_local_changes(repo, run.settings.tolerated_untracked)
     wd.clear_stamp(git_dir)
+    run.discarded(work.modified, work.untracked)

@@ -10,7 +10,7 @@ steps that only reach the upstream (:mod:`skippy.queue.upstream`) never see one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,8 @@ class Run:
     notes: list[str] = field(default_factory=list)
     #: what this run finished of an interrupted one (said when it then refuses local work)
     recovered: str | None = None
+    #: files whose local content ``force`` reverted or removed (saved under ``backup_ref`` first)
+    reverted: list[str] = field(default_factory=list)
 
     @property
     def workdir(self) -> Path:
@@ -58,7 +60,26 @@ class Run:
             changed_files=changed,
             backup_ref=self.backup_ref,
             notes=tuple(self.notes),
+            reverted=tuple(self.reverted),
         )
+
+    def discarded(self, modified: Sequence[str], removed: Sequence[str], *, what: str = "--force") -> None:
+        """Say (warning and note) which files ``what`` reverted and removed, and where they are kept."""
+        new_modified = [p for p in modified if p not in self.reverted]
+        new_removed = [p for p in removed if p not in self.reverted and p not in new_modified]
+        if not (new_modified or new_removed):
+            return
+        self.reverted += [*new_modified, *new_removed]
+        parts = []
+        if new_modified:
+            parts.append(f"reverted {len(new_modified)} file(s): {', '.join(new_modified)}")
+        if new_removed:
+            parts.append(f"removed {len(new_removed)} untracked file(s): {', '.join(new_removed)}")
+        note = (
+            f"{what} " + "; ".join(parts) + (f" (yours are saved under {self.backup_ref})" if self.backup_ref else "")
+        )
+        self.console.warn(note)
+        self.notes.append(note)
 
 
 @dataclass(frozen=True)
@@ -73,6 +94,8 @@ class PrepareReport:
     changed_files: int | None = None
     backup_ref: str | None = None
     notes: tuple[str, ...] = field(default=())
+    #: files whose local content ``--force`` reverted or removed (saved under ``backup_ref``)
+    reverted: tuple[str, ...] = field(default=())
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -86,4 +109,5 @@ class PrepareReport:
             "changed_files": self.changed_files,
             "backup_ref": self.backup_ref,
             "notes": list(self.notes),
+            "reverted": list(self.reverted),
         }

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -19,6 +21,7 @@ from skippy.core.git import AM_ARGS, AM_ENV, FALLBACK_DATE, Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
+from skippy.queue.am_output import failed_paths, failing_hunks, stopped_failures, unmerged_paths, without_am_hints
 from skippy.queue.guard import disk_errors, locked
 from skippy.queue.model import Patch, Queue, load_queue
 from skippy.queue.run import PrepareReport, Run
@@ -27,32 +30,82 @@ from skippy.queue.upstream import Resolved
 Action = Literal["continue", "skip", "abort"]
 
 
-def session_commands(rel_workdir: str) -> str:
+_THEN = (
+    "then `invoke prepare --continue`; or `invoke prepare --skip` to leave this patch out, "
+    "or `invoke prepare --abort` to go back"
+)
+
+
+def session_commands(rel_workdir: str, unmerged: Sequence[str], failed: Sequence[str] = ()) -> str:
+    """The next commands of a stopped session.  With conflict markers (``unmerged`` paths): resolve
+    them.  Without (git could not merge the patch at all, the tree is clean): make the change of the
+    failing hunks by hand.  Then continue, skip or abort."""
+    rel = rel_workdir
+    if unmerged:
+        return (
+            f"resolve the conflicts in {', '.join(unmerged)} (`git -C {rel} status` lists them), "
+            f"stage them (`git -C {rel} add {' '.join(unmerged)}`), {_THEN}"
+        )
+    files = ", ".join(failed) if failed else "the files it touches"
     return (
-        f"resolve the conflicts in {rel_workdir} (`git -C {rel_workdir} status` lists them), "
-        f"stage them (`git -C {rel_workdir} add <paths>`), then `invoke prepare --continue`; "
-        "or `invoke prepare --skip` to leave this patch out, or `invoke prepare --abort` to go back"
+        "git wrote no conflict markers and applied none of this patch: apply the hunks that fit with "
+        f"`git -C {rel} am --show-current-patch=diff | git -C {rel} apply --reject` (the others go to "
+        f"*.rej files), make the change of the failing hunk(s) by hand in {files}, delete the *.rej files, "
+        f"stage the files (`git -C {rel} add <paths>`), {_THEN}"
     )
 
 
-def _am_one(repo: Repo, patch: Patch) -> bool:
-    return repo.git(*AM_ARGS, str(patch.path), env=AM_ENV, check=False).ok
+def next_commands(repo: Repo, rel_workdir: str) -> str:
+    """:func:`session_commands` of the session stopped in ``repo``, read from the tree as it is now
+    (the same words for the stop itself, for prepare refusing while it lasts, and for status)."""
+    unmerged = unmerged_paths(repo)
+    return session_commands(rel_workdir, unmerged, () if unmerged else stopped_failures(repo))
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Where a session stopped: its journal (written), the patch, and what ``git am`` said."""
+
+    entry: wd.Journal
+    patch: Patch
+    output: str
+
+    def explain(self, repo: Repo, rel: str) -> tuple[str, str, str]:
+        """``(what, details, next step)``: the conflicts, or (none) the failing hunks and why."""
+        unmerged = unmerged_paths(repo)
+        said = without_am_hints(self.output)
+        if unmerged:
+            return (
+                f"{self.patch.label} does not apply: the conflict is waiting in {rel} "
+                f"(conflicts in {', '.join(unmerged)})",
+                said,
+                session_commands(rel, unmerged),
+            )
+        failed = failed_paths(self.output) or stopped_failures(repo)
+        return (
+            f"{self.patch.label} does not apply and git could not merge it: no conflict markers were "
+            f"written and none of the patch was applied ({rel} is clean); the session is stopped there"
+            + (f" (failed: {', '.join(failed)})" if failed else ""),
+            "the failing hunk(s):\n" + failing_hunks(repo, failed) + ("\n\ngit am said:\n" + said if said else ""),
+            next_commands(repo, rel),
+        )
 
 
 def run_session(
     repo: Repo, git_dir: Path, queue: Queue, entry: wd.Journal, *, start: int, console: Console
-) -> wd.Journal | None:
+) -> Stop | None:
     """Apply ``queue.patches[start:]`` one ``git am`` per patch; stop (journal written) at a conflict.
 
-    Returns the journal of the stop, or None when the whole queue is applied.
+    Returns where it stopped, or None when the whole queue is applied.
     """
     for index in range(start, len(queue.patches)):
         patch = queue.patches[index]
-        if not _am_one(repo, patch):
+        result = repo.git(*AM_ARGS, str(patch.path), env=AM_ENV, check=False)
+        if not result.ok:
             stopped = dataclasses.replace(entry, stopped_at=index, stopped_patch=patch.label)
             wd.write_journal(git_dir, stopped)
             console.info(f"stopped at {patch.label}: {patch.subject}")
-            return stopped
+            return Stop(stopped, patch, result.tail())
     return None
 
 
@@ -74,8 +127,8 @@ def on_conflict(
     with run.console.step("triage: trying every patch against the target"):
         report = triage(repo, git_dir, queue, at.base, since.base_commit if since else None)
     exc.triage = report
-    exc.details = report.render() + ("\n\n" + exc.details if exc.details else "")
     if not run.interactive:
+        exc.details = report.render() + ("\n\n" + exc.details if exc.details else "")
         return
     repo.git("checkout", "--force", "--detach", "--quiet", at.base)
     entry = wd.Journal(
@@ -89,13 +142,13 @@ def on_conflict(
     )
     stopped = run_session(repo, git_dir, queue, entry, start=0, console=run.console)
     assert stopped is not None, "the queue failed aside but applied in the workdir"
-    exc.what = f"{stopped.stopped_patch} does not apply: the conflict is waiting in {run.rel(run.workdir)}"
+    exc.what, details, exc.next_step = stopped.explain(repo, run.rel(run.workdir))
+    exc.details = report.render() + "\n\n" + details
     exc.untouched = (
         "your previous patched checkout is recorded: `invoke prepare --abort` returns to it"
         if head
         else "nothing of yours was in the workdir"
     )
-    exc.next_step = session_commands(run.rel(run.workdir))
 
 
 def _author_date(git_dir: Path) -> str | None:
@@ -211,9 +264,9 @@ def _continue(settings: Settings, repo: Repo, git_dir: Path, current: Patch) -> 
     if not result.ok:
         raise ConflictError(
             f"`git am --continue` did not finish {current.label}",
-            details=result.tail(),
+            details=without_am_hints(result.tail()),
             untouched=f"{rel}: the session is as you left it",
-            next_step=session_commands(rel),
+            next_step=next_commands(repo, rel),
         )
 
 
@@ -225,10 +278,12 @@ def _finish(
     assert entry.stopped_at is not None
     stopped = run_session(repo, git_dir, queue, entry, start=entry.stopped_at + 1, console=console)
     if stopped is not None:
+        what, details, next_step = stopped.explain(repo, rel)
         raise ConflictError(
-            f"{stopped.stopped_patch} does not apply either: the conflict is waiting in {rel}",
+            what.replace(" does not apply", " does not apply either", 1),
+            details=details,
             untouched=f"{rel}: earlier resolutions are kept in this session",
-            next_step=session_commands(rel),
+            next_step=next_step,
         )
     patched = repo.head()
     assert patched is not None and entry.base is not None

@@ -10,7 +10,9 @@ from skippy.core.errors import SkippyError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.queue import workdir as wd
+from skippy.queue.am_output import unmerged_paths
 from skippy.queue.model import load_queue
+from skippy.queue.session import next_commands
 from skippy.queue.target import read_pin
 
 
@@ -93,7 +95,7 @@ def compute_status(settings: Settings) -> Status:
     repo = Repo(settings.workdir, settings.env)
     stamp = wd.read_stamp(git_dir)
     journal = wd.read_journal(git_dir)
-    interrupted = f"a prepare was interrupted ({journal.op})" if journal else None
+    interrupted = _interrupted(repo, journal) if journal else None
     work = wd.local_work(repo, git_dir, stamp, settings.tolerated_untracked)
     head = repo.head()
     up_to_date = bool(
@@ -108,7 +110,7 @@ def compute_status(settings: Settings) -> Status:
     if queue_error:
         would = "refuse: fix the queue / pin first"
     elif journal is not None:
-        would = _would_recover(journal)
+        would = _would_recover(journal, repo, rel)
     elif up_to_date:
         would = "nothing (up to date)"
     else:
@@ -125,8 +127,24 @@ def _queue_state(settings: Settings) -> tuple[str | None, int, str | None]:
     return queue.digest, len(queue.patches), None
 
 
-def _would_recover(journal: wd.Journal) -> str:
-    """What prepare does first with the journal an interrupted run left."""
+def _interrupted(repo: Repo, journal: wd.Journal) -> str:
+    if journal.op != "session":
+        return f"a prepare was interrupted ({journal.op})"
+    unmerged = unmerged_paths(repo)
+    return f"a conflict session is stopped at {journal.stopped_patch}: " + (
+        f"conflicts in {', '.join(unmerged)}"
+        if unmerged
+        else "the patch does not apply and git wrote no conflict markers"
+    )
+
+
+def _would_recover(journal: wd.Journal, repo: Repo, rel: str) -> str:
+    """What prepare does first with the journal an interrupted run left (or a stopped session)."""
+    if journal.op == "session":
+        return (
+            "refuse while the conflict session is stopped (`invoke prepare --force` saves it under a backup "
+            f"ref and discards it); next: {next_commands(repo, rel)}"
+        )
     if journal.op == "switch" and journal.to_commit:
         return (
             f"finish the interrupted move to {journal.to_commit[:12]} (over the files it wrote only: files "
