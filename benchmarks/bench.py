@@ -166,6 +166,40 @@ def with_shipped(shipped: Path, bench: Path) -> list[Path]:
     return ordered
 
 
+def alternating(
+    rounds: int,
+    first: Callable[[], object],
+    second: Callable[[], object],
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[list[float], list[float]]:
+    """Seconds of ``rounds`` runs of each action, the order swapped every round (so neither always
+    runs on the caches the other warmed)."""
+    samples: tuple[list[float], list[float]] = ([], [])
+    for i in range(rounds):
+        for which in (0, 1) if i % 2 == 0 else (1, 0):
+            started = clock()
+            (first, second)[which]()
+            samples[which].append(clock() - started)
+    return samples
+
+
+def _bench_project(settings: Settings, url: str, pin: str) -> tuple[Path, list[Path]]:
+    """A fresh bench project on the test-bed at ``pin``; the patch files of its queue, in order."""
+    base = settings.cache_dir.parent / "bench"
+    project = base / "project"
+    if project.exists():
+        shutil.rmtree(project)
+    project.mkdir(parents=True)
+    (project / "pyproject.toml").write_text(BENCH_PYPROJECT.format(url=url), encoding="utf-8")
+    (project / "upstream.txt").write_text(pin + "\n", encoding="utf-8")
+    shutil.copy(settings.root / "tasks.py", project / "tasks.py")
+    write_bench_queue(url, pin, project / "patches", settings.env, base / "scratch")
+    # the shipped queue first (it applies to this tree: the test-bed's 0.3.35 commit has the pin's
+    # tree), then the bench's own patches: the figures are those of the product's queue
+    return project, with_shipped(settings.patch_dir, project / "patches")
+
+
 def bench_prepare(
     settings: Settings,
     console: Console,
@@ -179,18 +213,7 @@ def bench_prepare(
     bed = testbed_for(settings, console)
     version = "0.3.35" if "0.3.35" in bed.versions else bed.versions[0]
     pin = bed.commits[version]
-    base = settings.cache_dir.parent / "bench"
-    project = base / "project"
-    if project.exists():
-        shutil.rmtree(project)
-    project.mkdir(parents=True)
-    (project / "pyproject.toml").write_text(BENCH_PYPROJECT.format(url=bed.url), encoding="utf-8")
-    (project / "upstream.txt").write_text(pin + "\n", encoding="utf-8")
-    shutil.copy(settings.root / "tasks.py", project / "tasks.py")
-    write_bench_queue(bed.url, pin, project / "patches", settings.env, base / "scratch")
-    # the shipped queue first (it applies to this tree: the test-bed's 0.3.35 commit has the pin's
-    # tree), then the bench's own patches: the figures are those of the product's queue
-    patches = with_shipped(settings.patch_dir, project / "patches")
+    project, patches = _bench_project(settings, bed.url, pin)
     invoke = str(Path(python).parent / "invoke")
     env = dict(settings.env)
     env.pop("CI", None)  # measure the interactive path
@@ -215,18 +238,9 @@ def bench_prepare(
         )
 
     console.info(f"bench: cold prepare vs raw git, {rounds} round(s) each, alternating")
-    skippy_samples: list[float] = []
-    raw_samples: list[float] = []
     skippy_cold()  # warm the page cache and the archive-free path once
     raw_cold()
-    for i in range(rounds):
-        order: Sequence[tuple[list[float], Callable[[], None]]] = (
-            ((skippy_samples, skippy_cold), (raw_samples, raw_cold))
-            if i % 2 == 0
-            else ((raw_samples, raw_cold), (skippy_samples, skippy_cold))
-        )
-        for samples, action in order:
-            samples.append(timed(action))
+    skippy_samples, raw_samples = alternating(rounds, skippy_cold, raw_cold)
     raw_head = proc.run(["git", "-C", str(raw_dir), "rev-parse", "HEAD^{tree}"], env=raw_env).stdout.strip()
     ours_head = proc.run(["git", "-C", str(workdir), "rev-parse", "HEAD^{tree}"], env=raw_env).stdout.strip()
     cold_skippy, cold_raw = Timing(tuple(skippy_samples)), Timing(tuple(raw_samples))
@@ -451,6 +465,9 @@ def bench_builds(settings: Settings, console: Console, *, python: str = sys.exec
       argv run raw into another fresh dir, in the same run;
     * ``nox -s build-cpu`` of the project when everything is up to date (before the spot check);
     * a rebuild into a fresh dir with a warm compiler cache vs a cold one.
+
+    Over 80 lines on purpose for now: three measurements read in sequence, each on the build API
+    (plan, execute, cache server) that is being reworked; it splits with that rework.
     """
     from skippy.build.builder import BuildOptions, plan_build
     from skippy.build.toolchain import inspect_tree, probe_toolchain
