@@ -132,6 +132,26 @@ def offload_log(rpc: str | None, ngl: str | None) -> None:
         log(f"load_tensors: {device} model buffer size =     2.00 MiB")
 
 
+def version() -> int:
+    log("version: 1 (fake)")
+    log("built with python for testing")
+    if os.environ.get("FAKE_LLAMA_PROVENANCE"):
+        log("skippy: " + os.environ["FAKE_LLAMA_PROVENANCE"])
+    return 0
+
+
+def record_start() -> None:
+    """argv and pid for the test; with FAKE_LLAMA_CHILD=1 a child process that must die with us."""
+    if STATE is not None:
+        STATE.mkdir(parents=True, exist_ok=True)
+        (STATE / "argv.json").write_text(json.dumps(sys.argv[1:]))
+        (STATE / "pid").write_text(str(os.getpid()))
+    if os.environ.get("FAKE_LLAMA_CHILD") == "1":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        if STATE is not None:
+            (STATE / "child.pid").write_text(str(child.pid))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--version", action="store_true")
@@ -142,19 +162,8 @@ def main() -> int:
     parser.add_argument("-ngl", "--n-gpu-layers")
     args, _rest = parser.parse_known_args()
     if args.version:
-        log("version: 1 (fake)")
-        log("built with python for testing")
-        if os.environ.get("FAKE_LLAMA_PROVENANCE"):
-            log("skippy: " + os.environ["FAKE_LLAMA_PROVENANCE"])
-        return 0
-    if STATE is not None:
-        STATE.mkdir(parents=True, exist_ok=True)
-        (STATE / "argv.json").write_text(json.dumps(sys.argv[1:]))
-        (STATE / "pid").write_text(str(os.getpid()))
-    if os.environ.get("FAKE_LLAMA_CHILD") == "1":
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
-        if STATE is not None:
-            (STATE / "child.pid").write_text(str(child.pid))
+        return version()
+    record_start()
     if MODE == "hanging":
         signal.signal(signal.SIGTERM, lambda *_: log("ignoring SIGTERM"))
     else:
