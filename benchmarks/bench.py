@@ -166,6 +166,40 @@ def with_shipped(shipped: Path, bench: Path) -> list[Path]:
     return ordered
 
 
+def alternating(
+    rounds: int,
+    first: Callable[[], object],
+    second: Callable[[], object],
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[list[float], list[float]]:
+    """Seconds of ``rounds`` runs of each action, the order swapped every round (so neither always
+    runs on the caches the other warmed)."""
+    samples: tuple[list[float], list[float]] = ([], [])
+    for i in range(rounds):
+        for which in (0, 1) if i % 2 == 0 else (1, 0):
+            started = clock()
+            (first, second)[which]()
+            samples[which].append(clock() - started)
+    return samples
+
+
+def _bench_project(settings: Settings, url: str, pin: str) -> tuple[Path, list[Path]]:
+    """A fresh bench project on the test-bed at ``pin``; the patch files of its queue, in order."""
+    base = settings.cache_dir.parent / "bench"
+    project = base / "project"
+    if project.exists():
+        shutil.rmtree(project)
+    project.mkdir(parents=True)
+    (project / "pyproject.toml").write_text(BENCH_PYPROJECT.format(url=url), encoding="utf-8")
+    (project / "upstream.txt").write_text(pin + "\n", encoding="utf-8")
+    shutil.copy(settings.root / "tasks.py", project / "tasks.py")
+    write_bench_queue(url, pin, project / "patches", settings.env, base / "scratch")
+    # the shipped queue first (it applies to this tree: the test-bed's 0.3.35 commit has the pin's
+    # tree), then the bench's own patches: the figures are those of the product's queue
+    return project, with_shipped(settings.patch_dir, project / "patches")
+
+
 def bench_prepare(
     settings: Settings,
     console: Console,
@@ -179,18 +213,7 @@ def bench_prepare(
     bed = testbed_for(settings, console)
     version = "0.3.35" if "0.3.35" in bed.versions else bed.versions[0]
     pin = bed.commits[version]
-    base = settings.cache_dir.parent / "bench"
-    project = base / "project"
-    if project.exists():
-        shutil.rmtree(project)
-    project.mkdir(parents=True)
-    (project / "pyproject.toml").write_text(BENCH_PYPROJECT.format(url=bed.url), encoding="utf-8")
-    (project / "upstream.txt").write_text(pin + "\n", encoding="utf-8")
-    shutil.copy(settings.root / "tasks.py", project / "tasks.py")
-    write_bench_queue(bed.url, pin, project / "patches", settings.env, base / "scratch")
-    # the shipped queue first (it applies to this tree: the test-bed's 0.3.35 commit has the pin's
-    # tree), then the bench's own patches: the figures are those of the product's queue
-    patches = with_shipped(settings.patch_dir, project / "patches")
+    project, patches = _bench_project(settings, bed.url, pin)
     invoke = str(Path(python).parent / "invoke")
     env = dict(settings.env)
     env.pop("CI", None)  # measure the interactive path
@@ -215,18 +238,9 @@ def bench_prepare(
         )
 
     console.info(f"bench: cold prepare vs raw git, {rounds} round(s) each, alternating")
-    skippy_samples: list[float] = []
-    raw_samples: list[float] = []
     skippy_cold()  # warm the page cache and the archive-free path once
     raw_cold()
-    for i in range(rounds):
-        order: Sequence[tuple[list[float], Callable[[], None]]] = (
-            ((skippy_samples, skippy_cold), (raw_samples, raw_cold))
-            if i % 2 == 0
-            else ((raw_samples, raw_cold), (skippy_samples, skippy_cold))
-        )
-        for samples, action in order:
-            samples.append(timed(action))
+    skippy_samples, raw_samples = alternating(rounds, skippy_cold, raw_cold)
     raw_head = proc.run(["git", "-C", str(raw_dir), "rev-parse", "HEAD^{tree}"], env=raw_env).stdout.strip()
     ours_head = proc.run(["git", "-C", str(workdir), "rev-parse", "HEAD^{tree}"], env=raw_env).stdout.strip()
     cold_skippy, cold_raw = Timing(tuple(skippy_samples)), Timing(tuple(raw_samples))
@@ -316,9 +330,6 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
     Runs in the bench project that :func:`bench_prepare` left (real llama.cpp tree, five-patch queue):
     builds ``llama-server`` once (compiler cache under the cache dir), then measures with ``ninja -n``.
     """
-    from skippy.build.builder import execute_plan, plan_build
-    from skippy.build.toolchain import inspect_tree, probe_toolchain
-    from skippy.core.settings import Settings as _Settings
     from skippy.queue import workdir as wd
 
     project = settings.cache_dir.parent / "bench" / "project"
@@ -329,29 +340,8 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
     genv = hermetic_env(settings.env, workdir.parent)
     if not (workdir / ".git").is_dir():
         proc.run([invoke, "prepare", "--pinned"], env=env, cwd=project)
-    first = wd.read_stamp(workdir / ".git")
-    assert first is not None
-    # the build exactly as `nox -s build-cpu` plans it (flags, launcher, provenance, build info)
-    build_settings = _Settings.from_table(
-        project, {"build_root": str(project / "build"), "cache_dir": str(settings.cache_dir / "bench")}, env
-    )
-    plan = plan_build(
-        "cpu",
-        build_settings,
-        tree=inspect_tree(workdir),
-        toolchain=probe_toolchain("cpu", build_settings),
-        patched_sha=first.patched_sha,
-        upstream_sha=first.upstream_sha,
-        queue_digest=first.queue_digest,
-        build_number=0,
-    )
-    build_dir = plan.build_dir
-    build_env = {**env, **plan.env_overrides}
     target = "llama-server"
-    with console.step("bench: configure and build llama-server once (compile counts need a built tree)"):
-        started = time.perf_counter()
-        execute_plan(plan, Console(env={}, stream=_Null()))
-        build_seconds = time.perf_counter() - started
+    build_dir, build_env, build_seconds = _build_once(settings, console, project, workdir, env)
     results: dict[str, Any] = {"target": target, "initial_build_s": round(build_seconds, 1)}
     compile_steps = StepCounter(build_dir, build_env, target)
     results["dry_run_always_listed"] = sorted(compile_steps.always)
@@ -363,39 +353,13 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
     base, old_head = stamp.base_commit, stamp.patched_sha
     (patch,) = (project / "patches" / "model_support").glob("*-gemma3-comment.patch")
     old_patch = patch.read_bytes()
-    variant = tuple(
-        (lane, name, rel, line + "// and one more line\n" if lane == "model_support" else line)
-        for lane, name, rel, line in BENCH_EDITS
-    )
-    scratch_queue = project.parent / "variant-queue"
-    write_bench_queue(bed_url(workdir, genv), base, scratch_queue, env, project.parent / "scratch", edits=variant)
-    new_patch = (scratch_queue / "model_support" / "0001-gemma3-comment.patch").read_bytes()
-    shutil.rmtree(scratch_queue)
+    new_patch = _variant_patch(project, workdir, genv, env, base)
     # the new patched commit, computed aside (nothing in the workdir moves)
     patch.write_bytes(new_patch)
-    from skippy.core.settings import Settings as _Settings
-    from skippy.queue.model import load_queue
-    from skippy.queue.prepare import apply_queue_aside
-
-    bench_settings = _Settings.load(project, env)
-    queue = load_queue(bench_settings.patch_dir)
-    repo = Repo(workdir, env)
-    new_head = apply_queue_aside(bench_settings, repo, base, queue, console=console)
+    new_head, queue_paths = _patched_aside(project, workdir, env, base, console)
     patch.write_bytes(old_patch)
-    changed = [
-        p
-        for p in proc.run(
-            ["git", "-C", str(workdir), "diff", "--name-only", old_head, new_head], env=genv
-        ).stdout.splitlines()
-        if p
-    ]
-    all_patched = [
-        p
-        for p in proc.run(
-            ["git", "-C", str(workdir), "diff", "--name-only", base, old_head], env=genv
-        ).stdout.splitlines()
-        if p
-    ]
+    changed = _git_lines(workdir, genv, "diff", "--name-only", old_head, new_head)
+    all_patched = _git_lines(workdir, genv, "diff", "--name-only", base, old_head)
     saved = _snapshot(workdir, sorted(set(changed) | set(all_patched)))
     # (a) the physical minimum: write the new content of the changed files by hand
     for rel in changed:
@@ -408,10 +372,7 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
     # (b) what the old scripts did: reset to upstream and re-apply the whole (new) queue
     patch.write_bytes(new_patch)
     proc.run(["git", "-C", str(workdir), "checkout", "--quiet", "--force", "--detach", base], env=genv)
-    proc.run(
-        ["git", "-C", str(workdir), "am", "--3way", "--quiet", *[str(p.path) for p in queue.patches]],
-        env=genv,
-    )
+    proc.run(["git", "-C", str(workdir), "am", "--3way", "--quiet", *queue_paths], env=genv)
     reset_reapply = compile_steps()
     proc.run(["git", "-C", str(workdir), "checkout", "--quiet", "--force", "--detach", old_head], env=genv)
     _restore(workdir, saved)
@@ -436,6 +397,67 @@ def bench_minimal_touch(settings: Settings, console: Console, *, python: str = s
     return results
 
 
+def _build_once(
+    settings: Settings, console: Console, project: Path, workdir: Path, env: Mapping[str, str]
+) -> tuple[Path, dict[str, str], float]:
+    """Configure and build the bench tree exactly as ``nox -s build-cpu`` plans it (flags, launcher,
+    provenance, build info); ``(build dir, its environment, seconds)``."""
+    from skippy.build.builder import execute_plan, plan_build
+    from skippy.build.toolchain import inspect_tree, probe_toolchain
+    from skippy.queue import workdir as wd
+
+    first = wd.read_stamp(workdir / ".git")
+    assert first is not None
+    build_settings = Settings.from_table(
+        project, {"build_root": str(project / "build"), "cache_dir": str(settings.cache_dir / "bench")}, env
+    )
+    plan = plan_build(
+        "cpu",
+        build_settings,
+        tree=inspect_tree(workdir),
+        toolchain=probe_toolchain("cpu", build_settings),
+        patched_sha=first.patched_sha,
+        upstream_sha=first.upstream_sha,
+        queue_digest=first.queue_digest,
+        build_number=0,
+    )
+    with console.step("bench: configure and build llama-server once (compile counts need a built tree)"):
+        started = time.perf_counter()
+        execute_plan(plan, Console(env={}, stream=_Null()))
+        seconds = time.perf_counter() - started
+    return plan.build_dir, {**env, **plan.env_overrides}, seconds
+
+
+def _variant_patch(project: Path, workdir: Path, genv: Mapping[str, str], env: Mapping[str, str], base: str) -> bytes:
+    """The model-support patch of the bench queue with one more line (exported like the others)."""
+    variant = tuple(
+        (lane, name, rel, line + "// and one more line\n" if lane == "model_support" else line)
+        for lane, name, rel, line in BENCH_EDITS
+    )
+    scratch_queue = project.parent / "variant-queue"
+    write_bench_queue(bed_url(workdir, genv), base, scratch_queue, env, project.parent / "scratch", edits=variant)
+    new_patch = (scratch_queue / "model_support" / "0001-gemma3-comment.patch").read_bytes()
+    shutil.rmtree(scratch_queue)
+    return new_patch
+
+
+def _patched_aside(
+    project: Path, workdir: Path, env: Mapping[str, str], base: str, console: Console
+) -> tuple[str, list[str]]:
+    """The patched commit of the project's queue on ``base``, built aside; and the queue's patch files."""
+    from skippy.queue.model import load_queue
+    from skippy.queue.prepare import apply_queue_aside
+
+    bench_settings = Settings.load(project, env)
+    queue = load_queue(bench_settings.patch_dir)
+    new_head = apply_queue_aside(bench_settings, Repo(workdir, env), base, queue, console=console)
+    return new_head, [str(p.path) for p in queue.patches]
+
+
+def _git_lines(workdir: Path, genv: Mapping[str, str], *args: str) -> list[str]:
+    return [p for p in proc.run(["git", "-C", str(workdir), *args], env=genv).stdout.splitlines() if p]
+
+
 def bench_builds(settings: Settings, console: Console, *, python: str = sys.executable) -> dict[str, Any]:
     """Build figures on the bench checkout (real llama.cpp + the bench queue):
 
@@ -443,6 +465,9 @@ def bench_builds(settings: Settings, console: Console, *, python: str = sys.exec
       argv run raw into another fresh dir, in the same run;
     * ``nox -s build-cpu`` of the project when everything is up to date (before the spot check);
     * a rebuild into a fresh dir with a warm compiler cache vs a cold one.
+
+    Over 80 lines on purpose for now: three measurements read in sequence, each on the build API
+    (plan, execute, cache server) that is being reworked; it splits with that rework.
     """
     from skippy.build.builder import BuildOptions, plan_build
     from skippy.build.toolchain import inspect_tree, probe_toolchain

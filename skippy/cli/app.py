@@ -62,7 +62,8 @@ def prepare_main(
     interactive = False if no_interactive else None
 
     def action() -> dict[str, Any]:
-        from skippy.queue.prepare import Target, prepare, resume_session, triage_target
+        from skippy.queue.prepare import Target, prepare, triage_target
+        from skippy.queue.session import resume_session
 
         chosen = [name for name, on in (("--pinned", pinned), ("--latest", latest), ("--sha", bool(sha))) if on]
         if len(chosen) > 1:

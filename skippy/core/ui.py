@@ -124,3 +124,13 @@ class OptionParser(argparse.ArgumentParser):
             next_step=f"use one of the valid options ({self.prog} --help)",
             details="valid options:\n" + "\n".join("  " + line for line in self.valid_options()),
         )
+
+
+def human_size(n: float | None) -> str:
+    """``123 B``, ``4.5 KiB``, ``67.8 MiB``, ``1.23 GiB``: sizes in console lines and messages."""
+    value = float(n or 0)
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.2f} GiB"

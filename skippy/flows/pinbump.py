@@ -11,6 +11,7 @@ audit, then writes the new pin atomically and prints the summary.
 
 from __future__ import annotations
 
+import functools
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,9 +25,11 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain.summary import Summary, summarize
 from skippy.queue import workdir as wd
-from skippy.queue.archives import owned_scratch
 from skippy.queue.model import Patch, Queue, load_queue
-from skippy.queue.prepare import PrepareReport, Target, prepare, read_pin, resolve_target
+from skippy.queue.prepare import prepare, resolve_target
+from skippy.queue.run import PrepareReport
+from skippy.queue.scratch import owned_scratch
+from skippy.queue.target import Target, read_pin
 
 # --------------------------------------------------------------------------- applying in an index
 
@@ -116,6 +119,18 @@ def _subject(repo: Repo, sha: str) -> str:
     return repo.git("log", "-1", "--format=%s", sha).stdout.strip()
 
 
+def _last_holding(good: int, bad: int, holds: Callable[[int], bool]) -> int:
+    """The last index in ``good..bad`` where ``holds`` is true, given it holds at ``good`` and not at
+    ``bad`` and never again once it stops (the bisection invariant)."""
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if holds(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
 def bisect_queue(repo: Repo, queue: Queue, pin: str, target: str, *, scratch: Path) -> BisectReport:
     """Binary searches over the first-parent line ``pin..target`` (local commits).
 
@@ -142,29 +157,17 @@ def bisect_queue(repo: Repo, queue: Queue, pin: str, target: str, *, scratch: Pa
     def whole(i: int) -> bool:
         return all(applier.verdicts(line[i], patches))
 
-    lo, hi = 0, len(line) - 1  # whole(lo) is true
-    if whole(hi):
-        lo = hi
-    else:
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if whole(mid):
-                lo = mid
-            else:
-                hi = mid
+    def applies(index: int, i: int) -> bool:
+        return applier.verdicts(line[i], patches)[index]
+
+    last = len(line) - 1
+    lo = last if whole(last) else _last_holding(0, last, whole)
     breakers: list[Breaker] = []
     at_target = applier.verdicts(line[-1], patches)
     for index, (patch, ok) in enumerate(zip(patches, at_target, strict=True)):
         if ok:
             continue
-        good, bad = 0, len(line) - 1
-        while bad - good > 1:
-            mid = (good + bad) // 2
-            if applier.verdicts(line[mid], patches)[index]:
-                good = mid
-            else:
-                bad = mid
-        commit = line[bad]
+        commit = line[_last_holding(0, last, functools.partial(applies, index)) + 1]
         breakers.append(Breaker(patch.label, patch.subject, commit, _subject(repo, commit)))
     return BisectReport(
         pin=pin,
@@ -306,7 +309,7 @@ def _default_parity(settings: Settings, console: Console, repo: Repo, base: str,
 
 def pin_text(old: str, sha: str) -> str:
     """The pin file ``old`` with its SHA line replaced by ``sha``: comment lines (``#``, as
-    :func:`skippy.queue.prepare.read_pin` reads them), blank lines, indentation and line endings stay."""
+    :func:`skippy.queue.target.read_pin` reads them), blank lines, indentation and line endings stay."""
     lines = old.splitlines(keepends=True)
     for i, line in enumerate(lines):
         body = line.rstrip("\r\n")
@@ -357,28 +360,9 @@ def pin_bump(
         console.info(f"the pin is already {old_pin[:12]}: nothing to bump")
         return BumpReport(old_pin, old_pin, False, dry_run, "", (), None, notes=(*notes, "already at the target"))
     if not repo.is_ancestor(old_base, new_base) and not allow_non_descendant:
-        backwards = repo.is_ancestor(new_base, old_base)
-        raise SettingsError(
-            f"{new_pin[:12]} is "
-            + ("behind the pin (an ancestor of it)" if backwards else "not a descendant of the pin")
-            + f" {old_pin[:12]}: refusing to move the pin {'backwards' if backwards else 'sideways'}",
-            untouched=f"{settings.relative(settings.pin_file)} and the workdir",
-            next_step="pass --allow-non-descendant if this is really meant",
-        )
+        raise _not_forward(settings, repo, (old_pin, old_base), (new_pin, new_base))
     target = Target.at(new_pin)
-    try:
-        prepared = prepare(settings, target, console=console, interactive=False)
-    except ConflictError as exc:
-        if repo.is_ancestor(old_base, new_base):
-            with owned_scratch(settings.cache_dir / "tmp", "bisect-") as tmp:
-                found = bisect_queue(repo, queue, old_base, new_base, scratch=tmp)
-            exc.details = (exc.details or "") + "\n\n" + found.render()
-            exc.next_step = (
-                f"refresh the patches named above, or bump to the newest compatible commit "
-                f"{found.newest_compatible[:12]} with `invoke pin-bump --newest-compatible`"
-            )
-        exc.untouched = f"{settings.relative(settings.pin_file)}: the pin was not changed"
-        raise
+    prepared = _prepare_or_bisect(settings, repo, queue, target, bases=(old_base, new_base), console=console)
 
     def prepare_new(s: Settings, c: Console) -> PrepareReport:
         return prepare(s, target, console=c, interactive=False)
@@ -393,10 +377,7 @@ def pin_bump(
     numerics = _numerics(settings, outcomes.get("cpu"), write=not dry_run)
     written = False
     if not dry_run:
-        write_pin_atomic(settings.pin_file, new_pin)
-        if settings.pin_mirror is not None:
-            write_pin_atomic(settings.pin_mirror, new_pin)
-            notes.append(f"mirrored the pin to {settings.relative(settings.pin_mirror)}")
+        notes += _write_pins(settings, new_pin)
         written = True
     console.summary(summary.markdown())
     report_numerics = tuple(numerics)
@@ -412,6 +393,49 @@ def pin_bump(
         notes=tuple(notes),
         numerics=report_numerics,
     )
+
+
+def _not_forward(settings: Settings, repo: Repo, old: tuple[str, str], new: tuple[str, str]) -> SettingsError:
+    """The refusal of a target that does not descend from the pin; ``old``/``new``: (pin, local base)."""
+    backwards = repo.is_ancestor(new[1], old[1])
+    return SettingsError(
+        f"{new[0][:12]} is "
+        + ("behind the pin (an ancestor of it)" if backwards else "not a descendant of the pin")
+        + f" {old[0][:12]}: refusing to move the pin {'backwards' if backwards else 'sideways'}",
+        untouched=f"{settings.relative(settings.pin_file)} and the workdir",
+        next_step="pass --allow-non-descendant if this is really meant",
+    )
+
+
+def _prepare_or_bisect(
+    settings: Settings, repo: Repo, queue: Queue, target: Target, *, bases: tuple[str, str], console: Console
+) -> PrepareReport:
+    """Prepare ``target``; when the queue does not apply, the error also names, found by bisection,
+    the first upstream commit each patch breaks at and the newest one the whole queue applies to
+    (between ``bases``: the local commits of the old pin and of the target)."""
+    old_base, new_base = bases
+    try:
+        return prepare(settings, target, console=console, interactive=False)
+    except ConflictError as exc:
+        if repo.is_ancestor(old_base, new_base):
+            with owned_scratch(settings.cache_dir / "tmp", "bisect-") as tmp:
+                found = bisect_queue(repo, queue, old_base, new_base, scratch=tmp)
+            exc.details = (exc.details or "") + "\n\n" + found.render()
+            exc.next_step = (
+                f"refresh the patches named above, or bump to the newest compatible commit "
+                f"{found.newest_compatible[:12]} with `invoke pin-bump --newest-compatible`"
+            )
+        exc.untouched = f"{settings.relative(settings.pin_file)}: the pin was not changed"
+        raise
+
+
+def _write_pins(settings: Settings, new_pin: str) -> list[str]:
+    """Write the pin (and its mirror, when configured); the notes to report."""
+    write_pin_atomic(settings.pin_file, new_pin)
+    if settings.pin_mirror is None:
+        return []
+    write_pin_atomic(settings.pin_mirror, new_pin)
+    return [f"mirrored the pin to {settings.relative(settings.pin_mirror)}"]
 
 
 def _numerics(settings: Settings, cpu_outcome: object, *, write: bool) -> list[dict[str, Any]]:

@@ -265,7 +265,7 @@ def _check_range(repo: Repo, lower: str, upper: str, what: str) -> None:
 
 def _scratch(settings: Settings) -> contextlib.AbstractContextManager[Path]:
     """A scratch folder of this run (what a killed run left there is removed by the next one)."""
-    from skippy.queue.archives import owned_scratch
+    from skippy.queue.scratch import owned_scratch
 
     return owned_scratch(settings.cache_dir / "tmp", "regenerate-")
 

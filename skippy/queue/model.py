@@ -215,59 +215,7 @@ def _load_series_lane(patch_dir: Path, lane: Lane, violations: list[Violation]) 
                 )
             )
         return []
-    listed: dict[str, int] = {}
-    entries: list[tuple[int, str]] = []
-    text = series.read_bytes().decode("utf-8", errors="replace")
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        entry = raw.rstrip("\r").strip()
-        if not entry or entry.startswith("#"):
-            continue
-        if entry.startswith("/") or "/" in entry or "\\" in entry or entry in (".", "..") or ".." in entry.split("/"):
-            violations.append(
-                Violation(
-                    lane,
-                    series,
-                    lineno,
-                    f"entry {entry!r} is not a plain file name in {lane.folder}/",
-                    "list patches by file name only; keep them in the lane folder",
-                )
-            )
-            continue
-        if " " in entry or "\t" in entry:
-            violations.append(
-                Violation(
-                    lane,
-                    series,
-                    lineno,
-                    f"entry {entry!r} carries options or spaces",
-                    "one patch file name per line, no quilt options",
-                )
-            )
-            continue
-        if entry in listed:
-            violations.append(
-                Violation(
-                    lane,
-                    series,
-                    lineno,
-                    f"{entry} is listed again (first on line {listed[entry]})",
-                    "remove the duplicate line",
-                )
-            )
-            continue
-        listed[entry] = lineno
-        if entry not in on_disk:
-            violations.append(
-                Violation(
-                    lane,
-                    series,
-                    lineno,
-                    f"{entry} does not exist in {lane.folder}/",
-                    "add the patch file or remove the line",
-                )
-            )
-            continue
-        entries.append((lineno, entry))
+    listed, entries = _read_series(lane, series, on_disk, violations)
     for name in sorted(on_disk - set(listed)):
         violations.append(
             Violation(
@@ -278,6 +226,51 @@ def _load_series_lane(patch_dir: Path, lane: Lane, violations: list[Violation]) 
                 f"add {name} to {lane.folder}/series or delete the file",
             )
         )
+    return _series_patches(lane, series, entries, violations)
+
+
+def _read_series(
+    lane: Lane, series: Path, on_disk: set[str], violations: list[Violation]
+) -> tuple[dict[str, int], list[tuple[int, str]]]:
+    """Every entry of ``series`` with its line (``listed``) and the usable ones, in order (``entries``)."""
+    listed: dict[str, int] = {}
+    entries: list[tuple[int, str]] = []
+    text = series.read_bytes().decode("utf-8", errors="replace")
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        entry = raw.rstrip("\r").strip()
+        if not entry or entry.startswith("#"):
+            continue
+        problem = _series_entry_problem(lane, entry, listed)
+        if problem is None:
+            listed[entry] = lineno
+            if entry not in on_disk:
+                problem = f"{entry} does not exist in {lane.folder}/", "add the patch file or remove the line"
+        if problem is not None:
+            violations.append(Violation(lane, series, lineno, *problem))
+        else:
+            entries.append((lineno, entry))
+    return listed, entries
+
+
+def _series_entry_problem(lane: Lane, entry: str, listed: dict[str, int]) -> tuple[str, str] | None:
+    """What is wrong with the form of one series line, and its fix (the first rule that fails)."""
+    if entry.startswith("/") or "/" in entry or "\\" in entry or entry in (".", "..") or ".." in entry.split("/"):
+        return (
+            f"entry {entry!r} is not a plain file name in {lane.folder}/",
+            "list patches by file name only; keep them in the lane folder",
+        )
+    if " " in entry or "\t" in entry:
+        return f"entry {entry!r} carries options or spaces", "one patch file name per line, no quilt options"
+    if entry in listed:
+        return f"{entry} is listed again (first on line {listed[entry]})", "remove the duplicate line"
+    return None
+
+
+def _series_patches(
+    lane: Lane, series: Path, entries: list[tuple[int, str]], violations: list[Violation]
+) -> list[Patch]:
+    """The patches of the listed entries, each named ``NNNN-subject.patch`` and numbered in order."""
+    folder = series.parent
     patches: list[Patch] = []
     numbered: list[tuple[int, Path, int | None]] = []
     for lineno, entry in entries:
@@ -295,13 +288,12 @@ def _load_series_lane(patch_dir: Path, lane: Lane, violations: list[Violation]) 
             )
             continue
         number = int(match["num"])
+        numbered.append((number, path, lineno))
         if not _resolves_inside(path, folder):
             violations.append(_escaping_link(lane, series, lineno, f"{lane.folder}/", name=entry))
-            numbered.append((number, path, lineno))
             continue
         data = path.read_bytes()
         _check_mailbox(lane, path, data, violations)
-        numbered.append((number, path, lineno))
         patches.append(Patch(lane, path, number, data))
     _check_contiguous(lane, numbered, violations, series=series)
     return patches

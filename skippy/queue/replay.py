@@ -24,7 +24,10 @@ from skippy.core.errors import QueueError, WorkdirError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from skippy.queue.guard import locked
 from skippy.queue.model import LANES, Lane, Patch, Queue, queue_digest
+from skippy.queue.prepare import apply_queue_aside, resolve_target
+from skippy.queue.target import Target
 
 #: config that shapes `git format-patch` output, forced over the repository's own
 EXPORT_CONFIG: tuple[tuple[str, str], ...] = (
@@ -142,8 +145,6 @@ def pinned_store(
     """A repository with the pinned commit: ``checkout`` (default the workdir) when it is a git
     checkout, else a temporary repository (fetched or imported from the source archive, removed
     afterwards).  Work happens in temporary worktrees only."""
-    from skippy.queue.prepare import Target, _locked, resolve_target
-
     path = checkout if checkout is not None else settings.workdir
     if (path / ".git").exists():
         repo = Repo(path, settings.env, echo=console.command)
@@ -153,7 +154,7 @@ def pinned_store(
                 untouched="everything",
                 next_step="run `invoke prepare --pinned`, or pass --checkout PATH",
             )
-        guard = _locked(settings, console) if lock and path == settings.workdir else contextlib.nullcontext()
+        guard = locked(settings, console) if lock and path == settings.workdir else contextlib.nullcontext()
         with guard:
             upstream_sha, base, source = resolve_target(
                 settings, repo, Target.pinned(), console=console, offline=offline
@@ -207,8 +208,6 @@ def sub_queue(queue: Queue, lanes: tuple[Lane, ...]) -> Queue:
 
 def replay(settings: Settings, repo: Repo, base: str, queue: Queue, *, console: Console) -> Replay:
     """Apply ``queue`` on ``base`` in a temporary worktree (raises ConflictError); one commit per patch."""
-    from skippy.queue.prepare import apply_queue_aside
-
     if not queue.patches:
         return Replay(base, base, ())
     patched = apply_queue_aside(settings, repo, base, queue, console=console)

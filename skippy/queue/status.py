@@ -10,8 +10,10 @@ from skippy.core.errors import SkippyError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.queue import workdir as wd
+from skippy.queue.am_output import unmerged_paths
 from skippy.queue.model import load_queue
-from skippy.queue.prepare import read_pin
+from skippy.queue.session import next_commands
+from skippy.queue.target import read_pin
 
 
 @dataclass(frozen=True)
@@ -75,14 +77,7 @@ class Status:
 
 
 def compute_status(settings: Settings) -> Status:
-    queue_error: str | None = None
-    digest: str | None = None
-    count = 0
-    try:
-        queue = load_queue(settings.patch_dir)
-        digest, count = queue.digest, len(queue.patches)
-    except SkippyError as exc:
-        queue_error = exc.what
+    digest, count, queue_error = _queue_state(settings)
     pin: str | None
     try:
         pin = read_pin(settings)
@@ -100,7 +95,7 @@ def compute_status(settings: Settings) -> Status:
     repo = Repo(settings.workdir, settings.env)
     stamp = wd.read_stamp(git_dir)
     journal = wd.read_journal(git_dir)
-    interrupted = f"a prepare was interrupted ({journal.op})" if journal else None
+    interrupted = _interrupted(repo, journal) if journal else None
     work = wd.local_work(repo, git_dir, stamp, settings.tolerated_untracked)
     head = repo.head()
     up_to_date = bool(
@@ -114,28 +109,63 @@ def compute_status(settings: Settings) -> Status:
     )
     if queue_error:
         would = "refuse: fix the queue / pin first"
-    elif journal is not None and journal.op == "switch" and journal.to_commit:
-        would = (
+    elif journal is not None:
+        would = _would_recover(journal, repo, rel)
+    elif up_to_date:
+        would = "nothing (up to date)"
+    else:
+        would = _would(pin, digest, stamp, work)
+    return Status(rel, pin, digest, count, queue_error, True, head, stamp, work, interrupted, would, up_to_date)
+
+
+def _queue_state(settings: Settings) -> tuple[str | None, int, str | None]:
+    """``(digest, number of patches, error)`` of the queue as it is on disk."""
+    try:
+        queue = load_queue(settings.patch_dir)
+    except SkippyError as exc:
+        return None, 0, exc.what
+    return queue.digest, len(queue.patches), None
+
+
+def _interrupted(repo: Repo, journal: wd.Journal) -> str:
+    if journal.op != "session":
+        return f"a prepare was interrupted ({journal.op})"
+    unmerged = unmerged_paths(repo)
+    return f"a conflict session is stopped at {journal.stopped_patch}: " + (
+        f"conflicts in {', '.join(unmerged)}"
+        if unmerged
+        else "the patch does not apply and git wrote no conflict markers"
+    )
+
+
+def _would_recover(journal: wd.Journal, repo: Repo, rel: str) -> str:
+    """What prepare does first with the journal an interrupted run left (or a stopped session)."""
+    if journal.op == "session":
+        return (
+            "refuse while the conflict session is stopped (`invoke prepare --force` saves it under a backup "
+            f"ref and discards it); next: {next_commands(repo, rel)}"
+        )
+    if journal.op == "switch" and journal.to_commit:
+        return (
             f"finish the interrupted move to {journal.to_commit[:12]} (over the files it wrote only: files "
             "changed since are refused, or saved first with --force), then converge"
         )
-    elif interrupted:
-        would = "recover the interrupted run, then re-apply"
-    elif stamp is None and work.head_problem and not (work.modified or work.untracked or work.in_progress):
-        would = (
+    return "recover the interrupted run, then re-apply"
+
+
+def _would(pin: str | None, digest: str | None, stamp: wd.Stamp | None, work: wd.LocalWork) -> str:
+    """What prepare does with a workdir that no run left half-done and that is not up to date."""
+    if stamp is None and work.head_problem and not (work.modified or work.untracked or work.in_progress):
+        return (
             "check whether HEAD is this queue applied on its upstream base (replaying the queue in a "
             "temporary worktree): if so carry on from it, else refuse (local commits)"
         )
-    elif not work.empty:
-        would = "refuse: local work present (commit it into the queue, or use --force: it is backed up first)"
-    elif up_to_date:
-        would = "nothing (up to date)"
-    elif stamp is None:
-        would = f"check out {pin[:12] if pin else 'the pin'} and apply the queue"
-    elif pin and stamp.upstream_sha != pin:
-        would = f"move from upstream {stamp.upstream_sha[:12]} to the pin {pin[:12]} and re-apply the queue"
-    elif stamp.queue_digest != digest:
-        would = "re-apply the changed queue (only files whose content changes are rewritten)"
-    else:
-        would = f"move HEAD back to the patched commit {stamp.patched_sha[:12]}"
-    return Status(rel, pin, digest, count, queue_error, True, head, stamp, work, interrupted, would, up_to_date)
+    if not work.empty:
+        return "refuse: local work present (commit it into the queue, or use --force: it is backed up first)"
+    if stamp is None:
+        return f"check out {pin[:12] if pin else 'the pin'} and apply the queue"
+    if pin and stamp.upstream_sha != pin:
+        return f"move from upstream {stamp.upstream_sha[:12]} to the pin {pin[:12]} and re-apply the queue"
+    if stamp.queue_digest != digest:
+        return "re-apply the changed queue (only files whose content changes are rewritten)"
+    return f"move HEAD back to the patched commit {stamp.patched_sha[:12]}"

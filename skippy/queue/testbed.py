@@ -32,7 +32,7 @@ from skippy.core.errors import ArchiveError, LockBusyError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.queue import archives
+from skippy.queue import archive_fetch, archive_unpack, archives
 
 SCHEMA: Final = "skippy-testbed-v1"
 MANIFEST: Final = "skippy-testbed.json"
@@ -142,11 +142,11 @@ def commit_message(source: SdistSource, upstream_sha: str | None) -> str:
 
 def build_testbed(
     cache_dir: Path,
-    ctx: archives.FetchContext,
+    ctx: archive_fetch.FetchContext,
     *,
     archive_cache: Path | None = None,
     sources: Sequence[SdistSource] = LLAMA_CPP_PYTHON,
-    fetcher: archives.Fetcher = archives.fetch,
+    fetcher: archive_fetch.Fetcher = archive_fetch.fetch,
     lock_timeout: float = 1800.0,
 ) -> LlamaTestbed:
     """The test-bed for ``sources``, built once under ``cache_dir`` and reused."""
@@ -183,11 +183,11 @@ def build_testbed(
 
 def _build(
     tmp: Path,
-    ctx: archives.FetchContext,
+    ctx: archive_fetch.FetchContext,
     *,
     downloads: Path,
     sources: Sequence[SdistSource],
-    fetcher: archives.Fetcher,
+    fetcher: archive_fetch.Fetcher,
     lock_timeout: float,
 ) -> Path:
     bare = tmp / "upstream.git"
@@ -198,12 +198,12 @@ def _build(
     parent: str | None = None
     for index, source in enumerate(sources):
         with ctx.console.step(f"test-bed: {source.package} {source.version}"):
-            archive = archives.fetch_verified(
+            archive = archive_fetch.fetch_verified(
                 source.url, source.sha256, downloads, ctx, fetcher=fetcher, lock_timeout=lock_timeout
             )
             upstream_sha = _vendored_commit(archive, source)
             with tempfile.TemporaryDirectory(prefix="unpack-", dir=tmp) as work:
-                tree = archives.safe_unpack(archive, Path(work) / "tree", source.folder)
+                tree = archive_unpack.safe_unpack(archive, Path(work) / "tree", source.folder)
                 sha = archives.commit_folder(
                     repo,
                     tree,
@@ -233,7 +233,7 @@ def _build(
 
 
 def _vendored_commit(archive: Path, source: SdistSource) -> str | None:
-    recorded = archives.read_member_text(archive, source.head_member)
+    recorded = archive_unpack.read_member_text(archive, source.head_member)
     value = recorded.strip() if recorded else None
     if value is not None and not _SHA1.match(value):
         value = None  # a symbolic HEAD names no commit
@@ -246,7 +246,7 @@ def _vendored_commit(archive: Path, source: SdistSource) -> str | None:
     return source.upstream_sha or value
 
 
-def _load(path: Path, ctx: archives.FetchContext) -> LlamaTestbed | None:
+def _load(path: Path, ctx: archive_fetch.FetchContext) -> LlamaTestbed | None:
     """The test-bed at ``path`` if its manifest is there and every commit exists."""
     manifest = path / MANIFEST
     if not manifest.is_file():
@@ -268,7 +268,7 @@ def _load(path: Path, ctx: archives.FetchContext) -> LlamaTestbed | None:
 
 def project_testbed(settings: Settings, console: Console, *, python: str | None = None) -> LlamaTestbed:
     """The project's test-bed: built under ``<cache_dir>/testbed``, downloads shared with archive imports."""
-    ctx = archives.FetchContext.from_settings(settings, console, python=python)
+    ctx = archive_fetch.FetchContext.from_settings(settings, console, python=python)
     return build_testbed(
         settings.cache_dir / "testbed",
         ctx,

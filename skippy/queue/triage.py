@@ -26,6 +26,7 @@ from typing import Any
 
 from skippy.core.git import AM_ARGS, AM_ENV, Repo
 from skippy.queue import workdir as wd
+from skippy.queue.am_output import failed_paths, unmerged_paths
 from skippy.queue.model import Patch, Queue
 
 CLASSES = ("clean", "3way", "conflict", "preimage-missing", "already-applied")
@@ -145,19 +146,19 @@ def try_patch(aside: Repo, patch: Patch) -> PatchVerdict:
     if result.ok:
         return PatchVerdict(patch.label, patch.subject, "3way", paths=touched_paths(patch))
     output = result.stdout + result.stderr
-    conflicts = tuple(
-        p for p in aside.git("diff", "--name-only", "--diff-filter=U", check=False).stdout.splitlines() if p
-    )
+    conflicts = unmerged_paths(aside)
     aside.git("am", "--abort", check=False)
+    # without conflict markers, the paths git's errors name (whole), never every path the patch touches
+    failed = failed_paths(output) or failed_paths(forward.stdout + forward.stderr) or touched_paths(patch)
     if "could not build fake ancestor" in output or "sha1 information is lacking" in output:
         return PatchVerdict(
             patch.label,
             patch.subject,
             "preimage-missing",
-            paths=touched_paths(patch),
+            paths=failed,
             detail="the blobs it was made against are unknown here: re-export it from a branch on this upstream",
         )
-    return PatchVerdict(patch.label, patch.subject, "conflict", paths=conflicts or touched_paths(patch))
+    return PatchVerdict(patch.label, patch.subject, "conflict", paths=conflicts or failed)
 
 
 def blame(repo: Repo, since: str | None, target: str, paths: tuple[str, ...], limit: int = 10) -> tuple[Blame, ...]:

@@ -26,7 +26,7 @@ from skippy.core.errors import NetworkError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import run_build_session
-from skippy.queue import archives
+from skippy.queue import archive_fetch
 from skippy.queue.testbed import LLAMA_CPP_PYTHON, LlamaTestbed, project_testbed
 from tests.e2e.needs import (
     ENV_AT_START,
@@ -73,9 +73,9 @@ def testbed(project_settings: Settings) -> LlamaTestbed:
 def pinned_sdist(project_settings: Settings) -> Path:
     """The llama-cpp-python 0.3.35 sdist (the pin's tree) in the shared download cache."""
     source = LLAMA_CPP_PYTHON[1]
-    ctx = archives.FetchContext.from_settings(project_settings, Console(env=project_settings.env))
+    ctx = archive_fetch.FetchContext.from_settings(project_settings, Console(env=project_settings.env))
     try:
-        return archives.fetch_verified(source.url, source.sha256, project_settings.cache_dir / "archives", ctx)
+        return archive_fetch.fetch_verified(source.url, source.sha256, project_settings.cache_dir / "archives", ctx)
     except NetworkError as exc:
         cannot_run(f"cannot fetch {source.package} {source.version}: {exc.what}")
 

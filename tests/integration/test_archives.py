@@ -19,8 +19,8 @@ from skippy.core.errors import ArchiveError, NetworkError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.queue import archives
-from skippy.queue.archives import FetchContext
+from skippy.queue import archive_fetch, archives
+from skippy.queue.archive_fetch import FetchContext
 from tests.gitfixtures import git
 
 pytestmark = pytest.mark.integration
@@ -66,7 +66,7 @@ class CountingFetcher:
 
     def __call__(self, url: str, into: Path, ctx: FetchContext) -> Path:
         self.calls += 1
-        return archives.fetch(url, into, ctx)
+        return archive_fetch.fetch(url, into, ctx)
 
 
 def settings_for(root: Path, env: dict[str, str], url: str, sha256: str, folder: str = FOLDER) -> Settings:
@@ -122,7 +122,7 @@ def work_repo(tmp_path: Path, git_env: dict[str, str]) -> Repo:
 
 def test_fixture_archive_is_reproducible(tiny: Path, tmp_path: Path) -> None:
     again = make_tar_gz(tmp_path / "again.tar.gz", TINY_FILES, {f"{FOLDER}/docs/model.cpp": "../src/llama-model.cpp"})
-    assert archives.sha256_of(tiny) == archives.sha256_of(again) == TINY_SHA256
+    assert archive_fetch.sha256_of(tiny) == archive_fetch.sha256_of(again) == TINY_SHA256
 
 
 def test_import_makes_the_exact_deterministic_commit(
@@ -200,7 +200,7 @@ def test_changed_mapping_imports_again(tiny: Path, tmp_path: Path, work_repo: Re
     changed = dict(TINY_FILES)
     changed[f"{FOLDER}/src/llama-model.cpp"] = (0o644, b"// model v2\n")
     newer = make_tar_gz(tmp_path / "tiny-1.1.tar.gz", changed)
-    settings = settings_for(tmp_path, git_env, "file:tiny-1.1.tar.gz", archives.sha256_of(newer))
+    settings = settings_for(tmp_path, git_env, "file:tiny-1.1.tar.gz", archive_fetch.sha256_of(newer))
     new = archives.import_archive(settings, work_repo, UPSTREAM, console())
     assert new != old
     assert work_repo.rev_parse(f"refs/skippy/archive/{UPSTREAM}") == new
@@ -246,7 +246,7 @@ def test_bytes_are_committed_as_they_are_whatever_the_attributes_and_config(
         "t/run.sh": (0o755, b"#!/bin/sh\n"),
     }
     archive = make_tar_gz(tmp_path / "attrs.tar.gz", files)
-    settings = settings_for(tmp_path, git_env, "file:attrs.tar.gz", archives.sha256_of(archive), folder="t")
+    settings = settings_for(tmp_path, git_env, "file:attrs.tar.gz", archive_fetch.sha256_of(archive), folder="t")
     clean = new_repo(tmp_path / "clean", git_env)
     hostile = new_repo(tmp_path / "hostile", git_env)
     for key, value in (
@@ -346,9 +346,9 @@ def test_http_fetch_retries_transient_errors(server: str, tmp_path: Path) -> Non
     sleeps: list[float] = []
     into = tmp_path / "into"
     into.mkdir()
-    got = archives.fetch_http(f"{server}/files/tiny-1.0.tar.gz", into, http_ctx(tmp_path, stream, sleeps))
+    got = archive_fetch.fetch_http(f"{server}/files/tiny-1.0.tar.gz", into, http_ctx(tmp_path, stream, sleeps))
     assert got == into / "tiny-1.0.tar.gz"
-    assert archives.sha256_of(got) == TINY_SHA256
+    assert archive_fetch.sha256_of(got) == TINY_SHA256
     assert len(_Handler.hits) == 3
     assert sleeps == [0.5, 1.0]
     out = stream.getvalue()
@@ -363,7 +363,7 @@ def test_http_fetch_gives_up_on_not_found(server: str, tmp_path: Path) -> None:
     into = tmp_path / "into"
     into.mkdir()
     with pytest.raises(NetworkError, match="HTTP 404"):
-        archives.fetch_http(f"{server}/missing.tar.gz", into, http_ctx(tmp_path, io.StringIO(), sleeps))
+        archive_fetch.fetch_http(f"{server}/missing.tar.gz", into, http_ctx(tmp_path, io.StringIO(), sleeps))
     assert len(_Handler.hits) == 1
     assert sleeps == []
     assert not any(into.iterdir())
@@ -375,7 +375,7 @@ def test_http_fetch_gives_up_after_the_attempts(server: str, tmp_path: Path) -> 
     into = tmp_path / "into"
     into.mkdir()
     with pytest.raises(NetworkError, match="HTTP 500"):
-        archives.fetch_http(f"{server}/a.tar.gz", into, http_ctx(tmp_path, io.StringIO(), sleeps))
+        archive_fetch.fetch_http(f"{server}/a.tar.gz", into, http_ctx(tmp_path, io.StringIO(), sleeps))
     assert len(_Handler.hits) == 3
     assert sleeps == [0.5, 1.0]
 
@@ -389,6 +389,6 @@ def test_unreachable_host_is_retried_then_reported(tmp_path: Path) -> None:
     into = tmp_path / "into"
     into.mkdir()
     with pytest.raises(NetworkError, match="could not fetch"):
-        archives.fetch_http(f"http://127.0.0.1:{port}/a.tgz", into, http_ctx(tmp_path, io.StringIO(), sleeps))
+        archive_fetch.fetch_http(f"http://127.0.0.1:{port}/a.tgz", into, http_ctx(tmp_path, io.StringIO(), sleeps))
     assert sleeps == [0.5, 1.0]
     assert not any(into.iterdir())

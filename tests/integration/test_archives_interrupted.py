@@ -16,7 +16,7 @@ import pytest
 
 from skippy.core.errors import ArchiveError
 from skippy.core.git import Repo
-from skippy.queue import archives
+from skippy.queue import archives, scratch
 from tests.integration.test_archives import (
     TINY_COMMIT,
     TINY_SHA256,
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.integration
 CHILD = r"""
 import json, sys, time
 from pathlib import Path
-from skippy.queue import archives
+from skippy.queue import archive_fetch, archives, scratch
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -49,7 +49,7 @@ def stop_here(*args, **kwargs):
     raise SystemExit(3)
 
 def fetch_then_stop(url, into, ctx):
-    archives.fetch(url, into, ctx)
+    archive_fetch.fetch(url, into, ctx)
     stop_here()
 
 if stage == "import":
@@ -109,7 +109,7 @@ def test_next_run_removes_what_a_killed_import_left(
     live = leftovers(scratch_root, prefix)
     assert len(live) == 2 and live[1] == live[0] + ".lock", live  # the folder and its held lock
     # while the child lives, another run leaves its folder alone (it is not stale)
-    assert archives.sweep_stale(scratch_root, prefix) == []
+    assert scratch.sweep_stale(scratch_root, prefix) == []
     assert leftovers(scratch_root, prefix) == live
     kill(child)
     left = scratch_root / live[0]
@@ -129,10 +129,10 @@ def test_unlocked_leftovers_go_only_when_old(tmp_path: Path) -> None:
     for folder in (old, recent, other):
         (folder / "tree").mkdir(parents=True)
         (folder / "tree" / "big").write_bytes(b"x" * 1024)
-    aged = time.time() - archives.STALE_UNLOCKED_AGE - 60
+    aged = time.time() - scratch.STALE_UNLOCKED_AGE - 60
     os.utime(old, (aged, aged))
     os.utime(other, (aged, aged))
-    assert archives.sweep_stale(root, "archive-") == [old]
+    assert scratch.sweep_stale(root, "archive-") == [old]
     assert sorted(p.name for p in root.iterdir()) == ["archive-recent", "regenerate-1234"]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from skippy.core.errors import ArchiveError, SettingsError
 from skippy.core.ui import Console
-from skippy.queue import archives
+from skippy.queue import archive_fetch, archives
 from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env, pyproject
@@ -68,7 +68,7 @@ def test_unreachable_upstream_falls_back_to_the_archive(queued_project: Project)
     expected_tree = reference_tree(queued_project)
     archive = archive_of(queued_project, pin)
     missing = (queued_project.root / "missing.git").as_uri()
-    configure(queued_project, missing, {pin: (archive, archives.sha256_of(archive))})
+    configure(queued_project, missing, {pin: (archive, archive_fetch.sha256_of(archive))})
 
     report = prepare(queued_project.settings(), Target.pinned(), console=QUIET, sleep=lambda _s: None)
 
@@ -97,7 +97,7 @@ def test_offline_never_touches_the_upstream(queued_project: Project) -> None:
     pin = queued_project.upstream.commits[1]
     archive = archive_of(queued_project, pin)
     # a reachable upstream: offline must still not clone or fetch from it
-    configure(queued_project, str(queued_project.upstream.path), {pin: (archive, archives.sha256_of(archive))})
+    configure(queued_project, str(queued_project.upstream.path), {pin: (archive, archive_fetch.sha256_of(archive))})
     upstream_before = snapshot(queued_project.upstream.path)
 
     report = prepare(queued_project.settings(), Target.pinned(), console=QUIET, offline=True)
@@ -142,7 +142,7 @@ def test_digest_mismatch_through_prepare_changes_nothing(queued_project: Project
     with pytest.raises(ArchiveError) as info:
         prepare(queued_project.settings(), Target.pinned(), console=QUIET, sleep=lambda _s: None)
     assert "does not match its sha256" in info.value.what
-    assert f"actual   {archives.sha256_of(archive)}" in (info.value.details or "")
+    assert f"actual   {archive_fetch.sha256_of(archive)}" in (info.value.details or "")
     after = snapshot(wdir)
     # the failed fetch attempt rewrites FETCH_HEAD and prepare re-points origin at the configured URL:
     # that is prepare's network side; work tree, index, refs, objects and stamp are untouched
@@ -155,7 +155,7 @@ def test_digest_mismatch_through_prepare_changes_nothing(queued_project: Project
 def test_an_abbreviated_sha_of_a_configured_archive_prepares_offline(queued_project: Project) -> None:
     pin = queued_project.upstream.commits[1]
     archive = archive_of(queued_project, pin)
-    configure(queued_project, str(queued_project.upstream.path), {pin: (archive, archives.sha256_of(archive))})
+    configure(queued_project, str(queued_project.upstream.path), {pin: (archive, archive_fetch.sha256_of(archive))})
 
     report = prepare(queued_project.settings(), Target.at(pin[:12]), console=QUIET, offline=True)
 
@@ -164,7 +164,7 @@ def test_an_abbreviated_sha_of_a_configured_archive_prepares_offline(queued_proj
 
 
 def test_an_abbreviation_matching_two_configured_commits_is_refused(queued_project: Project) -> None:
-    from skippy.queue.prepare import expand_known_sha
+    from skippy.queue.target import expand_known_sha
 
     settings = queued_project.settings()
     twins: dict[str, dict[str, str]] = {"ab" + "1" * 38: {}, "ab" + "2" * 38: {}}

@@ -10,7 +10,8 @@ import pytest
 from skippy.core.errors import ConflictError, DirtyWorkdirError
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
-from skippy.queue.prepare import Target, prepare, resume, triage_target
+from skippy.queue.prepare import Target, prepare, triage_target
+from skippy.queue.session import resume
 from tests.conftest import MODEL_CPP, Project
 from tests.gitfixtures import git, hermetic_git_env
 

@@ -22,8 +22,9 @@ from skippy.core.errors import (
 )
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
-from skippy.queue.prepare import Target, prepare, read_pin
+from skippy.queue.prepare import Target, prepare
 from skippy.queue.status import compute_status
+from skippy.queue.target import read_pin
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env
 

@@ -16,7 +16,8 @@ import pytest
 from skippy.core.errors import ConflictError, DirtyWorkdirError
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
-from skippy.queue.prepare import Target, prepare, resume
+from skippy.queue.prepare import Target, prepare
+from skippy.queue.session import resume
 from skippy.queue.status import compute_status
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env
@@ -398,13 +399,15 @@ def test_foreign_changes_sees_ignored_files_in_the_way(tmp_path: Path) -> None:
 
 
 def test_archive_based_patched_commit_is_recognized_without_a_stamp(queued_project: Project) -> None:
-    from skippy.queue import archives
+    from skippy.queue import archive_fetch
     from tests.integration.test_archives_prepare import archive_of, configure
 
     pin = queued_project.upstream.commits[1]
     archive = archive_of(queued_project, pin)
     configure(
-        queued_project, (queued_project.root / "missing.git").as_uri(), {pin: (archive, archives.sha256_of(archive))}
+        queued_project,
+        (queued_project.root / "missing.git").as_uri(),
+        {pin: (archive, archive_fetch.sha256_of(archive))},
     )
     settings = queued_project.settings()
     first = prepare(settings, Target.pinned(), console=QUIET, offline=True)

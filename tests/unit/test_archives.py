@@ -15,8 +15,10 @@ from skippy.core.errors import ArchiveError, SettingsError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.queue import archives
-from skippy.queue.archives import ArchiveSpec, FetchContext, Kind, Member
+from skippy.queue import archive_fetch, archive_specs, archive_unpack, archives
+from skippy.queue.archive_fetch import FetchContext
+from skippy.queue.archive_specs import ArchiveSpec
+from skippy.queue.archive_unpack import Kind, Member
 
 SHA = "4df29be4f4c3673f428170fda944a5b19f743bb8"
 DIGEST = "1139dbb54509074b70893fab8554e3b079aa9f4d312058ce4018ef0019e3de12"
@@ -41,17 +43,17 @@ def quiet() -> Console:
 
 
 def test_parse_valid_spec() -> None:
-    specs = archives.parse_archive_specs({SHA: good_entry()})
+    specs = archive_specs.parse_archive_specs({SHA: good_entry()})
     spec = specs[SHA]
     assert spec == ArchiveSpec(
         SHA, "pypi-sdist:llama-cpp-python==0.3.35", DIGEST, "llama_cpp_python-0.3.35/vendor/llama.cpp"
     )
-    assert spec.kind is archives.UrlKind.PYPI_SDIST
-    assert archives.pypi_requirement(spec.url) == "llama-cpp-python==0.3.35"
+    assert spec.kind is archive_specs.UrlKind.PYPI_SDIST
+    assert archive_specs.pypi_requirement(spec.url) == "llama-cpp-python==0.3.35"
 
 
 def test_no_table_means_no_specs() -> None:
-    assert archives.parse_archive_specs(None) == {}
+    assert archive_specs.parse_archive_specs(None) == {}
 
 
 @pytest.mark.parametrize(
@@ -77,19 +79,19 @@ def test_no_table_means_no_specs() -> None:
 )
 def test_invalid_specs_name_the_key(key: str, entry: object, names: str) -> None:
     with pytest.raises(SettingsError) as info:
-        archives.parse_archive_specs({key: entry})
+        archive_specs.parse_archive_specs({key: entry})
     assert names in info.value.what
     assert info.value.next_step
 
 
 def test_archives_must_be_a_table() -> None:
     with pytest.raises(SettingsError, match=r"\[tool.skippy.archives\] must be a table"):
-        archives.parse_archive_specs(["x"])
+        archive_specs.parse_archive_specs(["x"])
 
 
 def test_load_archive_specs_reads_settings_subtable(tmp_path: Path) -> None:
     settings = Settings.from_table(tmp_path, {"archives": {SHA: good_entry(folder="tree/")}}, env={})
-    specs = archives.load_archive_specs(settings)
+    specs = archive_specs.load_archive_specs(settings)
     assert list(specs) == [SHA]
     assert specs[SHA].folder == "tree"
 
@@ -98,21 +100,21 @@ def test_project_maps_its_pin_to_an_archive() -> None:
     """The shipped pyproject.toml maps the pinned upstream to llama-cpp-python 0.3.35."""
     settings = Settings.load(ROOT, env={})
     pin = settings.pin_file.read_text(encoding="utf-8").strip()
-    spec = archives.load_archive_specs(settings)[pin]
+    spec = archive_specs.load_archive_specs(settings)[pin]
     assert spec.url == "pypi-sdist:llama-cpp-python==0.3.35"
     assert spec.sha256 == DIGEST
     assert spec.folder == "llama_cpp_python-0.3.35/vendor/llama.cpp"
 
 
 def test_file_urls(tmp_path: Path) -> None:
-    assert archives.file_url_path("file:///srv/a.tgz", tmp_path) == Path("/srv/a.tgz")
-    assert archives.file_url_path("file://localhost/srv/a.tgz", tmp_path) == Path("/srv/a.tgz")
-    assert archives.file_url_path("file:cache/a.tgz", tmp_path) == tmp_path / "cache" / "a.tgz"
-    assert archives.file_url_path("file:///srv/with%20space.tgz", tmp_path) == Path("/srv/with space.tgz")
+    assert archive_specs.file_url_path("file:///srv/a.tgz", tmp_path) == Path("/srv/a.tgz")
+    assert archive_specs.file_url_path("file://localhost/srv/a.tgz", tmp_path) == Path("/srv/a.tgz")
+    assert archive_specs.file_url_path("file:cache/a.tgz", tmp_path) == tmp_path / "cache" / "a.tgz"
+    assert archive_specs.file_url_path("file:///srv/with%20space.tgz", tmp_path) == Path("/srv/with space.tgz")
 
 
 def test_pip_download_argv_is_a_plain_sdist_download(tmp_path: Path) -> None:
-    argv = archives.pip_download_argv("/py/bin/python", "llama-cpp-python==0.3.35", tmp_path, attempts=3)
+    argv = archive_fetch.pip_download_argv("/py/bin/python", "llama-cpp-python==0.3.35", tmp_path, attempts=3)
     assert argv[:4] == ["/py/bin/python", "-m", "pip", "download"]
     assert argv[-1] == "llama-cpp-python==0.3.35"
     joined = " ".join(argv)
@@ -151,7 +153,7 @@ def test_plan_selects_the_folder_and_skips_git_entries() -> None:
         Member("pkg-1/vendor/llama.cpp/.git", Kind.FILE),
         Member("pkg-1/vendor/llama.cpp/docs/latest", Kind.SYMLINK, "../README.md"),
     ]
-    plan = archives.plan_unpack(members, "pkg-1/vendor/llama.cpp")
+    plan = archive_unpack.plan_unpack(members, "pkg-1/vendor/llama.cpp")
     assert [m.name for m in plan.selected] == [
         "pkg-1/vendor/llama.cpp/README.md",
         "pkg-1/vendor/llama.cpp/src/run.sh",
@@ -178,7 +180,7 @@ def test_plan_selects_the_folder_and_skips_git_entries() -> None:
 def test_plan_refuses_unsafe_members(member: Member, reason: str) -> None:
     members = [Member("top/ok.txt", Kind.FILE), Member("other/file", Kind.FILE), member]
     with pytest.raises(ArchiveError) as info:
-        archives.plan_unpack(members, "top")
+        archive_unpack.plan_unpack(members, "top")
     assert reason in (info.value.details or "")
     assert "nothing was unpacked" in (info.value.untouched or "")
 
@@ -186,17 +188,17 @@ def test_plan_refuses_unsafe_members(member: Member, reason: str) -> None:
 def test_plan_refuses_symlink_leaving_the_folder_even_inside_the_archive() -> None:
     members = [Member("top/a", Kind.FILE), Member("secret", Kind.FILE), Member("top/s", Kind.SYMLINK, "../secret")]
     with pytest.raises(ArchiveError, match="unsafe"):
-        archives.plan_unpack(members, "top")
+        archive_unpack.plan_unpack(members, "top")
 
 
 def test_plan_refuses_writing_through_a_symlink_and_duplicates() -> None:
     through = [Member("top/d", Kind.SYMLINK, "sub"), Member("top/sub", Kind.DIR), Member("top/d/x", Kind.FILE)]
     with pytest.raises(ArchiveError) as info:
-        archives.plan_unpack(through, "top")
+        archive_unpack.plan_unpack(through, "top")
     assert "through the symlink top/d" in (info.value.details or "")
     dup = [Member("top/x", Kind.FILE), Member("top/x", Kind.SYMLINK, "y")]
     with pytest.raises(ArchiveError, match="unsafe"):
-        archives.plan_unpack(dup, "top")
+        archive_unpack.plan_unpack(dup, "top")
 
 
 def test_plan_refuses_a_folder_that_unpacks_past_the_limit() -> None:
@@ -205,17 +207,17 @@ def test_plan_refuses_a_folder_that_unpacks_past_the_limit() -> None:
         Member("top/b", Kind.FILE, size=500),
         Member("big", Kind.FILE, size=9),
     ]
-    assert len(archives.plan_unpack(members, "top", max_bytes=1100).selected) == 2  # only the folder counts
+    assert len(archive_unpack.plan_unpack(members, "top", max_bytes=1100).selected) == 2  # only the folder counts
     with pytest.raises(ArchiveError, match=r"would unpack to 1\.1 KiB, over the 1\.1 KiB limit") as info:
-        archives.plan_unpack(members, "top", max_bytes=1099)
+        archive_unpack.plan_unpack(members, "top", max_bytes=1099)
     assert "nothing was unpacked" in (info.value.untouched or "")
-    assert archives.MAX_UNPACKED_BYTES >= 1 << 30
+    assert archive_unpack.MAX_UNPACKED_BYTES >= 1 << 30
 
 
 def test_plan_reports_a_missing_folder_with_top_level_entries() -> None:
     members = [Member("pkg-2/setup.py", Kind.FILE), Member("pkg-2/vendor/x.c", Kind.FILE), Member("LICENSE", Kind.FILE)]
     with pytest.raises(ArchiveError) as info:
-        archives.plan_unpack(members, "pkg-1/vendor/llama.cpp")
+        archive_unpack.plan_unpack(members, "pkg-1/vendor/llama.cpp")
     assert "'pkg-1/vendor/llama.cpp' not found" in info.value.what
     assert info.value.details == "top-level entries: LICENSE, pkg-2"
 
@@ -282,7 +284,7 @@ def test_evil_tar_is_refused_and_nothing_unpacked(tmp_path: Path, case: str) -> 
     archive = make_tar(tmp_path / f"{case}.tar.gz", EVIL_TARS[case])
     dest = tmp_path / "dest" / "tree"
     with pytest.raises(ArchiveError, match="refusing"):
-        archives.safe_unpack(archive, dest, "top")
+        archive_unpack.safe_unpack(archive, dest, "top")
     assert_nothing_unpacked(dest, tmp_path)
 
 
@@ -297,7 +299,7 @@ def test_symlink_chain_escape_is_refused(tmp_path: Path) -> None:
         ],
     )
     with pytest.raises(ArchiveError, match="refusing"):
-        archives.safe_unpack(archive, tmp_path / "dest", "top")
+        archive_unpack.safe_unpack(archive, tmp_path / "dest", "top")
 
 
 def test_symlink_chain_escape_in_zip_is_refused(tmp_path: Path) -> None:
@@ -310,7 +312,7 @@ def test_symlink_chain_escape_in_zip_is_refused(tmp_path: Path) -> None:
         ],
     )
     with pytest.raises(ArchiveError, match="refusing"):
-        archives.safe_unpack(archive, tmp_path / "dest", "top")
+        archive_unpack.safe_unpack(archive, tmp_path / "dest", "top")
 
 
 @pytest.mark.parametrize(
@@ -328,7 +330,7 @@ def test_evil_zip_is_refused(tmp_path: Path, entry: tuple[str, int, bytes]) -> N
     archive = make_zip(tmp_path / "evil.zip", [("top/ok", stat.S_IFREG | 0o644, b"ok"), entry])
     dest = tmp_path / "dest"
     with pytest.raises(ArchiveError, match="refusing"):
-        archives.safe_unpack(archive, dest, "top")
+        archive_unpack.safe_unpack(archive, dest, "top")
     assert_nothing_unpacked(dest, tmp_path)
     assert not Path("/tmp/skippy-evil-zip").exists()
 
@@ -345,7 +347,7 @@ def test_good_tar_unpacks_only_the_folder_with_modes_and_links(tmp_path: Path) -
             regular("pkg/vendor/tree/.git", b"gitdir: ../../.git/modules/tree\n"),
         ],
     )
-    top = archives.safe_unpack(archive, tmp_path / "dest", "pkg/vendor/tree")
+    top = archive_unpack.safe_unpack(archive, tmp_path / "dest", "pkg/vendor/tree")
     assert top == (tmp_path / "dest" / "pkg" / "vendor" / "tree").resolve()
     assert sorted(p.relative_to(top).as_posix() for p in top.rglob("*")) == [
         "README.md",
@@ -371,7 +373,7 @@ def test_good_zip_unpacks(tmp_path: Path) -> None:
             ("repo-main/l", stat.S_IFLNK | 0o777, b"a.txt"),
         ],
     )
-    top = archives.safe_unpack(archive, tmp_path / "dest", "repo-main")
+    top = archive_unpack.safe_unpack(archive, tmp_path / "dest", "repo-main")
     assert (top / "a.txt").read_bytes() == b"a\n"
     assert (top / "bin" / "x").stat().st_mode & 0o111
     assert (top / "l").readlink() == Path("a.txt")
@@ -381,13 +383,13 @@ def test_not_an_archive(tmp_path: Path) -> None:
     junk = tmp_path / "junk.bin"
     junk.write_bytes(b"\x00not an archive" * 10)
     with pytest.raises(ArchiveError, match="neither a tar nor a zip"):
-        archives.safe_unpack(junk, tmp_path / "dest", ".")
+        archive_unpack.safe_unpack(junk, tmp_path / "dest", ".")
 
 
 def test_read_member_text(tmp_path: Path) -> None:
     archive = make_tar(tmp_path / "a.tar.gz", [regular("pkg/.git/modules/x/HEAD", b"abc\n")])
-    assert archives.read_member_text(archive, "pkg/.git/modules/x/HEAD") == "abc\n"
-    assert archives.read_member_text(archive, "pkg/missing") is None
+    assert archive_unpack.read_member_text(archive, "pkg/.git/modules/x/HEAD") == "abc\n"
+    assert archive_unpack.read_member_text(archive, "pkg/missing") is None
 
 
 # ----------------------------------------------------------------------------- verified cache
@@ -403,41 +405,41 @@ class CountingFetcher:
 
     def __call__(self, url: str, into: Path, ctx: FetchContext) -> Path:
         self.calls.append(url)
-        return archives.fetch(url, into, ctx)
+        return archive_fetch.fetch(url, into, ctx)
 
 
 def test_fetch_verified_caches_by_digest(tmp_path: Path) -> None:
     source = make_tar(tmp_path / "src.tar.gz", [regular("top/a")])
-    digest = archives.sha256_of(source)
+    digest = archive_fetch.sha256_of(source)
     counting = CountingFetcher()
     cache = tmp_path / "cache"
-    first = archives.fetch_verified("file:src.tar.gz", digest, cache, ctx_for(tmp_path), fetcher=counting)
-    second = archives.fetch_verified("file:src.tar.gz", digest, cache, ctx_for(tmp_path), fetcher=counting)
+    first = archive_fetch.fetch_verified("file:src.tar.gz", digest, cache, ctx_for(tmp_path), fetcher=counting)
+    second = archive_fetch.fetch_verified("file:src.tar.gz", digest, cache, ctx_for(tmp_path), fetcher=counting)
     assert first == second == cache / f"{digest}.archive"
     assert counting.calls == ["file:src.tar.gz"]
-    assert archives.sha256_of(first) == digest
+    assert archive_fetch.sha256_of(first) == digest
     assert not [p for p in cache.iterdir() if p.name.startswith(".fetch-")]
 
 
 def test_fetch_verified_refetches_a_corrupted_cache_entry(tmp_path: Path) -> None:
     source = make_tar(tmp_path / "src.tar.gz", [regular("top/a")])
-    digest = archives.sha256_of(source)
+    digest = archive_fetch.sha256_of(source)
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / f"{digest}.archive").write_bytes(b"truncated")
     counting = CountingFetcher()
-    out = archives.fetch_verified("file:src.tar.gz", digest, cache, ctx_for(tmp_path), fetcher=counting)
+    out = archive_fetch.fetch_verified("file:src.tar.gz", digest, cache, ctx_for(tmp_path), fetcher=counting)
     assert counting.calls == ["file:src.tar.gz"]
     assert out.read_bytes() == source.read_bytes()
 
 
 def test_digest_mismatch_quarantines_and_caches_nothing(tmp_path: Path) -> None:
     source = make_tar(tmp_path / "src.tar.gz", [regular("top/a")])
-    actual = archives.sha256_of(source)
+    actual = archive_fetch.sha256_of(source)
     wanted = "0" * 64
     cache = tmp_path / "cache"
     with pytest.raises(ArchiveError) as info:
-        archives.fetch_verified("file:src.tar.gz", wanted, cache, ctx_for(tmp_path))
+        archive_fetch.fetch_verified("file:src.tar.gz", wanted, cache, ctx_for(tmp_path))
     err = info.value
     assert "does not match its sha256" in err.what
     assert f"expected {wanted}" in (err.details or "")
@@ -450,7 +452,7 @@ def test_digest_mismatch_quarantines_and_caches_nothing(tmp_path: Path) -> None:
 
 def test_missing_local_archive(tmp_path: Path) -> None:
     with pytest.raises(ArchiveError, match="not found"):
-        archives.fetch_verified("file:nope.tar.gz", "0" * 64, tmp_path / "cache", ctx_for(tmp_path))
+        archive_fetch.fetch_verified("file:nope.tar.gz", "0" * 64, tmp_path / "cache", ctx_for(tmp_path))
 
 
 class FakeTty(io.StringIO):
@@ -460,7 +462,7 @@ class FakeTty(io.StringIO):
 
 def test_progress_updates_in_place_on_a_terminal() -> None:
     stream = FakeTty()
-    progress = archives.Progress(Console(stream=stream), "a.tgz", 4 << 20, live=True)
+    progress = archive_fetch.Progress(Console(stream=stream), "a.tgz", 4 << 20, live=True)
     progress._shown = -1.0  # show the first update at once
     progress.update(2 << 20)
     progress.finish()
@@ -472,7 +474,7 @@ def test_progress_updates_in_place_on_a_terminal() -> None:
 
 def test_progress_prints_one_line_per_step_on_ci() -> None:
     stream = io.StringIO()
-    progress = archives.Progress(Console(stream=stream), "a.tgz", 1024, live=False)
+    progress = archive_fetch.Progress(Console(stream=stream), "a.tgz", 1024, live=False)
     progress.update(512)
     progress.update(512)
     progress.finish()
@@ -492,7 +494,7 @@ def test_member_sizes_come_from_real_tar_and_zip_headers(tmp_path: Path) -> None
     tar = make_tar(tmp_path / "t.tar.gz", [regular("top/a", b"12345"), regular("top/b", b"x" * 70000)])
     zipped = make_zip(tmp_path / "z.zip", [("top/a", 0o100644, b"12345"), ("top/b", 0o100644, b"x" * 70000)])
     for archive in (tar, zipped):
-        members = archives.archive_members(archive)
+        members = archive_unpack.archive_members(archive)
         assert {m.name: m.size for m in members if m.kind is Kind.FILE} == {"top/a": 5, "top/b": 70000}
         with pytest.raises(ArchiveError, match="over the"):
-            archives.plan_unpack(members, "top", max_bytes=70004)
+            archive_unpack.plan_unpack(members, "top", max_bytes=70004)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import bench, bench_proofs
+from benchmarks.bench import alternating
 from skippy.core.settings import Settings
 
 
@@ -37,3 +38,16 @@ def test_the_long_cuda_section_runs_only_when_asked_for() -> None:
     assert "cuda" in bench.ON_REQUEST
     with pytest.raises(SystemExit):
         bench.main({}, root=Path("/nonexistent"), args=["--only", "nothing-like-this"])
+
+
+def test_alternating_swaps_the_order_every_round_and_times_each_action() -> None:
+    calls: list[str] = []
+    ticks = iter(range(100))
+
+    def clock() -> float:
+        return float(next(ticks))
+
+    first, second = alternating(3, lambda: calls.append("a"), lambda: calls.append("b"), clock=clock)
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert first == [1.0, 1.0, 1.0] and second == [1.0, 1.0, 1.0]
+    assert alternating(0, lambda: None, lambda: None) == ([], [])

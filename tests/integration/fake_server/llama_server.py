@@ -134,6 +134,39 @@ def offload_log(rpc: str | None, ngl: str | None) -> None:
         log(f"load_tensors: {device} model buffer size =     2.00 MiB")
 
 
+def version() -> int:
+    log("version: 1 (fake)")
+    log("built with python for testing")
+    if os.environ.get("FAKE_LLAMA_PROVENANCE"):
+        log("skippy: " + os.environ["FAKE_LLAMA_PROVENANCE"])
+    return 0
+
+
+def record_start() -> None:
+    """argv and pid for the test; with FAKE_LLAMA_CHILD=1 a child process that must die with us."""
+    if STATE is not None:
+        STATE.mkdir(parents=True, exist_ok=True)
+        (STATE / "argv.json").write_text(json.dumps(sys.argv[1:]))
+        (STATE / "pid").write_text(str(os.getpid()))
+    if os.environ.get("FAKE_LLAMA_CHILD") == "1":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        if STATE is not None:
+            (STATE / "child.pid").write_text(str(child.pid))
+
+
+def list_devices() -> int:
+    """``--list-devices``: FAKE_LLAMA_LISTED (or FAKE_LLAMA_DEVICE), or a failure like a missing driver."""
+    if os.environ.get("FAKE_LLAMA_LIST_FAILS") == "1":
+        log("llama-server: error while loading shared libraries: libcuda.so.1: cannot open shared object file")
+        return 127
+    listed = os.environ.get("FAKE_LLAMA_LISTED", os.environ.get("FAKE_LLAMA_DEVICE", ""))
+    names = [name for name in listed.split(",") if name]
+    print("Available devices:")
+    for name in names or ["(none)"]:
+        print(f"  {name}: fake device (1024 MiB, 1000 MiB free)" if names else f"  {name}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--version", action="store_true")
@@ -145,29 +178,10 @@ def main() -> int:
     parser.add_argument("-ngl", "--n-gpu-layers")
     args, _rest = parser.parse_known_args()
     if args.version:
-        log("version: 1 (fake)")
-        log("built with python for testing")
-        if os.environ.get("FAKE_LLAMA_PROVENANCE"):
-            log("skippy: " + os.environ["FAKE_LLAMA_PROVENANCE"])
-        return 0
-    if args.list_devices and os.environ.get("FAKE_LLAMA_LIST_FAILS") == "1":
-        log("llama-server: error while loading shared libraries: libcuda.so.1: cannot open shared object file")
-        return 127
+        return version()
     if args.list_devices:
-        listed = os.environ.get("FAKE_LLAMA_LISTED", os.environ.get("FAKE_LLAMA_DEVICE", ""))
-        names = [name for name in listed.split(",") if name]
-        print("Available devices:")
-        for name in names or ["(none)"]:
-            print(f"  {name}: fake device (1024 MiB, 1000 MiB free)" if names else f"  {name}")
-        return 0
-    if STATE is not None:
-        STATE.mkdir(parents=True, exist_ok=True)
-        (STATE / "argv.json").write_text(json.dumps(sys.argv[1:]))
-        (STATE / "pid").write_text(str(os.getpid()))
-    if os.environ.get("FAKE_LLAMA_CHILD") == "1":
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
-        if STATE is not None:
-            (STATE / "child.pid").write_text(str(child.pid))
+        return list_devices()
+    record_start()
     if MODE == "hanging":
         signal.signal(signal.SIGTERM, lambda *_: log("ignoring SIGTERM"))
     else:

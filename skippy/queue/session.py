@@ -1,0 +1,369 @@
+"""Conflict sessions: a failed ``git am`` left stopped in the workdir, driven by
+``invoke prepare --continue | --skip | --abort``.
+
+A session starts when an interactive prepare meets a patch that does not apply
+(:func:`on_conflict`, after triage); its journal (op ``session``) records where
+it started from, the target and the patch it stopped at.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from skippy.core.errors import ConflictError, SettingsError
+from skippy.core.git import AM_ARGS, AM_ENV, FALLBACK_DATE, Repo
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.queue import workdir as wd
+from skippy.queue.am_output import failed_paths, failing_hunks, stopped_failures, unmerged_paths, without_am_hints
+from skippy.queue.guard import disk_errors, locked
+from skippy.queue.model import Patch, Queue, load_queue
+from skippy.queue.run import PrepareReport, Run
+from skippy.queue.upstream import Resolved
+
+Action = Literal["continue", "skip", "abort"]
+
+
+_THEN = (
+    "then `invoke prepare --continue`; or `invoke prepare --skip` to leave this patch out, "
+    "or `invoke prepare --abort` to go back"
+)
+
+
+def session_commands(rel_workdir: str, unmerged: Sequence[str], failed: Sequence[str] = ()) -> str:
+    """The next commands of a stopped session.  With conflict markers (``unmerged`` paths): resolve
+    them.  Without (git could not merge the patch at all, the tree is clean): make the change of the
+    failing hunks by hand.  Then continue, skip or abort."""
+    rel = rel_workdir
+    if unmerged:
+        return (
+            f"resolve the conflicts in {', '.join(unmerged)} (`git -C {rel} status` lists them), "
+            f"stage them (`git -C {rel} add {' '.join(unmerged)}`), {_THEN}"
+        )
+    files = ", ".join(failed) if failed else "the files it touches"
+    return (
+        "git wrote no conflict markers and applied none of this patch: apply the hunks that fit with "
+        f"`git -C {rel} am --show-current-patch=diff | git -C {rel} apply --reject` (the others go to "
+        f"*.rej files), make the change of the failing hunk(s) by hand in {files}, delete the *.rej files, "
+        f"stage the files (`git -C {rel} add <paths>`), {_THEN}"
+    )
+
+
+def next_commands(repo: Repo, rel_workdir: str) -> str:
+    """:func:`session_commands` of the session stopped in ``repo``, read from the tree as it is now
+    (the same words for the stop itself, for prepare refusing while it lasts, and for status)."""
+    unmerged = unmerged_paths(repo)
+    return session_commands(rel_workdir, unmerged, () if unmerged else stopped_failures(repo))
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Where a session stopped: its journal (written), the patch, and what ``git am`` said."""
+
+    entry: wd.Journal
+    patch: Patch
+    output: str
+
+    def explain(self, repo: Repo, rel: str) -> tuple[str, str, str]:
+        """``(what, details, next step)``: the conflicts, or (none) the failing hunks and why."""
+        unmerged = unmerged_paths(repo)
+        said = without_am_hints(self.output)
+        if unmerged:
+            return (
+                f"{self.patch.label} does not apply: the conflict is waiting in {rel} "
+                f"(conflicts in {', '.join(unmerged)})",
+                said,
+                session_commands(rel, unmerged),
+            )
+        failed = failed_paths(self.output) or stopped_failures(repo)
+        return (
+            f"{self.patch.label} does not apply and git could not merge it: no conflict markers were "
+            f"written and none of the patch was applied ({rel} is clean); the session is stopped there"
+            + (f" (failed: {', '.join(failed)})" if failed else ""),
+            "the failing hunk(s):\n" + failing_hunks(repo, failed) + ("\n\ngit am said:\n" + said if said else ""),
+            next_commands(repo, rel),
+        )
+
+
+def run_session(
+    repo: Repo, git_dir: Path, queue: Queue, entry: wd.Journal, *, start: int, console: Console
+) -> Stop | None:
+    """Apply ``queue.patches[start:]`` one ``git am`` per patch; stop (journal written) at a conflict.
+
+    Returns where it stopped, or None when the whole queue is applied.
+    """
+    for index in range(start, len(queue.patches)):
+        patch = queue.patches[index]
+        result = repo.git(*AM_ARGS, str(patch.path), env=AM_ENV, check=False)
+        if not result.ok:
+            stopped = dataclasses.replace(entry, stopped_at=index, stopped_patch=patch.label)
+            wd.write_journal(git_dir, stopped)
+            console.info(f"stopped at {patch.label}: {patch.subject}")
+            return Stop(stopped, patch, result.tail())
+    return None
+
+
+def on_conflict(
+    run: Run,
+    queue: Queue,
+    repo: Repo,
+    git_dir: Path,
+    exc: ConflictError,
+    *,
+    at: Resolved,
+    head: str | None,
+    since: wd.Stamp | None,
+) -> None:
+    """Triage every patch into ``exc``; interactively, then leave the failed ``git am`` stopped in
+    the workdir (a session, journaled) and make ``exc`` say so and what to run next."""
+    from skippy.queue.triage import triage
+
+    with run.console.step("triage: trying every patch against the target"):
+        report = triage(repo, git_dir, queue, at.base, since.base_commit if since else None)
+    exc.triage = report
+    if not run.interactive:
+        exc.details = report.render() + ("\n\n" + exc.details if exc.details else "")
+        return
+    repo.git("checkout", "--force", "--detach", "--quiet", at.base)
+    entry = wd.Journal(
+        "session",
+        from_commit=head,
+        to_commit=None,
+        upstream_sha=at.upstream_sha,
+        base=at.base,
+        queue_digest=queue.digest,
+        source=at.source,
+    )
+    stopped = run_session(repo, git_dir, queue, entry, start=0, console=run.console)
+    assert stopped is not None, "the queue failed aside but applied in the workdir"
+    exc.what, details, exc.next_step = stopped.explain(repo, run.rel(run.workdir))
+    exc.details = report.render() + "\n\n" + details
+    exc.untouched = (
+        "your previous patched checkout is recorded: `invoke prepare --abort` returns to it"
+        if head
+        else "nothing of yours was in the workdir"
+    )
+
+
+def _author_date(git_dir: Path) -> str | None:
+    script = git_dir / "rebase-apply" / "author-script"
+    with contextlib.suppress(OSError):
+        for line in script.read_text(encoding="utf-8").splitlines():
+            if line.startswith("GIT_AUTHOR_DATE="):
+                return line.split("=", 1)[1].strip().strip("'")
+    return None
+
+
+def resume_session(settings: Settings, action: str, *, console: Console) -> PrepareReport:
+    """``invoke prepare --continue | --skip | --abort``."""
+    if action not in ("continue", "skip", "abort"):
+        raise SettingsError(
+            f"unknown session action {action!r}",
+            untouched="everything",
+            next_step="invoke prepare --continue | --skip | --abort",
+        )
+    return resume(settings, action, console=console)  # type: ignore[arg-type]
+
+
+def stopped_session(settings: Settings) -> tuple[Path, wd.Journal]:
+    """The git dir and journal of the session stopped in the workdir; ConflictError when none is."""
+    rel = settings.relative(settings.workdir)
+    git_dir = wd.git_dir_of(settings.workdir)
+    entry = wd.read_journal(git_dir) if git_dir else None
+    if git_dir is None or entry is None or entry.op != "session" or entry.stopped_at is None:
+        raise ConflictError(
+            f"no conflict session is in progress in {rel}",
+            untouched=f"{rel}",
+            next_step="`invoke prepare` starts one when a patch does not apply (outside CI)",
+        )
+    return git_dir, entry
+
+
+def resume(settings: Settings, action: Action, *, console: Console) -> PrepareReport:
+    """Drive a stopped conflict session to its end (``--continue``/``--skip``) or back (``--abort``)."""
+    started = time.monotonic()
+    rel = settings.relative(settings.workdir)
+    git_dir, entry = stopped_session(settings)
+    with (
+        disk_errors(
+            settings,
+            rerun=f"invoke prepare --{action}",
+            untouched=f"{rel}: the conflict session and your files are as they were",
+        ),
+        locked(settings, console),
+    ):
+        repo = Repo(settings.workdir, settings.env, echo=console.command)
+        queue = load_queue(settings.patch_dir)
+        if action == "abort":
+            return _abort_session(settings, repo, git_dir, entry, console=console, started=started)
+        if queue.digest != entry.queue_digest:
+            raise ConflictError(
+                "the queue changed since the session started",
+                untouched=f"{rel}: the session is as you left it",
+                next_step="`invoke prepare --abort`, then `invoke prepare` with the new queue",
+            )
+        assert entry.stopped_at is not None
+        current = queue.patches[entry.stopped_at]
+        saved: list[str] = []
+        if action == "skip":
+            saved = _skip(settings, repo, git_dir, current, console=console)
+            entry = dataclasses.replace(entry, resolved=(*entry.resolved, f"{current.label} (skipped)"))
+        else:
+            _continue(settings, repo, git_dir, current)
+            entry = dataclasses.replace(entry, resolved=(*entry.resolved, f"{current.label} (resolved)"))
+        stamp = _finish(settings, repo, git_dir, queue, entry, console=console)
+    carry = (
+        f"the resolution lives only in {rel} until it is in the queue: re-export the resolved patch "
+        f"(`git -C {rel} format-patch --zero-commit --no-signature -1 <commit>` over the patch file) "
+        "or regenerate the lanes from this checkout (`invoke regenerate`)"
+    )
+    console.info(carry)
+    return PrepareReport(
+        "resumed",
+        stamp.upstream_sha,
+        stamp.patched_sha,
+        stamp.queue_digest,
+        settings.workdir,
+        stamp.source,
+        time.monotonic() - started,
+        notes=(*entry.resolved, *saved, carry),
+    )
+
+
+def _skip(settings: Settings, repo: Repo, git_dir: Path, current: Patch, *, console: Console) -> list[str]:
+    """``git am --skip``, saving uncommitted changes first (it resets the skipped patch's files)."""
+    rel = settings.relative(settings.workdir)
+    work = wd.local_work(repo, git_dir, None, settings.tolerated_untracked)
+    saved: list[str] = []
+    if work.modified or work.untracked:
+        ref = wd.save_backup(repo, git_dir, work, "invoke prepare --skip")
+        console.warn(f"uncommitted changes in {rel} saved under {ref} before skipping {current.label}")
+        saved.append(f"uncommitted changes before skipping {current.label} saved under {ref}")
+    repo.git("am", "--skip", check=False)
+    return saved
+
+
+def _continue(settings: Settings, repo: Repo, git_dir: Path, current: Patch) -> None:
+    """``git am --continue`` once no path is left unmerged, keeping the patch's author date."""
+    rel = settings.relative(settings.workdir)
+    unmerged = [p for p in repo.git("diff", "--name-only", "--diff-filter=U").stdout.splitlines() if p]
+    if unmerged:
+        raise ConflictError(
+            f"{current.label} still has unresolved conflicts in {', '.join(unmerged)}",
+            untouched=f"{rel}: the session is as you left it",
+            next_step=f"edit them, `git -C {rel} add {' '.join(unmerged)}`, then `invoke prepare --continue`",
+        )
+    date = _author_date(git_dir) or FALLBACK_DATE
+    result = repo.git("am", "--continue", env={"GIT_COMMITTER_DATE": date}, check=False)
+    if not result.ok:
+        raise ConflictError(
+            f"`git am --continue` did not finish {current.label}",
+            details=without_am_hints(result.tail()),
+            untouched=f"{rel}: the session is as you left it",
+            next_step=next_commands(repo, rel),
+        )
+
+
+def _finish(
+    settings: Settings, repo: Repo, git_dir: Path, queue: Queue, entry: wd.Journal, *, console: Console
+) -> wd.Stamp:
+    """Apply the rest of the queue; stamp the result and close the session (or stop again)."""
+    rel = settings.relative(settings.workdir)
+    assert entry.stopped_at is not None
+    stopped = run_session(repo, git_dir, queue, entry, start=entry.stopped_at + 1, console=console)
+    if stopped is not None:
+        what, details, next_step = stopped.explain(repo, rel)
+        raise ConflictError(
+            what.replace(" does not apply", " does not apply either", 1),
+            details=details,
+            untouched=f"{rel}: earlier resolutions are kept in this session",
+            next_step=next_step,
+        )
+    patched = repo.head()
+    assert patched is not None and entry.base is not None
+    stamp = wd.Stamp(
+        upstream_sha=entry.upstream_sha,
+        patched_sha=patched,
+        queue_digest=queue.digest,
+        base_commit=entry.base,
+        source=entry.source or "git",
+        resolved=entry.resolved,
+    )
+    wd.write_stamp(git_dir, stamp)
+    wd.drop_journal(git_dir)
+    return stamp
+
+
+def _abort_session(
+    settings: Settings, repo: Repo, git_dir: Path, entry: wd.Journal, *, console: Console, started: float
+) -> PrepareReport:
+    """Back to the checkout the session started from, losing nothing.
+
+    Uncommitted changes (a half-done resolution, an unrelated edit, new files) are saved under a
+    backup ref first.  ``git am --abort`` keeps edits to files the session did not touch, and the
+    move back keeps them too when the previous checkout has the same version of those files, as a
+    plain ``git checkout`` does; only files that differ there are reset, and they are in the backup.
+    """
+    rel = settings.relative(settings.workdir)
+    back = entry.from_commit or entry.base
+    assert back is not None
+    work = wd.local_work(repo, git_dir, None, settings.tolerated_untracked)
+    dirty = [
+        p
+        for xy, p in wd.status_entries(repo, untracked="all")
+        if xy != "??" or not wd.is_tolerated(p, settings.tolerated_untracked)
+    ]
+    backup_ref: str | None = None
+    notes: list[str] = []
+    if work.modified or work.untracked:
+        backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --abort")
+        console.warn(f"uncommitted changes in {rel} saved under {backup_ref} before the abort")
+        notes.append(f"uncommitted changes saved under {backup_ref}")
+    repo.git("am", "--abort", check=False)
+    if wd.in_progress(git_dir) is not None:
+        repo.git("am", "--quit", check=False)
+    if not repo.git("checkout", "--detach", "--quiet", back, check=False).ok:
+        # edits to files that differ in the previous checkout: they go (they are in the backup)
+        if backup_ref is None:
+            backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --abort")
+        repo.git("checkout", "--force", "--detach", "--quiet", back)
+    if backup_ref is not None:
+        notes += _restore_notes(repo, rel, backup_ref, dirty, console=console)
+    wd.drop_journal(git_dir)
+    stamp = wd.read_stamp(git_dir)
+    if stamp is None or stamp.patched_sha != back:
+        wd.clear_stamp(git_dir)
+    console.info(f"conflict session aborted: {rel} is back at {back[:12]}")
+    return PrepareReport(
+        "aborted",
+        stamp.upstream_sha if stamp else entry.upstream_sha,
+        back,
+        stamp.queue_digest if stamp else "",
+        settings.workdir,
+        stamp.source if stamp else (entry.source or "git"),
+        time.monotonic() - started,
+        backup_ref=backup_ref,
+        notes=tuple(notes),
+    )
+
+
+def _restore_notes(repo: Repo, rel: str, backup_ref: str, dirty: list[str], *, console: Console) -> list[str]:
+    """What the abort reset (it is in ``backup_ref``) and what it kept as it was."""
+    reset = wd.differ_from(repo, backup_ref, dirty)
+    kept = sorted(set(dirty) - set(reset))
+    notes: list[str] = []
+    if reset:
+        notes.append(
+            f"back at the previous checkout's version (yours is in {backup_ref}): {', '.join(reset)}; "
+            f"bring one back with `git -C {rel} checkout {backup_ref} -- <path>`"
+        )
+        console.warn(notes[-1])
+    if kept:
+        notes.append(f"kept in {rel} as they were: {', '.join(kept)}")
+    return notes
