@@ -6,7 +6,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from skippy.check.spotcheck import SpotCheckReport
+from skippy.check.report import SpotCheckReport
 from skippy.core.errors import InternalError, Interrupted, SkippyError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, print_json

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from skippy.build.backends import Backend
-from skippy.check.spotcheck import SpotCheckReport
+from skippy.check.report import SpotCheckReport
 from skippy.cli.build import build_main
 from skippy.core import proc
 from skippy.core.settings import Settings

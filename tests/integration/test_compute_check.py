@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from skippy.check.report import ModelCheckFailed, SpotCheckReport
 from skippy.check.server import port_is_free
-from skippy.check.spotcheck import ModelCheckFailed, SpotCheckReport, reference_dir, spot_check
+from skippy.check.spotcheck import reference_dir, spot_check
 from skippy.core.ui import Console
 from tests.integration import fake_server
 from tests.integration.test_spotcheck import Rig, wait_gone

@@ -10,26 +10,11 @@ from pathlib import Path
 import pytest
 
 from skippy.build.backends import spec
+from skippy.check.binaries import backend_of, default_server, parse_provenance, provenance_mismatch, version_line
+from skippy.check.chat import Answer, completion_request, judge, parse_stream, plan_server_argv, scan_log
+from skippy.check.report import ModelCheckFailed, ModelResult, Options, Provenance, SpotCheckReport
 from skippy.check.server import ServerFailure, describe_exit
-from skippy.check.spotcheck import (
-    Answer,
-    ModelCheckFailed,
-    ModelResult,
-    Options,
-    Provenance,
-    SpotCheckReport,
-    backend_of,
-    completion_request,
-    default_server,
-    judge,
-    log_dir,
-    parse_provenance,
-    parse_stream,
-    plan_server_argv,
-    provenance_mismatch,
-    scan_log,
-    version_line,
-)
+from skippy.check.spotcheck import log_dir
 from skippy.cli.spot import parse_args
 from skippy.core.errors import SettingsError, SpotCheckFailed
 from skippy.core.settings import Settings
