@@ -584,7 +584,24 @@ def _read_bench_stamp(workdir: Path) -> str:
     return stamp.patched_sha
 
 
-SECTIONS = ("prepare", "minimal-touch", "builds")
+SECTIONS = ("prepare", "minimal-touch", "builds", "spot-check", "remote-cache")
+#: sections run only when asked for with --only (long: the whole CUDA build)
+ON_REQUEST = ("cuda",)
+
+
+def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: dict[str, Any]) -> None:
+    """The sections of :mod:`benchmarks.bench_proofs` (spot check, remote cache, CUDA)."""
+    from benchmarks import bench_proofs
+
+    sections = {
+        "spot-check": ("spot_check", "the spot check after an up-to-date CPU build", bench_proofs.bench_spot_check),
+        "remote-cache": ("remote_cache", "a new machine served by a Redis cache", bench_proofs.bench_remote_cache),
+        "cuda": ("cuda", "the whole CUDA build from the wheel toolkit", bench_proofs.bench_cuda),
+    }
+    for name, (key, title, bench) in sections.items():
+        if name in wanted:
+            with console.step(f"bench: {title}"):
+                report[key] = bench(settings, console)
 
 
 def run(
@@ -600,7 +617,7 @@ def run(
     """Run the bench sections (``only`` limits them; figures already in ``output`` are kept)."""
     wanted = set(only) or set(SECTIONS)
     if not builds:
-        wanted -= {"minimal-touch", "builds"}
+        wanted -= {"minimal-touch", "builds", "spot-check", "remote-cache", "cuda"}
     report: dict[str, Any] = {}
     if output.is_file() and only:
         report = json.loads(output.read_text(encoding="utf-8"))
@@ -612,6 +629,7 @@ def run(
     if "builds" in wanted:
         with console.step("bench: build figures (cold vs raw, up to date, compiler cache)"):
             report["builds"] = bench_builds(settings, console)
+    _run_proofs(settings, console, wanted, report)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     p = report.get("prepare")
@@ -658,7 +676,7 @@ def main(env: Mapping[str, str], *, root: Path | None = None, args: Sequence[str
         "--only",
         action="append",
         default=[],
-        choices=["prepare", "minimal-touch", "builds"],
+        choices=[*SECTIONS, *ON_REQUEST],
         help="run only this section (repeatable); the other figures in --output are kept",
     )
     opts = parser.parse_args(list(args))

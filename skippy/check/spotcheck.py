@@ -14,21 +14,25 @@ plain functions; :func:`spot_check` runs them.
 
 from __future__ import annotations
 
-import json
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
 
-from skippy.build.backends import RPC_TARGETS, SERVER_TARGET
-from skippy.build.backends import names as backend_names
+from skippy.build.backends import spec as backend_spec
+from skippy.check.binaries import (
+    backend_of,
+    build_dir_of,
+    list_devices,
+    no_device_reason,
+    parse_provenance,
+    provenance_mismatch,
+    read_version,
+    version_line,
+)
+from skippy.check.chat import _BIND_FAILURE, Answer, ask, judge, plan_server_argv, wait_ready
 from skippy.check.compute import (
     ComputeFailure,
-    ComputeResult,
     agreement_with_reference,
     device_reason,
     file_sha256,
@@ -36,431 +40,28 @@ from skippy.check.compute import (
     leak_reason,
 )
 from skippy.check.fingerprint import (
-    DEFAULT_RPC_TOLERANCE,
-    DEFAULT_TOLERANCE,
     Fingerprint,
-    Run,
     compare,
     read_reference,
     reference_path,
     render_reference,
 )
 from skippy.check.models import ChatFacts, ModelRef, chat_facts, model_refs, resolve_model
+from skippy.check.report import ModelCheckFailed, ModelResult, Options, Provenance, SpotCheckReport, _fmt
 from skippy.check.server import (
     HOST,
     LOG_TAIL,
-    Server,
     ServerFailure,
-    describe_exit,
     free_port,
-    http_status,
     running_server,
     wait_for_port,
 )
-from skippy.core import proc
-from skippy.core.errors import SettingsError, SkippyError, SpotCheckFailed
+from skippy.core.errors import SkippyError, SpotCheckFailed
+from skippy.core.files import write_text_atomic
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 
-PROMPT: Final = "Say OK"
-
-#: known failure lines: (regex, what it means).  Matched case-sensitively per line.
-FAILURE_PATTERNS: Final[tuple[tuple[re.Pattern[str], str], ...]] = tuple(
-    (re.compile(rx), why)
-    for rx, why in (
-        (r"metal_library_init: error", "Metal shader library failed to build"),
-        (r"model-open failure", "the model file could not be opened"),
-        (r"error loading model", "llama.cpp could not load the model"),
-        (r"failed to load model", "llama.cpp could not load the model"),
-        (r"GGML_ASSERT", "a ggml assertion failed"),
-        (r"\bCUDA error\b", "CUDA error"),
-        (r"ggml_cuda\w*: .*\berror\b", "CUDA error"),
-        (r"\bHIP error\b|\bROCm error\b", "HIP/ROCm error"),
-        (r"\bVK_ERROR_\w+", "Vulkan error"),
-        (r"ggml_vulkan: .*\b(?:[Ee]rror|failed)\b", "Vulkan error"),
-        (r"ERROR: \w*Sanitizer", "sanitizer report"),
-        (r"WARNING: ThreadSanitizer", "sanitizer report"),
-        (r"runtime error:", "undefined behaviour (UBSan)"),
-        (r"terminate called after throwing", "uncaught C++ exception"),
-        (r"\bSegmentation fault\b|\bSIGSEGV\b", "segmentation fault"),
-    )
-)
-
-#: a port that was taken between our probe and the server's bind
-_BIND_FAILURE = re.compile(r"couldn't bind|address already in use", re.IGNORECASE)
-_PROVENANCE_RE = re.compile(r"skippy:\s*upstream=(?P<upstream>\S+)\s+queue=(?P<queue>\S+)")
-_VERSION_RE = re.compile(r"^version: .*$", re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """What a skippy-built llama-server says it was built from."""
-
-    upstream_sha: str
-    queue_digest: str
-
-
-@dataclass(frozen=True)
-class Options:
-    """Timeouts and sizes; ``[tool.skippy.spot_check]`` overrides the defaults."""
-
-    load_timeout: float = 300.0
-    request_timeout: float = 120.0
-    grace: float = 10.0
-    ctx_size: int = 1024
-    max_tokens: int = 5
-    poll_interval: float = 0.1
-    bind_attempts: int = 3
-    #: how far a top-1 log-probability may be from the CPU reference's (nats)
-    logprob_tolerance: float = DEFAULT_TOLERANCE
-    #: the same over RPC (its numbers vary from run to run; the greedy tokens must still be identical)
-    rpc_logprob_tolerance: float = DEFAULT_RPC_TOLERANCE
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Options:
-        table = settings.subtable("spot_check", cls.__dataclass_fields__, example="load_timeout = 600")
-        defaults = cls()
-        values: dict[str, Any] = {}
-        for key, value in table.items():
-            kind = type(getattr(defaults, key))
-            try:
-                values[key] = kind(value)
-            except (TypeError, ValueError):
-                raise SettingsError(
-                    f"pyproject.toml [tool.skippy.spot_check] {key} must be a {kind.__name__}, got {value!r}",
-                    untouched="everything",
-                    next_step=f"set {key} = {getattr(defaults, key)!r} (the default) or another {kind.__name__}",
-                ) from None
-        return cls(**values)
-
-
-Verdict = Literal["pass", "fail"]
-
-
-@dataclass
-class ModelResult:
-    model: str
-    path: str | None
-    verdict: Verdict = "fail"
-    reason: str = ""
-    load_seconds: float | None = None
-    first_token_seconds: float | None = None
-    completion_seconds: float | None = None
-    tokens: int = 0
-    content: str = ""
-    port: int | None = None
-    exit_code: int | None = None
-    log_path: str | None = None
-    #: the log lines that decided a failure (or the log tail)
-    log_lines: list[str] = field(default_factory=list)
-    #: the chat template used, the fingerprint and its agreement, the device and RPC proofs
-    compute: ComputeResult = field(default_factory=ComputeResult)
-    #: the greedy runs of the fingerprint prompts (in ``compute.fingerprint`` once keyed by the model)
-    runs: list[Run] = field(default_factory=list, repr=False)
-
-    @property
-    def ok(self) -> bool:
-        return self.verdict == "pass"
-
-
-@dataclass
-class SpotCheckReport:
-    server: str
-    version: str | None = None
-    provenance: Provenance | None = None
-    results: list[ModelResult] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.results) and all(r.ok for r in self.results)
-
-    @property
-    def failed(self) -> list[ModelResult]:
-        return [r for r in self.results if not r.ok]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "server": self.server,
-            "version": self.version,
-            "provenance": asdict(self.provenance) if self.provenance else None,
-            "ok": self.ok,
-            "results": [
-                {**{k: v for k, v in asdict(r).items() if k not in ("runs", "compute")}, "compute": r.compute.as_dict()}
-                for r in self.results
-            ],
-        }
-
-    def markdown(self) -> str:
-        lines = [
-            "### Spot check: " + ("passed" if self.ok else "FAILED"),
-            "",
-            f"`{self.server}`" + (f" ({self.version})" if self.version else ""),
-            "",
-            "| model | verdict | load s | first token s | completion s | tokens | reason |",
-            "| --- | --- | ---: | ---: | ---: | ---: | --- |",
-        ]
-        for r in self.results:
-            lines.append(
-                f"| `{r.model}` | {r.verdict} | {_fmt(r.load_seconds)} | {_fmt(r.first_token_seconds)} "
-                f"| {_fmt(r.completion_seconds)} | {r.tokens} | {r.reason.replace('|', '/')} |"
-            )
-        for r in self.failed:
-            if r.log_lines:
-                lines += ["", f"<details><summary>{r.model}: log</summary>", "", "```"]
-                lines += r.log_lines
-                lines += ["```", "", "</details>"]
-        return "\n".join(lines)
-
-
-class ModelCheckFailed(SpotCheckFailed):
-    """A spot check ran and at least one model failed; the report is attached."""
-
-    def __init__(self, report: SpotCheckReport, *, next_step: str) -> None:
-        failed = report.failed
-        names = ", ".join(r.model for r in failed)
-        details = "\n".join(
-            f"{r.model}: {r.reason}" + "".join(f"\n  | {line}" for line in r.log_lines[-12:]) for r in failed
-        )
-        super().__init__(
-            f"spot check failed for {len(failed)} of {len(report.results)} model(s): {names}",
-            untouched="the build and the model cache; the server was stopped",
-            next_step=next_step,
-            details=details,
-        )
-        self.report = report
-
-    def as_dict(self) -> dict[str, object]:
-        return {**super().as_dict(), "report": self.report.as_dict()}
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
 # --- pure parts -------------------------------------------------------------
-
-
-def plan_server_argv(
-    server: Path,
-    model: Path,
-    port: int,
-    options: Options,
-    extra_args: Sequence[str] = (),
-) -> list[str]:
-    """The llama-server command line for one model (pure)."""
-    return [
-        str(server),
-        "--model",
-        str(model),
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--ctx-size",
-        str(options.ctx_size),
-        "--parallel",
-        "1",
-        # llama.cpp's own INFO lines (which device each layer went to) show from verbosity 4 on
-        "--log-verbosity",
-        "4",
-        *extra_args,
-    ]
-
-
-def completion_request(options: Options) -> dict[str, Any]:
-    return {
-        "messages": [{"role": "user", "content": PROMPT}],
-        "max_tokens": options.max_tokens,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-
-
-def scan_log(lines: Sequence[str]) -> list[tuple[str, str]]:
-    """The (line, meaning) pairs of known failure lines in a server log."""
-    hits: list[tuple[str, str]] = []
-    for line in lines:
-        for pattern, why in FAILURE_PATTERNS:
-            if pattern.search(line):
-                hits.append((line, why))
-                break
-    return hits
-
-
-def parse_provenance(text: str) -> Provenance | None:
-    """``skippy: upstream=<sha> queue=<digest>`` from ``llama-server --version`` output."""
-    match = _PROVENANCE_RE.search(text)
-    if match is None:
-        return None
-    return Provenance(match["upstream"], match["queue"])
-
-
-def version_line(text: str) -> str | None:
-    match = _VERSION_RE.search(text)
-    return match.group(0).removeprefix("version: ").strip() if match else None
-
-
-def provenance_mismatch(expected: Provenance, reported: Provenance | None) -> str | None:
-    """Why ``reported`` is not ``expected`` (None when it is)."""
-    if reported is None:
-        return (
-            "the binary reports no provenance (no `skippy: upstream=... queue=...` line in --version): "
-            "it was built before provenance was added, or not by skippy"
-        )
-    diffs = []
-    if reported.upstream_sha != expected.upstream_sha:
-        diffs.append(f"upstream is {reported.upstream_sha}, expected {expected.upstream_sha}")
-    if reported.queue_digest != expected.queue_digest:
-        diffs.append(f"queue digest is {reported.queue_digest}, expected {expected.queue_digest}")
-    return "; ".join(diffs) or None
-
-
-def build_dir_of(server: Path, settings: Settings) -> Path | None:
-    """The build directory (``<build_root>/<backend>-<digest>``) a server binary is in, if any."""
-    try:
-        rel = server.resolve().relative_to(settings.build_root.resolve())
-    except ValueError:
-        return None
-    return settings.build_root / rel.parts[0] if len(rel.parts) > 1 else None
-
-
-def backend_of(server: Path, settings: Settings) -> str:
-    """The backend a server binary was built for (``<build_root>/<backend>-<digest>/bin/...``)."""
-    build_dir = build_dir_of(server, settings)
-    if build_dir is None:
-        return "cpu"
-    name = build_dir.name
-    for backend in backend_names():
-        if name == backend or name.startswith(backend + "-"):
-            return backend
-    return "cpu"
-
-
-@dataclass(frozen=True)
-class Answer:
-    tokens: int
-    content: str
-    first_token_seconds: float | None
-    completion_seconds: float
-
-
-def parse_stream(events: Sequence[tuple[float, str]], started: float) -> Answer:
-    """Read the server-sent events of a streamed chat completion.
-
-    ``events`` are (arrival time, data payload) pairs.  Tokens come from the
-    usage block (``usage.completion_tokens``), else the server's timings,
-    else the number of chunks that carried text.
-    """
-    content: list[str] = []
-    first: float | None = None
-    text_chunks = 0
-    usage_tokens: int | None = None
-    timing_tokens: int | None = None
-    last = started
-    for arrived, data in events:
-        last = arrived
-        if data.strip() == "[DONE]":
-            break
-        try:
-            chunk = json.loads(data)
-        except ValueError:
-            continue
-        if not isinstance(chunk, dict):
-            continue
-        error = chunk.get("error")
-        if error is not None:
-            message = error.get("message", error) if isinstance(error, dict) else error
-            raise ServerFailure(f"the server answered with an error: {message}")
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            piece = delta.get("content") or delta.get("reasoning_content") or ""
-            if piece:
-                content.append(piece)
-                text_chunks += 1
-                if first is None:
-                    first = arrived - started
-        usage = chunk.get("usage")
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            usage_tokens = usage["completion_tokens"]
-        timings = chunk.get("timings")
-        if isinstance(timings, dict) and isinstance(timings.get("predicted_n"), int):
-            timing_tokens = timings["predicted_n"]
-    tokens = usage_tokens if usage_tokens is not None else timing_tokens
-    if tokens is None:
-        tokens = text_chunks
-    return Answer(tokens, "".join(content), first, last - started)
-
-
-def judge(result: ModelResult, log: Sequence[str], answer: Answer | None) -> ModelResult:
-    """Set the verdict from the HTTP answer and the server log (the log wins)."""
-    hits = scan_log(log)
-    if hits:
-        result.verdict = "fail"
-        result.reason = "server log: " + hits[0][1]
-        result.log_lines = [line for line, _ in hits][:20]
-        return result
-    if answer is None:
-        return result  # reason already set by whoever failed
-    if answer.tokens >= 1 or answer.content:
-        result.verdict = "pass"
-        result.reason = ""
-    else:
-        result.verdict = "fail"
-        result.reason = "the completion generated no token"
-        result.log_lines = list(log[-LOG_TAIL:])
-    return result
-
-
-def wait_ready(server: Server, port: int, options: Options) -> float:
-    """Poll /health until 200; returns the seconds since the server started."""
-    url = f"http://{HOST}:{port}/health"
-    deadline = server.started + options.load_timeout
-    while True:
-        code = server.poll()
-        if code is not None:
-            raise ServerFailure(f"llama-server {describe_exit(code)} before it was ready")
-        try:
-            status = http_status(url, timeout=max(options.poll_interval * 10, 1.0))
-        except (urllib.error.URLError, OSError, TimeoutError):
-            status = 0
-        if status == 200:
-            return time.monotonic() - server.started
-        if time.monotonic() >= deadline:
-            what = "still loading (503)" if status == 503 else "not answering"
-            raise ServerFailure(f"llama-server not ready after {options.load_timeout:g} s ({what})")
-        time.sleep(options.poll_interval)
-
-
-def ask(port: int, options: Options) -> Answer:
-    """One streamed chat completion; the answer with its timings."""
-    body = json.dumps(completion_request(options)).encode()
-    request = urllib.request.Request(
-        f"http://{HOST}:{port}/v1/chat/completions",
-        data=body,
-        headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
-        method="POST",
-    )
-    started = time.monotonic()
-    events: list[tuple[float, str]] = []
-    deadline = started + options.request_timeout
-    try:
-        with urllib.request.urlopen(request, timeout=options.request_timeout) as response:  # noqa: S310
-            for raw in response:
-                line = raw.decode("utf-8", errors="replace").strip()
-                if line.startswith("data:"):
-                    payload = line.removeprefix("data:").strip()
-                    events.append((time.monotonic(), payload))
-                    if payload == "[DONE]":
-                        break
-                if time.monotonic() > deadline:
-                    raise ServerFailure(f"the completion did not finish within {options.request_timeout:g} s")
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode("utf-8", errors="replace")[:300]
-        raise ServerFailure(f"/v1/chat/completions answered HTTP {exc.code}: {detail}") from None
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        raise ServerFailure(f"/v1/chat/completions failed: {exc}") from None
-    return parse_stream(events, started)
 
 
 # --- the check ----------------------------------------------------------------
@@ -543,25 +144,6 @@ def check_model(
     return result  # pragma: no cover - the loop always returns
 
 
-def read_version(server_binary: Path, env: Mapping[str, str], console: Console) -> str:
-    """``llama-server --version`` output (it prints to stderr and exits 0)."""
-    if proc.which(str(server_binary), env) is None:
-        raise SpotCheckFailed(
-            f"server binary {server_binary} is missing or not executable",
-            untouched="everything: no server was started",
-            next_step="nox -s build-cpu, or pass --server PATH",
-        )
-    result = proc.run(
-        [server_binary, "--version"],
-        env=env,
-        check=False,
-        timeout=60,
-        echo=console.command,
-        what="llama-server --version",
-    )
-    return (result.stdout + "\n" + result.stderr).strip()
-
-
 def spot_check(
     settings: Settings,
     server_binary: Path,
@@ -584,16 +166,20 @@ def spot_check(
     offloaded to a freshly started RPC server (layers on the RPC device, same numbers).
     ``write_reference`` records this run's fingerprints as the reference (CPU builds);
     ``agreement_required=False`` reports a difference from it without failing (pin-bump's
-    own build of a new upstream, whose numbers may move on purpose).
+    own build of a new upstream, whose numbers may move on purpose).  For a GPU backend
+    (``device_prefix``), ``llama-server --list-devices`` must list one of its devices first;
+    where none is listed (no GPU on this machine) no model is checked and the report's
+    ``not_run`` says why (the build's artifact gate is then the proof that was made).
 
     Raises :class:`ModelCheckFailed` (a :class:`SpotCheckFailed`, with the
     report attached as ``.report``) when any model fails, and
     :class:`SpotCheckFailed` when the binary's provenance is not the expected one.
     """
-    options = Options.from_settings(settings)
-    env = {**settings.env, **(server_env or {})}
     server_binary = Path(server_binary)
-    build_cmd = f"nox -s build-{backend_of(server_binary, settings)}"
+    backend = backend_of(server_binary, settings)
+    options = Options.from_settings(settings, backend_spec(backend).spot_check_timeouts)
+    env = {**settings.env, **(server_env or {})}
+    build_cmd = f"nox -s build-{backend}"
     refs: list[ModelRef] = model_refs(list(models), cwd=settings.root)
     version_text = read_version(server_binary, env, console)
     report = SpotCheckReport(
@@ -610,6 +196,15 @@ def spot_check(
                 next_step=f"rebuild it: {build_cmd}",
                 details=version_text,
             )
+    if device_prefix is not None:
+        listing = list_devices(server_binary, env, console)
+        report.devices = listing.devices
+        report.not_run = no_device_reason(listing, device_prefix)
+        if report.not_run is not None:
+            console.warn(f"spot check not run: {report.not_run}")
+            console.summary(report.markdown())
+            return report
+        console.info(f"devices: {', '.join(report.devices)}")
     logs = log_dir(settings, server_binary)
     used: set[str] = set()
     for ref in refs:
@@ -692,7 +287,7 @@ def _check_resolved(
     if write_reference:
         path = reference_path(refs_dir, fp.model)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render_reference(fp), encoding="utf-8")
+        write_text_atomic(path, render_reference(fp))
         console.info(f"{ref.label}: reference fingerprint written to {settings.relative(path)}")
     agreement = agreement_with_reference(fp, refs_dir, options.logprob_tolerance)
     result.compute.agreement = agreement
@@ -801,33 +396,3 @@ def describe(result: ModelResult, settings: Settings) -> str:
 
 
 # --- entry point --------------------------------------------------------------
-
-
-def default_server(settings: Settings, backend: str | None = None) -> Path:
-    """The newest llama-server of ``backend`` under build_root; without one, the newest CPU
-    build, else the newest of any backend.
-
-    Builds live in ``<build_root>/<backend>-<digest>/bin/`` (see :mod:`skippy.build.builder`).
-    """
-
-    def newest(pattern: str) -> Path | None:
-        found = sorted(settings.build_root.glob(pattern), key=lambda p: p.stat().st_mtime)
-        return found[-1] if found else None
-
-    patterns = [f"{backend or 'cpu'}-*/bin/{SERVER_TARGET}", f"{backend or 'cpu'}/bin/{SERVER_TARGET}"]
-    if backend is None:
-        patterns.append(f"*/bin/{SERVER_TARGET}")
-    for pattern in patterns:
-        found = newest(pattern)
-        if found is not None:
-            return found
-    raise SpotCheckFailed(
-        f"no {backend + ' ' if backend else ''}{SERVER_TARGET} build under {settings.relative(settings.build_root)}",
-        untouched="everything: nothing was started",
-        next_step=f"nox -s build-{backend or 'cpu'} (or pass --server PATH)",
-    )
-
-
-def rpc_server_beside(server: Path) -> Path | None:
-    """The RPC server built beside ``server`` (``ggml-rpc-server``, or ``rpc-server`` on older trees)."""
-    return next((server.parent / name for name in RPC_TARGETS if (server.parent / name).is_file()), None)

@@ -6,6 +6,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from skippy.check.report import SpotCheckReport
 from skippy.core.errors import InternalError, Interrupted, SkippyError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, print_json
@@ -59,7 +60,9 @@ def build_main(
         console.error(traceback.format_exc().rstrip())
         return failed(InternalError(exc))
     if as_json:
-        print_json({"ok": True, "skipped": outcome.skipped, "build": outcome.build and outcome.build.as_dict()})
+        spot = outcome.spot.as_dict() if isinstance(outcome.spot, SpotCheckReport) else None
+        build = outcome.build and outcome.build.as_dict()
+        print_json({"ok": True, "skipped": outcome.skipped, "build": build, "spot_check": spot})
     if outcome.skipped:
         return 0, f"{outcome.skipped} (unavailable backends skipped on request)"
     return 0, None

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from skippy.build.backends import names, spec
-from skippy.check.spotcheck import Provenance, backend_of, default_server, rpc_server_beside, spot_check
+from skippy.check.binaries import backend_of, default_server, rpc_server_beside
+from skippy.check.report import Provenance
+from skippy.check.spotcheck import spot_check
 from skippy.cli.app import guarded, load
 from skippy.core.errors import SettingsError, SpotCheckFailed
 from skippy.core.settings import Settings

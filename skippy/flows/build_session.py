@@ -164,7 +164,8 @@ def _default_spot_check(
     rpc_server: Path | None = None,
     agreement_required: bool = True,
 ) -> object:
-    from skippy.check.spotcheck import Provenance, spot_check
+    from skippy.check.report import Provenance
+    from skippy.check.spotcheck import spot_check
 
     return spot_check(
         settings,

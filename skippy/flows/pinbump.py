@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from skippy.core.errors import ConflictError, SettingsError, SkippyError
+from skippy.core.files import write_text_atomic
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -329,7 +330,7 @@ def write_pin_atomic(path: Path, sha: str) -> None:
         old = target.read_bytes().decode("utf-8")
     except FileNotFoundError:
         old = ""
-    wd.write_text_atomic(target, pin_text(old, sha))
+    write_text_atomic(target, pin_text(old, sha))
 
 
 def pin_bump(
@@ -440,7 +441,8 @@ def _write_pins(settings: Settings, new_pin: str) -> list[str]:
 def _numerics(settings: Settings, cpu_outcome: object, *, write: bool) -> list[dict[str, Any]]:
     """The CPU build's fingerprints against the committed reference; rewrite it when ``write``."""
     from skippy.check.fingerprint import greedy_changed, read_reference, reference_path, render_reference
-    from skippy.check.spotcheck import SpotCheckReport, reference_dir
+    from skippy.check.report import SpotCheckReport
+    from skippy.check.spotcheck import reference_dir
 
     spot = getattr(cpu_outcome, "spot", None)
     if not isinstance(spot, SpotCheckReport):
@@ -456,7 +458,7 @@ def _numerics(settings: Settings, cpu_outcome: object, *, write: bool) -> list[d
         path = reference_path(refs, fingerprint.model)
         if write:
             path.parent.mkdir(parents=True, exist_ok=True)
-            wd.write_text_atomic(path, render_reference(fingerprint))
+            write_text_atomic(path, render_reference(fingerprint))
         found.append(
             {
                 "model": fingerprint.model,

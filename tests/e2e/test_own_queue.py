@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from skippy.build.builder import BuildReport
-from skippy.check.spotcheck import Provenance, spot_check
+from skippy.check.report import Provenance
+from skippy.check.spotcheck import spot_check
 from skippy.core import proc
 from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from skippy.build.backends import Backend
+from skippy.check.report import SpotCheckReport
 from skippy.cli.build import build_main
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionFn
+from skippy.flows.build_session import SessionFn, SessionOutcome
 from tests.conftest import Project
 
 pytestmark = pytest.mark.integration
@@ -131,3 +132,17 @@ def test_json_on_interrupts_and_unforeseen_exceptions(
     assert (report["ok"], report["error"], report["exit_code"], report["what"]) == (False, error, code, what)
     if error == "InternalError":
         assert "Traceback" in err and "RuntimeError: a bug" in err
+
+
+def test_json_carries_the_spot_check_report(project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    spot = SpotCheckReport(server="bin/llama-server", devices=[], not_run="no CUDA device on this machine")
+
+    def session_fn(backend: Backend | str, settings: Settings, console: Console, posargs: Sequence[str] = ()) -> Any:
+        return SessionOutcome(backend="cuda", spot=spot)
+
+    assert build_main("cuda", project.env, root=project.root, args=["--json"], session_fn=session_fn) == (0, None)
+    report = json_report(capsys.readouterr().out)
+    assert report["ok"] is True
+    shown = report["spot_check"]
+    assert isinstance(shown, dict)
+    assert (shown["ran"], shown["not_run"], shown["devices"]) == (False, "no CUDA device on this machine", [])

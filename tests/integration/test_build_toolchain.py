@@ -14,7 +14,7 @@ import pytest
 from skippy.build.backends import Backend
 from skippy.build.backends.cuda import find_cuda_library
 from skippy.build.toolchain import Toolchain, TreeInfo, check_tree_needs, probe_toolchain
-from skippy.core.errors import ToolchainMissing
+from skippy.core.errors import NetworkError, SettingsError, ToolchainMissing
 from skippy.core.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -306,3 +306,107 @@ def test_find_cuda_library(tmp_path: Path) -> None:
     lib = root / "targets" / "x86_64-linux" / "lib" / "libskippy_no_such_lib.so.13"
     lib.write_bytes(b"")
     assert find_cuda_library("skippy_no_such_lib", [root]) == lib
+
+
+# --- Vulkan headers from the system's Debian mirror (fake apt-get and dpkg-deb) --------------
+
+_INDEXTARGETS = (
+    "Site: http://mirror.example/debian\\nOrigin: Debian\\nLabel: Debian\\nComponent: main\\nRelease: bookworm\\n\\n"
+    "Site: http://mirror.example/debian-security\\nOrigin: Debian\\nLabel: Debian-Security\\n"
+    "Component: main\\nRelease: bookworm-security\\n"
+)
+
+_FAKE_APT = (
+    """#!/bin/sh
+# a stand-in apt-get: records its arguments, answers indextargets, "downloads" a package
+echo "$*" >> "$APT_LOG"
+case "$*" in
+  indextargets*) printf '"""
+    + _INDEXTARGETS
+    + """' ;;
+  *" update")
+    for a in "$@"; do case "$a" in Dir::Etc::SourceList=*) cp "${a#*=}" "$APT_LOG.sources" ;; esac; done ;;
+  *" download "*)
+    if [ -n "$APT_FAIL" ]; then echo "E: Version '1.4.309.0-1' was not found" >&2; exit 100; fi
+    : > libvulkan-dev_1.4.309.0-1_amd64.deb ;;
+esac
+"""
+)
+
+_VULKAN_CORE = (
+    "#define VK_HEADER_VERSION 309\\n"
+    "#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION(0, 1, 4, VK_HEADER_VERSION)\\n"
+    "#define VK_EXT_layer_settings 1\\n"
+)
+
+_FAKE_DPKG_DEB = f"""#!/bin/sh
+# a stand-in dpkg-deb -x DEB DIR: unpacks headers that define VK_EXT_layer_settings
+mkdir -p "$3/usr/include/vulkan"
+printf '{_VULKAN_CORE}' > "$3/usr/include/vulkan/vulkan_core.h"
+echo '// C++ bindings' > "$3/usr/include/vulkan/vulkan.hpp"
+"""
+
+_PIN = {"suite": "trixie", "package": "libvulkan-dev", "version": "1.4.309.0-1"}
+
+
+def _apt_host(host: Host, tmp_path: Path) -> tuple[Path, Path]:
+    """Fake glslc, apt-get, dpkg-deb; old system headers (with SPIR-V) as the SDK; the apt log."""
+    host.tool("glslc")
+    for name, text in (("apt-get", _FAKE_APT), ("dpkg-deb", _FAKE_DPKG_DEB)):
+        (host.bin / name).write_text(text, encoding="utf-8")
+        (host.bin / name).chmod(0o755)
+    return _headers(tmp_path / "sdk", 239, layer_settings=False), tmp_path / "apt.log"
+
+
+def _probe_with_pin(host: Host, sdk: Path, log: Path, **env: str) -> Toolchain:
+    table = {"build": {"vulkan_headers_debian": dict(_PIN)}, "cache_dir": "cache"}
+    base = {"PATH": f"{host.bin}:/usr/bin:/bin", "VULKAN_SDK": str(sdk.parent), "APT_LOG": str(log)}
+    settings = Settings.from_table(host.root, table, {**base, **env})
+    return probe_toolchain(
+        "vulkan", settings, system="Linux", os_release="ID=debian\n", library_dirs=(), well_known_dirs=False
+    )
+
+
+def test_vulkan_auto_takes_debians_newer_headers_into_the_cache_once(host: Host, tmp_path: Path) -> None:
+    sdk, log = _apt_host(host, tmp_path)
+    tc = _probe_with_pin(host, sdk, log)
+    include = host.root / "cache" / "vulkan-headers" / "libvulkan-dev_1.4.309.0-1" / "usr" / "include"
+    assert tc.facts.get("vulkan_include_dir") == str(include)
+    assert (tc.facts.get("vulkan_headers"), tc.facts.get("vulkan_header_version")) == ("debian", "1.4.309")
+    assert tc.facts.get("toolkit") == "vulkan headers debian 1.4.309", "other headers, another build dir"
+    assert any("lack VK_EXT_layer_settings" in note for note in tc.notes)
+    calls = log.read_text(encoding="utf-8").splitlines()
+    assert [c.split()[-1] if "download" not in c else "download" for c in calls] == [
+        "indextargets",
+        "update",
+        "download",
+    ]
+    # apt was confined to its own sources and state under the cache; the system's were not read or locked
+    for call in calls[1:]:
+        assert f"Dir::Etc::SourceList={host.root / 'cache' / 'vulkan-headers'}" in call
+        assert "Debug::NoLocking=1" in call and "Dir::Etc::SourceParts=" in call
+    assert "libvulkan-dev=1.4.309.0-1" in calls[2]
+    sources = (log.parent / "apt.log.sources").read_text(encoding="utf-8")
+    assert sources.split("] ", 1)[-1] == "http://mirror.example/debian trixie main\n", sources
+    # reused: no second fetch
+    again = _probe_with_pin(host, sdk, log)
+    assert again.facts.get("vulkan_include_dir") == str(include)
+    assert len(log.read_text(encoding="utf-8").splitlines()) == 3
+    # asked for the system's: the old headers, no fetch (the tree check then names what is missing)
+    system = _probe_with_pin(host, sdk, log, SKIPPY_VULKAN_HEADERS="system")
+    assert (system.facts.get("vulkan_headers"), system.facts.get("vulkan_header_version")) == ("system", "1.3.239")
+    assert "toolkit" not in system.facts
+
+
+def test_vulkan_headers_that_cannot_be_fetched_name_the_pin_and_the_way_out(host: Host, tmp_path: Path) -> None:
+    sdk, log = _apt_host(host, tmp_path)
+    with pytest.raises(NetworkError) as info:
+        _probe_with_pin(host, sdk, log, APT_FAIL="1")
+    err = info.value
+    assert err.what == "could not fetch the Vulkan headers (apt-get download libvulkan-dev=1.4.309.0-1)"
+    assert "[tool.skippy.build.vulkan_headers_debian]" in (err.next_step or "")
+    assert "SKIPPY_VULKAN_HEADERS=system" in (err.next_step or "")
+    assert "the system's apt sources" in (err.untouched or "")
+    assert not (host.root / "cache" / "vulkan-headers" / "libvulkan-dev_1.4.309.0-1").exists()
+    with pytest.raises(SettingsError, match="unknown Vulkan headers choice 'newest'"):
+        _probe_with_pin(host, sdk, log, SKIPPY_VULKAN_HEADERS="newest")

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from skippy.check.report import ModelCheckFailed, SpotCheckReport
 from skippy.check.server import port_is_free
-from skippy.check.spotcheck import ModelCheckFailed, SpotCheckReport, reference_dir, spot_check
+from skippy.check.spotcheck import reference_dir, spot_check
 from skippy.core.ui import Console
 from tests.integration import fake_server
 from tests.integration.test_spotcheck import Rig, wait_gone
@@ -68,10 +69,30 @@ def test_an_answer_with_template_tokens_fails(rig: Rig) -> None:
 
 def test_a_gpu_backend_must_put_the_layers_on_its_device(rig: Rig) -> None:
     with pytest.raises(ModelCheckFailed) as info:
-        run(rig, device_prefix="Vulkan", extra_server_args=["-ngl", "99"])
+        # the device is listed, but the layers stay on the CPU (an ignored -ngl, a fallback)
+        run(rig, device_prefix="Vulkan", extra_server_args=["-ngl", "99"], env={"FAKE_LLAMA_LISTED": "Vulkan0"})
+    assert info.value.report.devices == ["Vulkan0"]
     assert "did not run on a Vulkan device: only 0/5 layers were offloaded" in info.value.report.results[0].reason
     ok = run(rig, device_prefix="Vulkan", extra_server_args=["-ngl", "99"], env={"FAKE_LLAMA_DEVICE": "Vulkan0"})
     assert "5/5 layers offloaded; model buffers on Vulkan0" in ok.results[0].compute.device
+
+
+def test_no_device_of_the_backend_listed_means_not_run_and_no_server_started(rig: Rig) -> None:
+    report = run(rig, device_prefix="CUDA", extra_server_args=["-ngl", "99"], env={"FAKE_LLAMA_LISTED": "Vulkan0"})
+    assert report.ok and report.results == []
+    assert report.devices == ["Vulkan0"]
+    assert report.not_run is not None and "no CUDA device on this machine" in report.not_run
+    assert "--list-devices lists: Vulkan0" in report.not_run
+    assert not (rig.state / "argv.json").exists(), "a server was started although no device was listed"
+    shown = json.loads(json.dumps(report.as_dict()))
+    assert (shown["ran"], shown["ok"], shown["devices"]) == (False, True, ["Vulkan0"])
+    assert report.markdown().startswith("### Spot check: not run")
+    none = run(rig, device_prefix="CUDA", extra_server_args=["-ngl", "99"])
+    assert none.devices == [] and none.not_run is not None and "lists: none" in none.not_run
+    # a binary that cannot even list its devices (a missing driver library) says so, with its last line
+    broken = run(rig, device_prefix="CUDA", env={"FAKE_LLAMA_LIST_FAILS": "1"})
+    assert broken.not_run is not None
+    assert "--list-devices exited with code 127: llama-server: error while loading shared libraries" in broken.not_run
 
 
 def test_the_rpc_path_offloads_to_a_fresh_rpc_server_which_is_stopped(rig: Rig) -> None:

@@ -284,7 +284,8 @@ def test_pin_bump_reports_greedy_drift_and_rewrites_the_reference(history: tuple
     from types import SimpleNamespace
 
     from skippy.check.fingerprint import Fingerprint, Run, Step, read_reference, reference_path, render_reference
-    from skippy.check.spotcheck import ModelResult, SpotCheckReport, reference_dir
+    from skippy.check.report import ModelResult, SpotCheckReport
+    from skippy.check.spotcheck import reference_dir
 
     project, shas = history
     settings = project.settings()

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from skippy.check import server, spotcheck
+from skippy.check.report import ModelCheckFailed, Provenance, SpotCheckReport
 from skippy.check.server import port_is_free
-from skippy.check.spotcheck import ModelCheckFailed, Provenance, SpotCheckReport, spot_check
+from skippy.check.spotcheck import spot_check
 from skippy.cli.spot import main
 from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings

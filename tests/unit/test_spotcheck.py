@@ -9,26 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from skippy.build.backends import spec
+from skippy.check.binaries import backend_of, default_server, parse_provenance, provenance_mismatch, version_line
+from skippy.check.chat import Answer, completion_request, judge, parse_stream, plan_server_argv, scan_log
+from skippy.check.report import ModelCheckFailed, ModelResult, Options, Provenance, SpotCheckReport
 from skippy.check.server import ServerFailure, describe_exit
-from skippy.check.spotcheck import (
-    Answer,
-    ModelCheckFailed,
-    ModelResult,
-    Options,
-    Provenance,
-    SpotCheckReport,
-    backend_of,
-    completion_request,
-    default_server,
-    judge,
-    log_dir,
-    parse_provenance,
-    parse_stream,
-    plan_server_argv,
-    provenance_mismatch,
-    scan_log,
-    version_line,
-)
+from skippy.check.spotcheck import log_dir
 from skippy.cli.spot import parse_args
 from skippy.core.errors import SettingsError, SpotCheckFailed
 from skippy.core.settings import Settings
@@ -190,6 +176,12 @@ def test_options_from_settings(tmp_path: Path) -> None:
         Options.from_settings(settings(tmp_path, load_timout=60))
     with pytest.raises(SettingsError, match="must be a float"):
         Options.from_settings(settings(tmp_path, grace="soon"))
+    # a backend's own timeouts (lavapipe compiles its shaders on first use) replace the defaults,
+    # and the user's table still wins over them
+    vulkan = spec("vulkan").spot_check_timeouts
+    assert Options.from_settings(settings(tmp_path), vulkan).request_timeout == vulkan["request_timeout"] > 120
+    assert Options.from_settings(settings(tmp_path, request_timeout=30), vulkan).request_timeout == 30.0
+    assert spec("cpu").spot_check_timeouts == {}
 
 
 def test_report_markdown_json_and_failure_message() -> None:

@@ -220,6 +220,9 @@ class BackendSpec:
     spot_check_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: extra llama-server arguments for the spot check
     spot_check_args: tuple[str, ...] = ()
+    #: spot-check timeouts (``load_timeout``, ``request_timeout``: seconds) where the defaults are too
+    #: short for this backend's devices; ``[tool.skippy.spot_check]`` still wins
+    spot_check_timeouts: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     #: ``[tool.skippy.build]`` keys this backend reads -> the CMake variable each sets
     table_defines: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: other ``[tool.skippy.build]`` keys its ``requested`` hook reads

@@ -12,6 +12,8 @@ FAKE_LLAMA_CHILD    "1": start a child process that must die with the server
 FAKE_LLAMA_PROVENANCE  "upstream=<sha> queue=<digest>" for --version
 FAKE_LLAMA_NUMERICS "shifted": /completion answers other tokens (numerics changed)
 FAKE_LLAMA_DEVICE   a device name (``Vulkan0``): with ``-ngl`` the load log offloads to it
+FAKE_LLAMA_LISTED   the devices ``--list-devices`` prints, comma-separated (default: FAKE_LLAMA_DEVICE)
+FAKE_LLAMA_LIST_FAILS  "1": ``--list-devices`` fails like a binary missing its driver library
 
 Modes: *crashing* exits 3 while loading; *error-in-log* answers fine but logs a
 GGML_ASSERT line; *hanging* never becomes ready and ignores SIGTERM; *empty*
@@ -152,9 +154,23 @@ def record_start() -> None:
             (STATE / "child.pid").write_text(str(child.pid))
 
 
+def list_devices() -> int:
+    """``--list-devices``: FAKE_LLAMA_LISTED (or FAKE_LLAMA_DEVICE), or a failure like a missing driver."""
+    if os.environ.get("FAKE_LLAMA_LIST_FAILS") == "1":
+        log("llama-server: error while loading shared libraries: libcuda.so.1: cannot open shared object file")
+        return 127
+    listed = os.environ.get("FAKE_LLAMA_LISTED", os.environ.get("FAKE_LLAMA_DEVICE", ""))
+    names = [name for name in listed.split(",") if name]
+    print("Available devices:")
+    for name in names or ["(none)"]:
+        print(f"  {name}: fake device (1024 MiB, 1000 MiB free)" if names else f"  {name}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--version", action="store_true")
+    parser.add_argument("--list-devices", action="store_true")
     parser.add_argument("-m", "--model")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
@@ -163,6 +179,8 @@ def main() -> int:
     args, _rest = parser.parse_known_args()
     if args.version:
         return version()
+    if args.list_devices:
+        return list_devices()
     record_start()
     if MODE == "hanging":
         signal.signal(signal.SIGTERM, lambda *_: log("ignoring SIGTERM"))
