@@ -25,7 +25,7 @@ from typing import Final, TextIO
 
 import filelock
 
-from skippy.core import proc
+from skippy.core import pip, proc
 from skippy.core.errors import ArchiveError, CommandError, LockBusyError, NetworkError, SkippyError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, human_size
@@ -183,24 +183,10 @@ def fetch_http(url: str, into: Path, ctx: FetchContext) -> Path:
 
 def pip_download_argv(python: str, requirement: str, into: Path, *, attempts: int) -> list[str]:
     """The ``pip download`` command line for one source distribution (pure)."""
-    return [
-        python,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        # the source distribution of this package only: with :all: pip would also build the
-        # sdist's build dependencies (CMake included) from source just to read its metadata
-        "--no-binary",
-        re.split(r"[=<>!~\[; ]", requirement, maxsplit=1)[0],
-        "--disable-pip-version-check",
-        "--no-input",
-        "--retries",
-        str(max(attempts - 1, 0)),
-        "-d",
-        str(into),
-        requirement,
-    ]
+    # the source distribution of this package only: with :all: pip would also build the
+    # sdist's build dependencies (CMake included) from source just to read its metadata
+    package = re.split(r"[=<>!~\[; ]", requirement, maxsplit=1)[0]
+    return pip.pip_download_argv(python, into, attempts=attempts, options=("--no-binary", package), what=(requirement,))
 
 
 def fetch_pypi_sdist(requirement: str, into: Path, ctx: FetchContext) -> Path:

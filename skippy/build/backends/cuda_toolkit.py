@@ -42,7 +42,7 @@ from typing import Final
 
 import filelock
 
-from skippy.core import proc
+from skippy.core import pip, proc
 from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
 
 #: the wheels that make a toolkit able to build ggml-cuda (compiler, front ends, runtime, cuBLAS, CCCL)
@@ -243,26 +243,9 @@ def stub_cc_argv(cc: str, source: Path, output: Path) -> list[str]:
 
 def pip_download_argv(python: str, requirements: Path, into: Path, *, attempts: int) -> list[str]:
     """``pip download`` of the pinned wheels (hash-checking mode: pip refuses a mismatch)."""
-    return [
-        python,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary",
-        ":all:",
-        "--require-hashes",
-        "--disable-pip-version-check",
-        "--no-input",
-        # the wheels are kept in our cache: no second copy in pip's
-        "--no-cache-dir",
-        "--retries",
-        str(max(attempts - 1, 0)),
-        "-d",
-        str(into),
-        "-r",
-        str(requirements),
-    ]
+    # the wheels are kept in our cache: no second copy in pip's
+    options = ("--only-binary", ":all:", "--require-hashes", "--no-cache-dir")
+    return pip.pip_download_argv(python, into, attempts=attempts, options=options, what=("-r", str(requirements)))
 
 
 def requirements_text(pins: Iterable[WheelPin]) -> str:
