@@ -89,3 +89,11 @@ def disk_errors(settings: Settings, *, rerun: str, untouched: str) -> Iterator[N
             raise
         doing = exc.what.split(" failed", 1)[0].split(" timed out", 1)[0]
         raise disk_error(settings, problem, untouched=untouched, rerun=rerun, doing=doing) from exc
+
+
+@contextlib.contextmanager
+def guarded(settings: Settings, console: Console, *, rerun: str, untouched: str) -> Iterator[None]:
+    """The workdir's lock, with a read-only or full disk named as such (``rerun`` and
+    ``untouched`` go into that error): how every step that writes the workdir runs."""
+    with disk_errors(settings, rerun=rerun, untouched=untouched), locked(settings, console):
+        yield

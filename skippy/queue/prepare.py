@@ -49,7 +49,7 @@ from skippy.queue.checkout import (
     remove_partials,
 )
 from skippy.queue.compat import ensure_compat_link
-from skippy.queue.guard import disk_errors, locked
+from skippy.queue.guard import guarded
 from skippy.queue.model import Queue, load_queue
 from skippy.queue.recover import recognize, recover, refuse_or_discard, remove_aside_worktrees
 from skippy.queue.run import PrepareReport, Run
@@ -131,14 +131,12 @@ def prepare(
             sleep=sleep,
         )
         rel = settings.relative(settings.workdir)
-        with (
-            disk_errors(
-                settings,
-                rerun=rerun_command(target, force=force, offline=offline),
-                untouched=f"{rel}: your files are as they were (a switch cut short is journaled and the next run "
-                "finishes it); no stamp was written",
-            ),
-            locked(settings, console),
+        with guarded(
+            settings,
+            console,
+            rerun=rerun_command(target, force=force, offline=offline),
+            untouched=f"{rel}: your files are as they were (a switch cut short is journaled and the next run "
+            "finishes it); no stamp was written",
         ):
             report = converge(run, queue, target, pin)
     notes = ensure_compat_link(settings, console)
@@ -206,14 +204,12 @@ def triage_target(
     """Try every patch against ``target`` without changing the workdir's checkout."""
     queue = load_queue(settings.patch_dir)
     pin = validate(settings, target)
-    with (
-        disk_errors(
-            settings,
-            rerun=rerun_command(target, offline=offline, triage=True),
-            untouched=f"{settings.relative(settings.workdir)}: its checkout and your files "
-            "(triage works in a temporary worktree)",
-        ),
-        locked(settings, console),
+    with guarded(
+        settings,
+        console,
+        rerun=rerun_command(target, offline=offline, triage=True),
+        untouched=f"{settings.relative(settings.workdir)}: its checkout and your files "
+        "(triage works in a temporary worktree)",
     ):
         return _triage(Run(settings, console, offline=offline, sleep=sleep), queue, target, pin)
 

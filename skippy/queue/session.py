@@ -22,7 +22,7 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
 from skippy.queue.am_output import failed_paths, failing_hunks, stopped_failures, unmerged_paths, without_am_hints
-from skippy.queue.guard import disk_errors, locked
+from skippy.queue.guard import guarded
 from skippy.queue.model import Patch, Queue, load_queue
 from skippy.queue.run import PrepareReport, Run
 from skippy.queue.upstream import Resolved
@@ -190,13 +190,11 @@ def resume(settings: Settings, action: Action, *, console: Console) -> PrepareRe
     started = time.monotonic()
     rel = settings.relative(settings.workdir)
     git_dir, entry = stopped_session(settings)
-    with (
-        disk_errors(
-            settings,
-            rerun=f"invoke prepare --{action}",
-            untouched=f"{rel}: the conflict session and your files are as they were",
-        ),
-        locked(settings, console),
+    with guarded(
+        settings,
+        console,
+        rerun=f"invoke prepare --{action}",
+        untouched=f"{rel}: the conflict session and your files are as they were",
     ):
         repo = Repo(settings.workdir, settings.env, echo=console.command)
         queue = load_queue(settings.patch_dir)
