@@ -16,7 +16,7 @@ from typing import Protocol
 
 from skippy.build.backends import SERVER_TARGET, Backend, parse_backend, spec
 from skippy.build.builder import (
-    _DEFINE_ARG,
+    DEFINE_ARG,
     PROVENANCE_DEFINES,
     BuildOptions,
     BuildPlan,
@@ -55,7 +55,7 @@ def _jobs(text: str) -> int:
 
 def _define(text: str) -> str:
     arg = "-D" + text
-    if not _DEFINE_ARG.match(arg):
+    if not DEFINE_ARG.match(arg):
         raise argparse.ArgumentTypeError(f"wants NAME=VALUE or NAME:TYPE=VALUE, got {text!r}")
     return arg
 
