@@ -26,7 +26,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from skippy.build.backends import RPC_TARGETS, Backend
+from skippy.build.backends import RPC_TARGETS, SERVER_TARGET, Backend
 from skippy.build.cache import launcher_env
 from skippy.build.cachestats import (
     CacheProbe,
@@ -43,6 +43,8 @@ from skippy.build.configure import (
     parse_cmake_cache,
     parse_unused_variables,
 )
+from skippy.build.localtree import MODE_PREPARED
+from skippy.build.noise import NoiseFilter
 from skippy.build.plan import (
     COMMON_TABLE_KEYS,
     DEFINE_ARG,
@@ -80,6 +82,8 @@ class BuildReport:
     steps: int
     binaries: Mapping[str, Path]
     cache: CacheStats | None
+    #: prepared (the queue on its upstream) or local (the workdir as it stood: --workdir-as-is)
+    mode: str = MODE_PREPARED
 
     @property
     def total_seconds(self) -> float:
@@ -97,6 +101,7 @@ class BuildReport:
             "steps": self.steps,
             "binaries": {k: str(v) for k, v in self.binaries.items()},
             "cache": None if self.cache is None else self.cache.as_dict(),
+            "mode": self.mode,
         }
 
 
@@ -108,11 +113,18 @@ def read_stamp(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _built_at(stamp_path: Path) -> float:
+    server = stamp_path.parent / "bin" / SERVER_TARGET
+    return max(stamp_path.stat().st_mtime, server.stat().st_mtime if server.is_file() else 0.0)
+
+
 def newest_builds(build_root: Path) -> dict[str, dict[str, Any]]:
-    """The newest build dir of each backend under ``build_root`` (by its stamp): where its
-    binaries are, the patched commit it was built from, when."""
+    """The newest build dir of each backend under ``build_root``: where its binaries are,
+    the patched commit it was built from, its mode (``prepared``, or ``local`` for the
+    workdir as it stood), when.  Newest by its llama-server (the binary the spot check
+    picks), else by its stamp."""
     found: dict[str, dict[str, Any]] = {}
-    stamps = sorted(build_root.glob(f"*/{STAMP_NAME}"), key=lambda p: p.stat().st_mtime)
+    stamps = sorted(build_root.glob(f"*/{STAMP_NAME}"), key=_built_at)
     for path in stamps:  # oldest first: the newest of a backend wins
         stamp = read_stamp(path)
         if stamp is None or not isinstance(stamp.get("backend"), str):
@@ -121,8 +133,10 @@ def newest_builds(build_root: Path) -> dict[str, dict[str, Any]]:
         found[stamp["backend"]] = {
             "build_dir": str(path.parent),
             "patched_sha": stamp.get("patched_sha"),
+            # prepared (the queue on its upstream) or local (the workdir as it stood: --workdir-as-is)
+            "mode": stamp.get("mode", MODE_PREPARED),
             "binaries": {p.name: str(p) for p in sorted(bin_dir.iterdir()) if p.is_file()} if bin_dir.is_dir() else {},
-            "built": int(path.stat().st_mtime),
+            "built": int(_built_at(path)),
         }
     return found
 
@@ -229,7 +243,8 @@ def _run_ninja(
         build_argv = tuple(a for a in plan.build_argv if a not in plan.targets) + targets
     probe = CacheProbe(plan, console)
     build_env = probe.before()
-    counter = _NinjaCounter(console.info)
+    shown = NoiseFilter(console.info, console.detail)
+    counter = _NinjaCounter(shown)
     with _timed(console, f"build {plan.backend}: {' '.join(targets)}", box):
         try:
             proc.run(build_argv, env=build_env, on_line=counter, echo=console.command)
@@ -240,6 +255,8 @@ def _run_ninja(
                 plan,
                 f"fix the compile error above and rerun `nox -s build-{plan.backend}`",
             ) from None
+        finally:
+            shown.close()
     stats = probe.after()
     if stats is not None:
         console.info(stats.render())
@@ -292,6 +309,7 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
         steps=0,
         binaries=MappingProxyType({}),
         cache=None,
+        mode=str(plan.stamp.get("mode", MODE_PREPARED)),
     )
     if not build:
         return report

@@ -30,6 +30,7 @@ from skippy.build.backends import (
 )
 from skippy.build.backends.base import BackendSpec, Tool
 from skippy.build.cache import CacheStorage, launcher_env, local_fallback_env, select_storage, shared_cache_env
+from skippy.build.localtree import MODE_LOCAL, WorkdirState, local_dir_name
 from skippy.build.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError
 from skippy.core.settings import Settings
@@ -280,12 +281,16 @@ def plan_build(
     upstream_sha: str | None = None,
     queue_digest: str | None = None,
     build_number: int | None = None,
+    local_state: WorkdirState | None = None,
 ) -> BuildPlan:
     """Everything a build of ``backend`` will do, computed without running anything.
 
     ``upstream_sha``/``queue_digest`` are passed to trees whose queue reports build
     provenance (they declare ``SKIPPY_UPSTREAM_SHA``/``SKIPPY_QUEUE_DIGEST``); they are
     kept out of the build-dir digest, so a queue change reuses the dir (and its objects).
+    ``local_state`` (``--workdir-as-is``) puts the build in a dir of its own, named by
+    the workdir's state (:func:`skippy.build.localtree.local_dir_name`), and records
+    that mode in its stamp.
     """
     options = options or BuildOptions()
     s = spec(backend)
@@ -302,7 +307,8 @@ def plan_build(
     defines = values.sorted()
     digest = _dir_digest(s, defines, extra_args, toolchain)
     source_dir = tree.source_dir
-    build_dir = _checked_build_root(settings, source_dir) / f"{s.name}-{digest}"
+    name = f"{s.name}-{digest}" if local_state is None else local_dir_name(s.name, digest, local_state)
+    build_dir = _checked_build_root(settings, source_dir) / name
     launcher = toolchain.launcher
     if setup.storage is not None and launcher is not None:
         setup.env_overrides.update(
@@ -332,6 +338,9 @@ def plan_build(
         "configure_args": [d.arg for d in defines] + list(extra_args),
         "tools": toolchain.tool_versions(),
     }
+    if local_state is not None:
+        # only local builds carry a mode: the stamps of prepared builds stay as they were
+        stamp.update({"mode": MODE_LOCAL, "workdir_state": local_state.key})
     spot_env = {k: v.replace("{cache_dir}", str(settings.cache_dir)) for k, v in s.spot_check_env.items()}
     return BuildPlan(
         backend=s.name,

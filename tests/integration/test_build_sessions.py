@@ -7,7 +7,6 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from skippy.cli.build import build_main
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionFn
+from skippy.flows.build_session import SessionArgs, SessionFn
 from tests.conftest import Project
 
 pytestmark = pytest.mark.integration
@@ -51,6 +50,8 @@ def test_build_metal_fails_with_the_reason() -> None:
     assert "needs macOS with Xcode command line tools" in text
     assert "xcode-select --install" in text
     assert "was successful" not in text
+    # nox's uv probe is not echoed (skippy.cli.noxlog): the sessions run in the project's environment
+    assert "uv binary not found" not in text
 
 
 def test_build_metal_is_skipped_on_request() -> None:
@@ -106,11 +107,11 @@ def test_an_unknown_option_touches_no_checkout(project: Project, capsys: pytest.
     assert not project.workdir.exists(), "nothing may be prepared before the options are checked"
 
 
-def _interrupted(backend: Backend | str, settings: Settings, console: Console, posargs: Sequence[str] = ()) -> Any:
+def _interrupted(backend: Backend | str, settings: Settings, console: Console, args: SessionArgs | None = None) -> Any:
     raise KeyboardInterrupt
 
 
-def _broken(backend: Backend | str, settings: Settings, console: Console, posargs: Sequence[str] = ()) -> Any:
+def _broken(backend: Backend | str, settings: Settings, console: Console, args: SessionArgs | None = None) -> Any:
     raise RuntimeError("a bug")
 
 

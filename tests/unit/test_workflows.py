@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from skippy.build.backends import registry
+from skippy.cli.build import parse_session_args
 from skippy.cli.ci import COMMANDS
-from skippy.flows.build_session import parse_session_args
 from tests.workflowtools import (
     WORKFLOW_DIR,
     WORKFLOWS,
