@@ -65,22 +65,25 @@ def _add(parser: OptionParser, option: Option) -> None:
         parser.add_argument(*names, dest=option.name, type=convert, metavar=option.metavar, help=option.help)
 
 
-def session_parser(backend: str = "<backend>") -> OptionParser:
+def session_parser(backend: str = "<backend>", prog: str | None = None) -> OptionParser:
     """The options of ``nox -s build-<backend> -- ...`` (the option table's BUILD_SESSION,
-    --json and --verbose); anything else is an error."""
-    parser = OptionParser(f"nox -s build-{backend} --")
+    --json and --verbose); anything else is an error.  ``prog`` names the command in
+    errors (``invoke build`` for the task)."""
+    parser = OptionParser(prog or f"nox -s build-{backend} --")
     for option in (*BUILD_SESSION, *COMMON):
         _add(parser, option)
     return parser
 
 
-def parse_session_args(posargs: Sequence[str], env: Mapping[str, str], backend: str = "<backend>") -> SessionArgs:
+def parse_session_args(
+    posargs: Sequence[str], env: Mapping[str, str], backend: str = "<backend>", *, prog: str | None = None
+) -> SessionArgs:
     """``nox -s build-cuda -- --skip-unavailable -j2 -DCMAKE_CUDA_ARCHITECTURES=86``.
 
     Only ``-D`` values reach CMake; any other argument that is not an option of the
     session raises SettingsError (before anything is probed, prepared or built).
     """
-    ns = session_parser(backend).parse(posargs)
+    ns = session_parser(backend, prog).parse(posargs)
     return SessionArgs(
         skip_unavailable=skip_unavailable_from(env) or ns.skip_unavailable,
         spot_check=not ns.no_spot_check,
@@ -112,6 +115,7 @@ def build_main(
     root: Path,
     args: Sequence[str] = (),
     session_fn: SessionFn | None = None,
+    prog: str | None = None,
 ) -> tuple[int, str | None]:
     """``nox -s build-<backend>``: (exit code, skip reason). Errors are rendered here, once.
 
@@ -134,7 +138,7 @@ def build_main(
         return exc.exit_code, None
 
     try:
-        parsed = parse_session_args(args, env, backend)
+        parsed = parse_session_args(args, env, backend, prog=prog)
         settings = Settings.load(root, env)
         outcome = session(backend, settings, console, parsed)
     except SkippyError as exc:
@@ -183,7 +187,9 @@ def build_task_main(
     argv = [f"-D{d}" for d in define]
     argv += ["--jobs", str(jobs)] if jobs not in (None, "") else []
     argv += [o.flag for o in (*BUILD_SESSION, *COMMON) if o.kind == "flag" and values.get(o.name)]
-    code, skipped = build_main(backend or "cpu", env, root=root or find_root(Path.cwd()), args=argv)
+    code, skipped = build_main(
+        backend or "cpu", env, root=root or find_root(Path.cwd()), args=argv, prog="invoke build"
+    )
     if skipped:
         Console(env=env).info(f"skipped: {skipped}")
     return code

@@ -132,3 +132,17 @@ def test_json_on_interrupts_and_unforeseen_exceptions(
     assert (report["ok"], report["error"], report["exit_code"], report["what"]) == (False, error, code, what)
     if error == "InternalError":
         assert "Traceback" in err and "RuntimeError: a bug" in err
+
+
+def test_invoke_build_runs_the_same_session_with_the_same_options(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skippy.cli.build import build_task_main
+
+    code = build_task_main(project.env, root=project.root, backend="metal", skip_unavailable=True, as_json=True)
+    assert code == 0
+    assert "needs macOS" in str(json_report(capsys.readouterr().out)["skipped"])
+    assert build_task_main(project.env, root=project.root, jobs="0", workdir_as_is=True, as_json=True) == 2
+    report = json_report(capsys.readouterr().out)
+    assert report["what"] == "invoke build: argument -j/--jobs: wants a positive number of jobs, got '0' (e.g. -j2)"
+    assert not project.workdir.exists(), "nothing may be prepared before the options are checked"
