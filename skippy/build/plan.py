@@ -270,6 +270,32 @@ def _checked_build_root(settings: Settings, source_dir: Path) -> Path:
     return build_root
 
 
+def _commands(
+    toolchain: Toolchain,
+    source_dir: Path,
+    build_dir: Path,
+    *,
+    defines: Sequence[Define],
+    extra_args: Sequence[str],
+    jobs: int | None,
+    targets: Sequence[str],
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The configure and build command lines."""
+    configure_argv = (
+        toolchain.cmake.path,
+        "-S",
+        str(source_dir),
+        "-B",
+        str(build_dir),
+        "-G",
+        GENERATOR,
+        *(d.arg for d in defines),
+        *extra_args,
+    )
+    build_argv = (toolchain.ninja.path, "-C", str(build_dir), *(("-j", str(jobs)) if jobs else ()), *targets)
+    return configure_argv, build_argv
+
+
 def plan_build(
     backend: Backend,
     settings: Settings,
@@ -316,19 +342,10 @@ def plan_build(
         )
     rpc_target = tree.rpc_target or RPC_TARGETS[0]
     targets = tuple(rpc_target if t in RPC_TARGETS else t for t in s.default_targets)
-    configure_argv = (
-        toolchain.cmake.path,
-        "-S",
-        str(source_dir),
-        "-B",
-        str(build_dir),
-        "-G",
-        GENERATOR,
-        *(d.arg for d in defines),
-        *extra_args,
-    )
     jobs = options.jobs if options.jobs is not None else _table_jobs(settings)
-    build_argv = (toolchain.ninja.path, "-C", str(build_dir), *(("-j", str(jobs)) if jobs else ()), *targets)
+    configure_argv, build_argv = _commands(
+        toolchain, source_dir, build_dir, defines=defines, extra_args=extra_args, jobs=jobs, targets=targets
+    )
     stamp = {
         "schema": STAMP_SCHEMA,
         "backend": s.name,
