@@ -135,6 +135,7 @@ def newest_builds(build_root: Path) -> dict[str, dict[str, Any]]:
             "patched_sha": stamp.get("patched_sha"),
             # prepared (the queue on its upstream) or local (the workdir as it stood: --workdir-as-is)
             "mode": stamp.get("mode", MODE_PREPARED),
+            "source_dir": stamp.get("source_dir"),
             "binaries": {p.name: str(p) for p in sorted(bin_dir.iterdir()) if p.is_file()} if bin_dir.is_dir() else {},
             "built": int(_built_at(path)),
         }

@@ -230,11 +230,12 @@ def triage_main(
     )
 
 
-def build_mode_text(build: Mapping[str, Any]) -> str:
+def build_mode_text(build: Mapping[str, Any], settings: Settings) -> str:
     """How ``invoke status`` names the mode of a backend's newest build."""
     sha = str(build.get("patched_sha"))[:12]
     if build.get("mode") == "local":
-        return f"local: the workdir as it stood at HEAD {sha} (--workdir-as-is), queue digest local"
+        source = settings.relative(Path(str(build.get("source_dir") or settings.workdir)))
+        return f"local: {source} as it stood at HEAD {sha} (--workdir-as-is), queue digest local"
     return f"prepared, patched {sha}"
 
 
@@ -254,7 +255,7 @@ def status_main(
             print(status.render())
             for backend, build in builds.items():
                 where = settings.relative(Path(build["build_dir"]))
-                print(f"build {backend}: {where} ({build_mode_text(build)})")
+                print(f"build {backend}: {where} ({build_mode_text(build, settings)})")
                 for name, path in build["binaries"].items():
                     print(f"  {name}: {settings.relative(Path(path))}")
         return {**status.as_dict(), "builds": builds}

@@ -5,11 +5,13 @@ tests/integration/test_local_tree.py, the real build in tests/e2e/test_local_bui
 from __future__ import annotations
 
 import io
+import json
+import os
 from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import BuildPlan, plan_build
+from skippy.build.builder import STAMP_NAME, BuildPlan, newest_builds, plan_build
 from skippy.build.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, local_dir_name, state_key, untracked_digest
 from skippy.build.noise import UI_NOTE, NoiseFilter
 from skippy.check.provenance import expected_queue_digest, stale_next_step
@@ -136,11 +138,33 @@ def test_the_json_report_says_local_plainly() -> None:
     assert "local_tree" not in outcome_report(SessionOutcome(backend="cpu"))
 
 
-def test_status_names_the_mode_of_the_newest_build() -> None:
-    assert build_mode_text({"mode": "local", "patched_sha": HEAD}) == (
-        f"local: the workdir as it stood at HEAD {HEAD[:12]} (--workdir-as-is), queue digest local"
+def test_status_names_the_mode_of_the_newest_build(tmp_path: Path) -> None:
+    s = settings(tmp_path)
+    local = {"mode": "local", "patched_sha": HEAD, "source_dir": str(s.workdir)}
+    assert build_mode_text(local, s) == (
+        f"local: .deps/llama.cpp as it stood at HEAD {HEAD[:12]} (--workdir-as-is), queue digest local"
     )
-    assert build_mode_text({"mode": "prepared", "patched_sha": SHA}) == f"prepared, patched {SHA[:12]}"
+    elsewhere = {**local, "source_dir": str(tmp_path / "copy")}
+    assert build_mode_text(elsewhere, s).startswith(f"local: {tmp_path / 'copy'} as it stood")
+    assert build_mode_text({"mode": "prepared", "patched_sha": SHA}, s) == f"prepared, patched {SHA[:12]}"
+
+
+def test_the_newest_build_of_a_backend_carries_its_mode(tmp_path: Path) -> None:
+    def built(name: str, when: int, **stamp: str) -> None:
+        d = tmp_path / name
+        (d / "bin").mkdir(parents=True)
+        (d / STAMP_NAME).write_text(json.dumps({"backend": "cpu", "patched_sha": SHA, **stamp}))
+        (d / "bin" / "llama-server").write_bytes(b"")
+        for path in (d / STAMP_NAME, d / "bin" / "llama-server"):
+            os.utime(path, (when, when))
+
+    built("cpu-1", 1_000)
+    built("cpu-1-local-abc", 2_000, mode="local")
+    assert newest_builds(tmp_path)["cpu"]["mode"] == "local"
+    # a later build of the prepared tree relinks its server: it is the newest again
+    os.utime(tmp_path / "cpu-1" / "bin" / "llama-server", (3_000, 3_000))
+    newest = newest_builds(tmp_path)["cpu"]
+    assert (newest["mode"], newest["build_dir"]) == ("prepared", str(tmp_path / "cpu-1"))
 
 
 # --- known noise -------------------------------------------------------------------
