@@ -4,12 +4,20 @@ into the skippy library; no git or cmake command line is written here."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import nox
 
 ROOT = Path(__file__).parent
+# the sessions call the skippy beside this file, whichever checkout an installed one came from
+sys.path.insert(0, str(ROOT))
+
+from skippy.cli.noxlog import quiet_uv_probe  # noqa: E402 - importable from ROOT only after the line above
+
+# every session runs in the project's own environment; nox still probes for uv: drop its log line
 nox.options.default_venv_backend = "none"
+quiet_uv_probe()
 nox.options.sessions = ["lint", "tests"]
 nox.options.error_on_missing_interpreters = True
 
@@ -29,10 +37,10 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs, env={"PYTHONHASHSEED": "0"})
 
 
-# --- build sessions: see skippy.build.builder -------------------------------------
-# posargs (skippy.build.builder.session_parser): -DNAME=VALUE (the only arguments that
-# reach CMake), -jN, --skip-unavailable (or SKIPPY_SKIP_UNAVAILABLE=1),
-# --no-spot-check, --json, --verbose; anything else fails before any work.
+# --- build sessions: see skippy.flows.build_session --------------------------------
+# posargs (skippy.cli.build.session_parser, from the option table): -DNAME=VALUE (the
+# only arguments that reach CMake), -jN, --skip-unavailable (or SKIPPY_SKIP_UNAVAILABLE=1),
+# --no-spot-check, --workdir-as-is, --json, --verbose; anything else fails before any work.
 
 
 def _build(session: nox.Session, backend: str) -> None:

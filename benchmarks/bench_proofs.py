@@ -40,10 +40,12 @@ from skippy.check.models import DEFAULT_MODEL, parse_model_ref, resolve_model
 from skippy.check.spotcheck import spot_check
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import run_build_session
+from skippy.flows.build_session import SessionArgs, run_build_session
 from skippy.queue import workdir as wd
 
 SPOT_CHECK_TARGET_S: Final = 15.0
+#: the project's own CPU build, up to date (``nox -s build-cpu -- --no-spot-check``)
+NO_SPOT_CHECK: Final = SessionArgs(spot_check=False)
 REMOTE_CACHE_TARGET_RATIO: Final = 0.10
 
 
@@ -107,7 +109,7 @@ def _raw_chat(server: Path, model: Path, env: Mapping[str, str]) -> float:
 
 def bench_spot_check(settings: Settings, console: Console, *, rounds: int = 3) -> dict[str, Any]:
     """The whole spot check on the project's up-to-date CPU build, ``rounds`` times."""
-    outcome = run_build_session("cpu", settings, _quiet(), ["--no-spot-check"])
+    outcome = run_build_session("cpu", settings, _quiet(), NO_SPOT_CHECK)
     assert outcome.build is not None
     server = outcome.build.binaries[SERVER_TARGET]
     rpc = next(p for n, p in outcome.build.binaries.items() if n != SERVER_TARGET)
@@ -210,7 +212,7 @@ def share_downloads(settings: Settings, into: Settings) -> None:
 
 def bench_remote_cache(settings: Settings, console: Console) -> dict[str, Any]:
     """Cold CPU build filling a real Redis, then a "new machine" (fresh dir, wiped local cache)."""
-    run_build_session("cpu", settings, _quiet(), ["--no-spot-check"])  # a prepared workdir
+    run_build_session("cpu", settings, _quiet(), NO_SPOT_CHECK)  # a prepared workdir
     root = settings.cache_dir.parent / "bench" / "remote-cache"
     shutil.rmtree(root, ignore_errors=True)
     with _redis(root / "redis", settings.env) as url:
@@ -247,7 +249,7 @@ def bench_remote_cache(settings: Settings, console: Console) -> dict[str, Any]:
 
 def bench_cuda(settings: Settings, console: Console) -> dict[str, Any]:
     """``build-cuda --no-spot-check`` with the wheel toolkit, cold, then a fresh dir from the cache."""
-    run_build_session("cpu", settings, _quiet(), ["--no-spot-check"])  # a prepared workdir
+    run_build_session("cpu", settings, _quiet(), NO_SPOT_CHECK)  # a prepared workdir
     root = settings.cache_dir.parent / "bench" / "cuda"
     shutil.rmtree(root, ignore_errors=True)
     first = machine_settings(settings, root, "a", SKIPPY_CUDA_TOOLKIT="wheels", SKIPPY_COMPILER_CACHE="sccache")

@@ -176,33 +176,7 @@ def parse_storage(value: str, env: Mapping[str, str], *, source: str) -> CacheSt
     if scheme == "gha" or (not scheme and parts.path.lower() == "gha"):
         return _gha(parts.query, env, source, value)
     if scheme in ("redis", "rediss"):
-        if not parts.hostname:
-            raise _bad(value, source, "a Redis URL names its host: redis://[:password@]host[:port][/db]")
-        port = _port(parts, _REDIS_DEFAULT_PORT, value, source)
-        # sccache ignores the user info of the endpoint URL (and then waits on the
-        # server's refusal): credentials and the database go in its own variables
-        out = {"SCCACHE_REDIS_ENDPOINT": urlunsplit((scheme, f"{parts.hostname}:{port}", "", "", parts.fragment))}
-        if parts.username:
-            out["SCCACHE_REDIS_USERNAME"] = parts.username
-        if parts.password:
-            out["SCCACHE_REDIS_PASSWORD"] = parts.password
-        db = parts.path.strip("/")
-        if db:
-            if not db.isdigit():
-                raise _bad(value, source, "the Redis database is a number: redis://host:port/0")
-            out["SCCACHE_REDIS_DB"] = db
-        if parts.query:
-            raise _bad(value, source, "a Redis URL takes no query: redis://[user:password@]host[:port][/db]")
-        secrets = (parts.password,) if parts.password else ()
-        return CacheStorage(
-            kind="redis",
-            description=f"redis {redact_url(value)}",
-            source=source,
-            env=out,
-            endpoint=(parts.hostname, port),
-            secrets=(*secrets, *_env_secrets(env)),
-            hello=_REDIS_HELLO if scheme == "redis" else None,
-        )
+        return _redis(parts, env, source, value)
     if scheme == "s3":
         return _s3(parts, env, source, value)
     if scheme in ("webdav", "webdavs"):
@@ -211,6 +185,37 @@ def parse_storage(value: str, env: Mapping[str, str], *, source: str) -> CacheSt
         value,
         source,
         "use local, redis://host:port, s3://bucket/prefix (?region=...&endpoint=...), gha or webdav://host/path",
+    )
+
+
+def _redis(parts: SplitResult, env: Mapping[str, str], source: str, value: str) -> CacheStorage:
+    scheme = parts.scheme.lower()
+    if not parts.hostname:
+        raise _bad(value, source, "a Redis URL names its host: redis://[:password@]host[:port][/db]")
+    port = _port(parts, _REDIS_DEFAULT_PORT, value, source)
+    # sccache ignores the user info of the endpoint URL (and then waits on the
+    # server's refusal): credentials and the database go in its own variables
+    out = {"SCCACHE_REDIS_ENDPOINT": urlunsplit((scheme, f"{parts.hostname}:{port}", "", "", parts.fragment))}
+    if parts.username:
+        out["SCCACHE_REDIS_USERNAME"] = parts.username
+    if parts.password:
+        out["SCCACHE_REDIS_PASSWORD"] = parts.password
+    db = parts.path.strip("/")
+    if db:
+        if not db.isdigit():
+            raise _bad(value, source, "the Redis database is a number: redis://host:port/0")
+        out["SCCACHE_REDIS_DB"] = db
+    if parts.query:
+        raise _bad(value, source, "a Redis URL takes no query: redis://[user:password@]host[:port][/db]")
+    secrets = (parts.password,) if parts.password else ()
+    return CacheStorage(
+        kind="redis",
+        description=f"redis {redact_url(value)}",
+        source=source,
+        env=out,
+        endpoint=(parts.hostname, port),
+        secrets=(*secrets, *_env_secrets(env)),
+        hello=_REDIS_HELLO if scheme == "redis" else None,
     )
 
 
@@ -294,6 +299,38 @@ def _webdav(parts: SplitResult, env: Mapping[str, str], source: str, value: str)
     )
 
 
+def _env_redis(value: str) -> tuple[tuple[str, int] | None, list[str], tuple[bytes, bytes] | None, str]:
+    parts = urlsplit(value if "://" in value else f"redis://{value}")
+    hello = _REDIS_HELLO if parts.scheme in ("redis", "tcp") else None
+    secrets = [parts.password] if parts.password else []
+    endpoint = None
+    if parts.hostname:
+        try:
+            endpoint = (parts.hostname, parts.port or _REDIS_DEFAULT_PORT)
+        except ValueError:
+            endpoint = None
+    return endpoint, secrets, hello, redact_url(value)
+
+
+def _env_webdav(value: str) -> tuple[tuple[str, int] | None, list[str], str]:
+    parts = urlsplit(value)
+    secrets = [parts.password] if parts.password else []
+    endpoint = None
+    if parts.hostname:
+        endpoint = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+    return endpoint, secrets, redact_url(value)
+
+
+def _env_s3(value: str, env: Mapping[str, str]) -> tuple[tuple[str, int] | None, str]:
+    given = env.get("SCCACHE_ENDPOINT", "")
+    endpoint = None
+    if given:
+        ep = urlsplit(given if "://" in given else f"//{given}")
+        if ep.hostname:
+            endpoint = (ep.hostname, ep.port or (443 if ep.scheme == "https" else 80))
+    return endpoint, f"bucket {value}" + (f" at {redact_url(given)}" if given else "")
+
+
 def _from_sccache_env(configured: list[str], env: Mapping[str, str]) -> CacheStorage:
     """The user configured sccache themselves: keep it as given, describe it redacted."""
     first = configured[0]
@@ -306,32 +343,17 @@ def _from_sccache_env(configured: list[str], env: Mapping[str, str]) -> CacheSto
         "SCCACHE_GHA_ENABLED": "gha",
         "SCCACHE_WEBDAV_ENDPOINT": "webdav",
     }.get(first, first.removeprefix("SCCACHE_").split("_")[0].lower())
-    endpoint = None
+    endpoint: tuple[str, int] | None = None
     secrets: list[str] = list(_env_secrets(env))
-    hello = None
+    hello: tuple[bytes, bytes] | None = None
     if kind == "redis" and first != "SCCACHE_REDIS_CLUSTER_ENDPOINTS":
-        parts = urlsplit(value if "://" in value else f"redis://{value}")
-        hello = _REDIS_HELLO if parts.scheme in ("redis", "tcp") else None
-        secrets += [parts.password] if parts.password else []
-        if parts.hostname:
-            try:
-                endpoint = (parts.hostname, parts.port or _REDIS_DEFAULT_PORT)
-            except ValueError:
-                endpoint = None
-        detail = redact_url(value)
+        endpoint, more, hello, detail = _env_redis(value)
+        secrets += more
     elif kind == "webdav":
-        parts = urlsplit(value)
-        secrets += [parts.password] if parts.password else []
-        if parts.hostname:
-            endpoint = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
-        detail = redact_url(value)
+        endpoint, more, detail = _env_webdav(value)
+        secrets += more
     elif kind == "s3":
-        given = env.get("SCCACHE_ENDPOINT", "")
-        if given:
-            ep = urlsplit(given if "://" in given else f"//{given}")
-            if ep.hostname:
-                endpoint = (ep.hostname, ep.port or (443 if ep.scheme == "https" else 80))
-        detail = f"bucket {value}" + (f" at {redact_url(given)}" if given else "")
+        endpoint, detail = _env_s3(value, env)
     elif kind == "gha":
         if env.get("SCCACHE_GHA_ENABLED", "").lower() in ("0", "false", "off", "no"):
             return local_storage("environment (SCCACHE_GHA_ENABLED is off)")
@@ -341,7 +363,7 @@ def _from_sccache_env(configured: list[str], env: Mapping[str, str]) -> CacheSto
     unusable = None
     if kind == "gha" and not env.get("ACTIONS_RUNTIME_TOKEN"):
         unusable = "the GitHub Actions cache needs ACTIONS_RUNTIME_TOKEN and ACTIONS_RESULTS_URL (set in workflow jobs)"
-    storage = CacheStorage(
+    return CacheStorage(
         kind=kind,
         description=f"{kind} {detail}" if kind != "gha" else detail,
         source=f"environment ({', '.join(configured)})",
@@ -351,7 +373,6 @@ def _from_sccache_env(configured: list[str], env: Mapping[str, str]) -> CacheSto
         secrets=tuple(secrets),
         hello=hello,
     )
-    return storage
 
 
 def shared_cache_env(
@@ -490,3 +511,30 @@ __all__ = [
     "select_storage",
     "shared_cache_env",
 ]
+
+
+#: Unix sockets have a ~108-byte path limit; past this sccache uses its TCP port
+_UDS_MAX: Final = 100
+
+
+def launcher_env(kind: str, cache_dir: Path, storage: CacheStorage | None = None) -> dict[str, str]:
+    """Environment for the compiler cache: its store under ``cache_dir``, or the remote
+    ``storage`` in sccache's own variables (served by a server of its own)."""
+    if kind == "sccache":
+        env = {"SCCACHE_DIR": str(cache_dir / "sccache")}
+        # a server of our own, so SCCACHE_DIR is honoured and the stats are ours; one per
+        # storage, so a running server with another storage is never reused
+        tag = storage.socket_tag() if storage is not None else ""
+        sock = cache_dir / (f"sccache-{tag}.sock" if tag else "sccache.sock")
+        if len(str(sock)) <= _UDS_MAX:
+            env["SCCACHE_SERVER_UDS"] = str(sock)
+        else:
+            # too long for a Unix socket: a loopback port derived from the cache dir
+            seed = int(hashlib.sha256((str(cache_dir) + tag).encode()).hexdigest()[:8], 16)
+            env["SCCACHE_SERVER_PORT"] = str(20000 + seed % 20000)
+        if storage is not None:
+            env.update(storage.env)
+        return env
+    if kind == "ccache":
+        return {"CCACHE_DIR": str(cache_dir / "ccache")}
+    return {}

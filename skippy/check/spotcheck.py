@@ -47,6 +47,7 @@ from skippy.check.fingerprint import (
     render_reference,
 )
 from skippy.check.models import ChatFacts, ModelRef, chat_facts, model_refs, resolve_model
+from skippy.check.provenance import stale_next_step
 from skippy.check.report import ModelCheckFailed, ModelResult, Options, Provenance, SpotCheckReport, _fmt
 from skippy.check.server import (
     HOST,
@@ -193,7 +194,11 @@ def spot_check(
             raise SpotCheckFailed(
                 f"stale llama-server {settings.relative(server_binary)}: {why}",
                 untouched="everything: the server was not started",
-                next_step=f"rebuild it: {build_cmd}",
+                next_step=stale_next_step(
+                    expect_provenance.queue_digest,
+                    report.provenance.queue_digest if report.provenance else None,
+                    backend,
+                ),
                 details=version_text,
             )
     if device_prefix is not None:

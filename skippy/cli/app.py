@@ -231,6 +231,15 @@ def triage_main(
     )
 
 
+def build_mode_text(build: Mapping[str, Any], settings: Settings) -> str:
+    """How ``invoke status`` names the mode of a backend's newest build."""
+    sha = str(build.get("patched_sha"))[:12]
+    if build.get("mode") == "local":
+        source = settings.relative(Path(str(build.get("source_dir") or settings.workdir)))
+        return f"local: {source} as it stood at HEAD {sha} (--workdir-as-is), queue digest local"
+    return f"prepared, patched {sha}"
+
+
 def status_main(
     env: Mapping[str, str], *, root: Path | None = None, as_json: bool = False, verbose: bool = False
 ) -> int:
@@ -247,7 +256,7 @@ def status_main(
             print(status.render())
             for backend, build in builds.items():
                 where = settings.relative(Path(build["build_dir"]))
-                print(f"build {backend}: {where} (patched {str(build['patched_sha'])[:12]})")
+                print(f"build {backend}: {where} ({build_mode_text(build, settings)})")
                 for name, path in build["binaries"].items():
                     print(f"  {name}: {settings.relative(Path(path))}")
         return {**status.as_dict(), "builds": builds}

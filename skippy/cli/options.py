@@ -30,6 +30,8 @@ class Option:
     env: str | None = None
     #: the value it takes on the command line (README tables), e.g. ``SHA``
     metavar: str | None = None
+    #: a short form for the nox sessions' arguments (``-j``, ``-D``); invoke tasks have none
+    short: str | None = None
 
     @property
     def flag(self) -> str:
@@ -57,6 +59,31 @@ CHECKOUT: Final = Option(
 
 #: options every command takes
 COMMON: Final = (JSON, VERBOSE)
+
+WORKDIR_AS_IS: Final = Option(
+    "workdir_as_is",
+    "build the workdir as it stands (uncommitted edits and local commits included) without preparing or "
+    "touching it, in a build dir of its own keyed by its state; the binary reports queue digest `local`",
+)
+
+#: the options of ``nox -s build-<backend> -- ...`` (and of ``invoke build`` besides --backend)
+BUILD_SESSION: Final = (
+    Option(
+        "define",
+        "a CMake cache value (overrides ours; repeatable): the only arguments passed to CMake",
+        kind="list",
+        metavar="NAME[:TYPE]=VALUE",
+        short="-D",
+    ),
+    Option("jobs", "parallel build jobs", kind="int", metavar="N", short="-j"),
+    Option(
+        "skip_unavailable",
+        "a backend this host cannot build shows as skipped instead of failing",
+        env="SKIPPY_SKIP_UNAVAILABLE",
+    ),
+    Option("no_spot_check", "build only: no spot check"),
+    WORKDIR_AS_IS,
+)
 
 
 @dataclass(frozen=True)
@@ -117,6 +144,15 @@ COMMANDS: Final[tuple[Command, ...]] = (
             Option("latest", "triage against upstream master (default: the pin)"),
             Option("sha", "triage against this upstream commit", kind="text", metavar="SHA"),
             OFFLINE,
+        ),
+    ),
+    Command(
+        "build",
+        "Build and spot-check one backend: what `nox -s build-<backend>` runs, with the same options.",
+        "skippy.cli.build:build_task_main",
+        (
+            Option("backend", "the backend to build (default cpu)", kind="text", metavar="NAME"),
+            *BUILD_SESSION,
         ),
     ),
     Command(
@@ -219,8 +255,9 @@ def render_table(options: Sequence[Option]) -> str:
     lines = ["| option | what it does |", "| --- | --- |"]
     for o in options:
         name = o.metavar if o.kind == "positional" else o.flag + (f" {o.metavar}" if o.metavar else "")
+        short = f" (`{o.short}` in nox sessions)" if o.short else ""
         env = f" (default from `{o.env}`)" if o.env else ""
-        lines.append(f"| `{name}` | {o.help}{env} |")
+        lines.append(f"| `{name}`{short} | {o.help}{env} |")
     return "\n".join(lines)
 
 

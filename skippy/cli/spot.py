@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from skippy.build.backends import names, spec
+from skippy.build.localtree import LOCAL_QUEUE_DIGEST
 from skippy.check.binaries import backend_of, default_server, rpc_server_beside
+from skippy.check.provenance import expected_queue_digest
 from skippy.check.report import Provenance
 from skippy.check.spotcheck import spot_check
 from skippy.cli.app import guarded, load
+from skippy.cli.options import WORKDIR_AS_IS
 from skippy.core.errors import SettingsError, SpotCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, OptionParser
@@ -35,6 +38,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="do not require the binary to report the workdir's pin and queue digest (said loudly)",
     )
     parser.add_argument(
+        WORKDIR_AS_IS.flag,
+        action="store_true",
+        help="expect a binary built from the workdir as it stands (queue digest local); refused otherwise",
+    )
+    parser.add_argument(
         "--write-reference",
         action="store_true",
         help="record this CPU build's fingerprints as the committed reference (beside the queue)",
@@ -45,17 +53,20 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse(argv)
 
 
-def expected_provenance(settings: Settings) -> Provenance:
-    """What the binary must report: the prepared workdir's pin and queue digest."""
+def expected_provenance(settings: Settings, *, workdir_as_is: bool = False) -> Provenance:
+    """What the binary must report: the prepared workdir's pin and queue digest (``local``
+    for a build of the workdir as it stands, which is accepted only when asked for)."""
     git_dir = wd.git_dir_of(settings.workdir) if settings.workdir.is_dir() else None
     stamp = wd.read_stamp(git_dir) if git_dir is not None else None
+    if stamp is None and workdir_as_is:
+        return Provenance("unknown", LOCAL_QUEUE_DIGEST)
     if stamp is None:
         raise SpotCheckFailed(
             f"{settings.relative(settings.workdir)} has no prepare stamp: the binary's provenance cannot be checked",
             untouched="everything: no server was started",
             next_step="invoke prepare (then rebuild), or pass --no-provenance to check the binary as it is",
         )
-    return Provenance(stamp.upstream_sha, stamp.queue_digest)
+    return Provenance(stamp.upstream_sha, expected_queue_digest(stamp.queue_digest, workdir_as_is=workdir_as_is))
 
 
 def main(argv: Sequence[str], *, env: Mapping[str, str], root: Path | None = None) -> int:
@@ -80,7 +91,7 @@ def main(argv: Sequence[str], *, env: Mapping[str, str], root: Path | None = Non
             console.info("WARNING: --no-provenance: the binary is NOT checked against the prepared workdir")
             expect = None
         else:
-            expect = expected_provenance(settings)
+            expect = expected_provenance(settings, workdir_as_is=args.workdir_as_is)
         report = spot_check(
             settings,
             server,

@@ -1,22 +1,21 @@
 """A build session: probe the toolchain, prepare the pinned tree, plan, build, spot-check.
 
 What ``nox -s build-<backend>`` (and ``invoke pin-bump``) run: the one place where
-the queue (prepare), the build and the spot check meet.  The options of a session
-are parsed here too (only ``-D`` values reach CMake); the command line's rendering
-of the outcome is :func:`skippy.cli.build.build_main`.
+the queue (prepare), the build and the spot check meet.  With ``--workdir-as-is``
+the workdir is built as it stands instead of prepared (:class:`LocalTree`).  The
+options of a session are parsed by the command line from the option table, and the
+outcome rendered there (:func:`skippy.cli.build.build_main`).
 """
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
 
 from skippy.build.backends import SERVER_TARGET, Backend, parse_backend, spec
 from skippy.build.builder import (
-    _DEFINE_ARG,
     PROVENANCE_DEFINES,
     BuildOptions,
     BuildPlan,
@@ -25,81 +24,83 @@ from skippy.build.builder import (
     plan_build,
     requested_defines,
 )
+from skippy.build.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, read_workdir_state
 from skippy.build.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 from skippy.check.evidence import artifact_markers_missing
 from skippy.core.errors import BuildError, CommandError, ToolchainMissing
 from skippy.core.settings import Settings
-from skippy.core.ui import Console, OptionParser
+from skippy.core.ui import Console
+
+#: the environment variable that turns --skip-unavailable on
+SKIP_UNAVAILABLE_ENV: Final = "SKIPPY_SKIP_UNAVAILABLE"
 
 
 @dataclass(frozen=True)
 class SessionArgs:
-    skip_unavailable: bool
-    spot_check: bool
-    jobs: int | None
+    """The options of a build session (parsed by :mod:`skippy.cli.build` from the option table)."""
+
+    skip_unavailable: bool = False
+    spot_check: bool = True
+    jobs: int | None = None
     #: the -D arguments, normalized to ``-DNAME[:TYPE]=VALUE``: the only ones that reach CMake
-    cmake_args: tuple[str, ...]
+    cmake_args: tuple[str, ...] = ()
     as_json: bool = False
     verbose: bool = False
+    #: build the workdir as it stands (no prepare, a build dir of its own, queue digest "local")
+    workdir_as_is: bool = False
 
 
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"wants a positive number of jobs, got {text!r} (e.g. -j2)")
-    return value
+def skip_unavailable_from(env: Mapping[str, str]) -> bool:
+    return env.get(SKIP_UNAVAILABLE_ENV, "").lower() in ("1", "true", "yes")
 
 
-def _define(text: str) -> str:
-    arg = "-D" + text
-    if not _DEFINE_ARG.match(arg):
-        raise argparse.ArgumentTypeError(f"wants NAME=VALUE or NAME:TYPE=VALUE, got {text!r}")
-    return arg
+@dataclass(frozen=True)
+class LocalTree:
+    """The workdir as it stands (``--workdir-as-is``): a local, unregistered tree."""
+
+    workdir: Path
+    state: WorkdirState
+    #: the upstream the workdir was prepared from (its prepare stamp), or "unknown"
+    upstream_sha: str
+    queue_digest: str = LOCAL_QUEUE_DIGEST
+
+    @property
+    def patched_sha(self) -> str:
+        return self.state.head
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "workdir": str(self.workdir),
+            "head": self.state.head,
+            "state": self.state.key,
+            "changed": list(self.state.changed),
+            "upstream_sha": self.upstream_sha,
+            "queue_digest": self.queue_digest,
+        }
 
 
-def session_parser(backend: str = "<backend>") -> OptionParser:
-    """The options of ``nox -s build-<backend> -- ...``; anything else is an error."""
-    parser = OptionParser(f"nox -s build-{backend} --")
-    parser.add_argument(
-        "-D",
-        dest="cmake_args",
-        action="append",
-        default=[],
-        type=_define,
-        metavar="NAME[:TYPE]=VALUE",
-        help="a CMake cache value (overrides ours); the only arguments passed to CMake",
+def local_tree(settings: Settings, console: Console) -> LocalTree:
+    """Read the workdir's state, touching nothing (no prepare, read-only git)."""
+    from skippy.queue import workdir as wd
+
+    workdir = settings.workdir
+    if not workdir.is_dir():
+        raise BuildError(
+            f"--workdir-as-is: the workdir {settings.relative(workdir)} does not exist",
+            untouched="everything: nothing was prepared, configured or built",
+            next_step="invoke prepare, then edit or commit in the workdir and build it with --workdir-as-is",
+        )
+    git_dir = wd.git_dir_of(workdir)
+    stamp = wd.read_stamp(git_dir) if git_dir else None
+    state = read_workdir_state(
+        workdir, settings.env, skip=lambda path: wd.is_tolerated(path, settings.tolerated_untracked)
     )
-    parser.add_argument("-j", "--jobs", type=_jobs, metavar="N", help="parallel build jobs")
-    parser.add_argument(
-        "--skip-unavailable",
-        action="store_true",
-        help="a backend this host cannot build shows as skipped (also SKIPPY_SKIP_UNAVAILABLE=1)",
+    console.info(
+        f"building {settings.relative(workdir)} AS IT STANDS (--workdir-as-is): HEAD {state.head[:12]}, "
+        f"{len(state.changed)} uncommitted file(s); a local, unregistered tree (queue digest "
+        f"{LOCAL_QUEUE_DIGEST!r}); nothing is prepared or touched"
     )
-    parser.add_argument("--no-spot-check", action="store_true", help="build only: no spot check")
-    parser.add_argument("--json", action="store_true", help="one JSON report on stdout, also on failure")
-    parser.add_argument("--verbose", action="store_true", help="every command and step time")
-    return parser
-
-
-def parse_session_args(posargs: Sequence[str], env: Mapping[str, str], backend: str = "<backend>") -> SessionArgs:
-    """``nox -s build-cuda -- --skip-unavailable -j2 -DCMAKE_CUDA_ARCHITECTURES=86``.
-
-    Only ``-D`` values reach CMake; any other argument that is not an option of the
-    session raises SettingsError (before anything is probed, prepared or built).
-    """
-    ns = session_parser(backend).parse(posargs)
-    skip = env.get("SKIPPY_SKIP_UNAVAILABLE", "").lower() in ("1", "true", "yes")
-    return SessionArgs(
-        skip_unavailable=skip or ns.skip_unavailable,
-        spot_check=not ns.no_spot_check,
-        jobs=ns.jobs,
-        cmake_args=tuple(ns.cmake_args),
-        as_json=ns.json,
-        verbose=ns.verbose,
-    )
+    return LocalTree(workdir=workdir, state=state, upstream_sha=stamp.upstream_sha if stamp else "unknown")
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ class SessionOutcome:
     patched_sha: str | None = None
     #: the spot check's report (None without a spot check)
     spot: object | None = None
+    #: set when the workdir was built as it stands (--workdir-as-is)
+    local: LocalTree | None = None
 
 
 class _Prepared(Protocol):
@@ -130,20 +133,26 @@ class _Prepared(Protocol):
 PrepareFn = Callable[[Settings, Console], _Prepared]
 
 
+@dataclass(frozen=True)
+class SpotCheckRequest:
+    """What a build session asks of the spot check for the build it made."""
+
+    server_binary: Path
+    #: the backend's spot-check environment and llama-server arguments
+    server_env: Mapping[str, str]
+    extra_server_args: tuple[str, ...]
+    #: (upstream SHA, queue digest) the binary must report; None when the build carries no provenance
+    expect: tuple[str, str] | None = None
+    #: the device the layers must go to (``Vulkan``, ``CUDA``); None for the CPU
+    device_prefix: str | None = None
+    #: the RPC server built beside it (the RPC path is checked when given)
+    rpc_server: Path | None = None
+    #: False: a difference from the CPU reference is reported, not failed (pin-bump's new upstream)
+    agreement_required: bool = True
+
+
 class SpotCheckFn(Protocol):
-    def __call__(
-        self,
-        settings: Settings,
-        *,
-        server_binary: Path,
-        console: Console,
-        server_env: Mapping[str, str],
-        extra_server_args: Sequence[str],
-        expect: tuple[str, str] | None = None,
-        device_prefix: str | None = None,
-        rpc_server: Path | None = None,
-        agreement_required: bool = True,
-    ) -> object: ...
+    def __call__(self, settings: Settings, request: SpotCheckRequest, console: Console) -> object: ...
 
 
 def _default_prepare(settings: Settings, console: Console) -> _Prepared:
@@ -152,32 +161,21 @@ def _default_prepare(settings: Settings, console: Console) -> _Prepared:
     return prepare(settings, Target.pinned(), console=console)
 
 
-def _default_spot_check(
-    settings: Settings,
-    *,
-    server_binary: Path,
-    console: Console,
-    server_env: Mapping[str, str],
-    extra_server_args: Sequence[str],
-    expect: tuple[str, str] | None = None,
-    device_prefix: str | None = None,
-    rpc_server: Path | None = None,
-    agreement_required: bool = True,
-) -> object:
+def _default_spot_check(settings: Settings, request: SpotCheckRequest, console: Console) -> object:
     from skippy.check.report import Provenance
     from skippy.check.spotcheck import spot_check
 
     return spot_check(
         settings,
-        server_binary=server_binary,
+        server_binary=request.server_binary,
         models=(),
         console=console,
-        server_env=server_env,
-        extra_server_args=tuple(extra_server_args),
-        expect_provenance=Provenance(*expect) if expect else None,
-        device_prefix=device_prefix,
-        rpc_server=rpc_server,
-        agreement_required=agreement_required,
+        server_env=request.server_env,
+        extra_server_args=request.extra_server_args,
+        expect_provenance=Provenance(*request.expect) if request.expect else None,
+        device_prefix=request.device_prefix,
+        rpc_server=request.rpc_server,
+        agreement_required=request.agreement_required,
     )
 
 
@@ -230,7 +228,7 @@ def run_build_session(
     backend: Backend,
     settings: Settings,
     console: Console,
-    posargs: Sequence[str] = (),
+    args: SessionArgs | None = None,
     *,
     prepare_fn: PrepareFn = _default_prepare,
     spot_check_fn: SpotCheckFn = _default_spot_check,
@@ -243,23 +241,25 @@ def run_build_session(
     nothing was built (the nox session must show it as skipped, not passed).
     """
     b = parse_backend(backend)
-    args = parse_session_args(posargs, settings.env, b)
+    args = args or SessionArgs()
+    skip = args.skip_unavailable or skip_unavailable_from(settings.env)
     options = BuildOptions(cmake_args=args.cmake_args, jobs=args.jobs)
     try:
         with console.step(f"probe the {b} toolchain"):
             toolchain = probe_toolchain(b, settings, given=requested_defines(settings, options, b))
     except ToolchainMissing as exc:
-        if args.skip_unavailable:
+        if skip:
             return SessionOutcome(backend=b, skipped=exc.what)
         raise
     for note in toolchain.notes:
         console.info(note)
-    prepared = prepare_fn(settings, console)
+    local = local_tree(settings, console) if args.workdir_as_is else None
+    prepared: _Prepared = local if local is not None else prepare_fn(settings, console)
     tree = inspect_tree(prepared.workdir)
     try:
         check_tree_needs(tree, toolchain)
     except ToolchainMissing as exc:
-        if args.skip_unavailable:
+        if skip:
             return SessionOutcome(backend=b, skipped=exc.what, patched_sha=prepared.patched_sha)
         raise
     plan = plan_build(
@@ -272,34 +272,37 @@ def run_build_session(
         upstream_sha=prepared.upstream_sha,
         queue_digest=prepared.queue_digest,
         build_number=_upstream_count(settings, prepared),
+        local_state=local.state if local is not None else None,
     )
     for name, source in plan.provenance.items():
         console.detail(f"{name}={plan.define(name)} ({source})")
     report = execute_plan(plan, console)
+    what = (
+        "the workdir as it stands (a local, unregistered tree: queue digest 'local')" if local else "the prepared tree"
+    )
     console.info(
-        f"{b}: built {', '.join(report.binaries)} in {report.total_seconds:.1f} s "
+        f"{b}: built {', '.join(report.binaries)} of {what} in {report.total_seconds:.1f} s "
         f"({report.compiled} compile steps) in {settings.relative(report.build_dir)}"
     )
     artifact_gate(b, plan, report, console)
     where(report, settings, console)
     spot = None
     if args.spot_check:
-        spot = spot_check_fn(
-            settings,
+        request = SpotCheckRequest(
             server_binary=report.binaries[SERVER_TARGET],
-            console=console,
             server_env=plan.spot_check_env,
-            extra_server_args=plan.spot_check_args,
+            extra_server_args=tuple(plan.spot_check_args),
             # a binary that does not report this build's provenance is stale: refuse it
             expect=(prepared.upstream_sha, prepared.queue_digest) if plan.define(PROVENANCE_DEFINES[0]) else None,
             device_prefix=spec(b).device_prefix,
             rpc_server=next((path for name, path in report.binaries.items() if name != SERVER_TARGET), None),
             agreement_required=numerics_must_match,
         )
-    return SessionOutcome(backend=b, build=report, patched_sha=prepared.patched_sha, spot=spot)
+        spot = spot_check_fn(settings, request, console)
+    return SessionOutcome(backend=b, build=report, patched_sha=prepared.patched_sha, spot=spot, local=local)
 
 
 class SessionFn(Protocol):
     def __call__(
-        self, backend: Backend | str, settings: Settings, console: Console, posargs: Sequence[str] = ()
+        self, backend: Backend | str, settings: Settings, console: Console, args: SessionArgs | None = None
     ) -> SessionOutcome: ...

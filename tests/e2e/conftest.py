@@ -25,7 +25,7 @@ from skippy.check.models import DEFAULT_MODEL, parse_model_ref, resolve_model
 from skippy.core.errors import NetworkError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import run_build_session
+from skippy.flows.build_session import SessionArgs, run_build_session
 from skippy.queue import archive_fetch
 from skippy.queue.testbed import LLAMA_CPP_PYTHON, LlamaTestbed, project_testbed
 from tests.e2e.needs import (
@@ -97,7 +97,7 @@ def cpu_build(project_settings: Settings) -> BuildReport:
     no-op when the build dir is up to date)."""
     console = Console(env={}, stream=io.StringIO())
     try:
-        outcome = run_build_session("cpu", project_settings, console, ["--no-spot-check"])
+        outcome = run_build_session("cpu", project_settings, console, SessionArgs(spot_check=False))
     except NetworkError as exc:  # only the first fetch of the pinned sources needs the network
         cannot_run(f"cannot fetch the pinned sources: {exc.what}")
     assert outcome.skipped is None, outcome.skipped

@@ -19,7 +19,7 @@ from skippy.build.builder import BuildReport, parse_cmake_cache, read_stamp
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import run_build_session
+from skippy.flows.build_session import SessionArgs, run_build_session
 
 pytestmark = pytest.mark.e2e
 
@@ -54,7 +54,9 @@ def test_build_cpu_builds_and_spot_checks_the_pinned_tree(
 
 
 def test_up_to_date_build_configures_and_compiles_nothing(project_settings: Settings, cpu_build: BuildReport) -> None:
-    again = run_build_session("cpu", project_settings, Console(env={}, stream=io.StringIO()), ["--no-spot-check"])
+    again = run_build_session(
+        "cpu", project_settings, Console(env={}, stream=io.StringIO()), SessionArgs(spot_check=False)
+    )
     assert again.build is not None
     assert again.build.build_dir == cpu_build.build_dir
     assert not again.build.configured

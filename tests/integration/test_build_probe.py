@@ -323,3 +323,4 @@ def test_status_and_the_build_say_where_the_binaries_are(env: Env) -> None:
     assert builds["cpu"]["build_dir"] == str(plan.build_dir)
     assert builds["cpu"]["binaries"]["llama-server"] == str(report.binaries["llama-server"])
     assert builds["cpu"]["patched_sha"] == SHA
+    assert builds["cpu"]["mode"] == "prepared"

@@ -7,7 +7,6 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from skippy.cli.build import build_main
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionFn, SessionOutcome
+from skippy.flows.build_session import SessionArgs, SessionFn, SessionOutcome
 from tests.conftest import Project
 
 pytestmark = pytest.mark.integration
@@ -52,6 +51,8 @@ def test_build_metal_fails_with_the_reason() -> None:
     assert "needs macOS with Xcode command line tools" in text
     assert "xcode-select --install" in text
     assert "was successful" not in text
+    # nox's uv probe is not echoed (skippy.cli.noxlog): the sessions run in the project's environment
+    assert "uv binary not found" not in text
 
 
 def test_build_metal_is_skipped_on_request() -> None:
@@ -107,11 +108,11 @@ def test_an_unknown_option_touches_no_checkout(project: Project, capsys: pytest.
     assert not project.workdir.exists(), "nothing may be prepared before the options are checked"
 
 
-def _interrupted(backend: Backend | str, settings: Settings, console: Console, posargs: Sequence[str] = ()) -> Any:
+def _interrupted(backend: Backend | str, settings: Settings, console: Console, args: SessionArgs | None = None) -> Any:
     raise KeyboardInterrupt
 
 
-def _broken(backend: Backend | str, settings: Settings, console: Console, posargs: Sequence[str] = ()) -> Any:
+def _broken(backend: Backend | str, settings: Settings, console: Console, args: SessionArgs | None = None) -> Any:
     raise RuntimeError("a bug")
 
 
@@ -137,7 +138,9 @@ def test_json_on_interrupts_and_unforeseen_exceptions(
 def test_json_carries_the_spot_check_report(project: Project, capsys: pytest.CaptureFixture[str]) -> None:
     spot = SpotCheckReport(server="bin/llama-server", devices=[], not_run="no CUDA device on this machine")
 
-    def session_fn(backend: Backend | str, settings: Settings, console: Console, posargs: Sequence[str] = ()) -> Any:
+    def session_fn(
+        backend: Backend | str, settings: Settings, console: Console, args: SessionArgs | None = None
+    ) -> Any:
         return SessionOutcome(backend="cuda", spot=spot)
 
     assert build_main("cuda", project.env, root=project.root, args=["--json"], session_fn=session_fn) == (0, None)
@@ -146,3 +149,17 @@ def test_json_carries_the_spot_check_report(project: Project, capsys: pytest.Cap
     shown = report["spot_check"]
     assert isinstance(shown, dict)
     assert (shown["ran"], shown["not_run"], shown["devices"]) == (False, "no CUDA device on this machine", [])
+
+
+def test_invoke_build_runs_the_same_session_with_the_same_options(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skippy.cli.build import build_task_main
+
+    code = build_task_main(project.env, root=project.root, backend="metal", skip_unavailable=True, as_json=True)
+    assert code == 0
+    assert "needs macOS" in str(json_report(capsys.readouterr().out)["skipped"])
+    assert build_task_main(project.env, root=project.root, jobs="0", workdir_as_is=True, as_json=True) == 2
+    report = json_report(capsys.readouterr().out)
+    assert report["what"] == "invoke build: argument -j/--jobs: wants a positive number of jobs, got '0' (e.g. -j2)"
+    assert not project.workdir.exists(), "nothing may be prepared before the options are checked"

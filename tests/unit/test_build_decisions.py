@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,10 +39,11 @@ from skippy.build.toolchain import (
     parse_rpc_target,
     probe_toolchain,
 )
+from skippy.cli.build import parse_session_args
 from skippy.core.errors import SettingsError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import parse_session_args, run_build_session
+from skippy.flows.build_session import SessionArgs, SpotCheckRequest, run_build_session
 
 
 def _plan(tmp_path: Path) -> BuildPlan:
@@ -232,7 +233,14 @@ def test_session_args_refuse_what_is_not_an_option(args: list[str], message: str
     assert err.untouched == "everything: nothing was started"
     # the valid options are listed
     assert err.details is not None
-    for option in ("-D NAME[:TYPE]=VALUE", "-j, --jobs N", "--skip-unavailable", "--no-spot-check", "--json"):
+    for option in (
+        "-D NAME[:TYPE]=VALUE",
+        "-j, --jobs N",
+        "--skip-unavailable",
+        "--no-spot-check",
+        "--json",
+        "--workdir-as-is",
+    ):
         assert option in err.details
 
 
@@ -255,19 +263,7 @@ class _Recorder:
         self.prepared += 1
         raise AssertionError("an unavailable backend must not prepare the tree")
 
-    def spot_check(
-        self,
-        settings: Settings,
-        *,
-        server_binary: Path,
-        console: Console,
-        server_env: Mapping[str, str],
-        extra_server_args: Sequence[str],
-        expect: tuple[str, str] | None = None,
-        device_prefix: str | None = None,
-        rpc_server: Path | None = None,
-        agreement_required: bool = True,
-    ) -> object:
+    def spot_check(self, settings: Settings, request: SpotCheckRequest, console: Console) -> object:
         self.checked += 1
         return None
 
@@ -278,9 +274,9 @@ def test_unavailable_backend_fails_unless_skipping_was_asked(tmp_path: Path) -> 
     console = Console(env={}, stream=io.StringIO())
     rec = _Recorder()
     with pytest.raises(ToolchainMissing):
-        run_build_session("rocm", s, console, (), prepare_fn=rec.prepare, spot_check_fn=rec.spot_check)
+        run_build_session("rocm", s, console, SessionArgs(), prepare_fn=rec.prepare, spot_check_fn=rec.spot_check)
     outcome = run_build_session(
-        "rocm", s, console, ("--skip-unavailable",), prepare_fn=rec.prepare, spot_check_fn=rec.spot_check
+        "rocm", s, console, SessionArgs(skip_unavailable=True), prepare_fn=rec.prepare, spot_check_fn=rec.spot_check
     )
     assert outcome.skipped
     assert outcome.build is None

@@ -14,8 +14,8 @@ from skippy.build.backends import registry
 from skippy.build.backends.cuda_toolkit import TOOLKIT_ENV, resolve_toolkit_choice
 from skippy.build.cache import ENV_VAR as CACHE_STORAGE_ENV
 from skippy.build.cache import reachable, select_storage
+from skippy.cli.build import parse_session_args
 from skippy.cli.ci import COMMANDS
-from skippy.flows.build_session import parse_session_args
 from tests.workflowtools import (
     WORKFLOW_DIR,
     WORKFLOWS,

@@ -1,0 +1,122 @@
+"""Whether a build dir must be configured (pure), and what CMake's output and cache say."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from skippy.build.plan import GENERATOR, BuildPlan
+
+_TRUE = frozenset({"ON", "TRUE", "YES", "Y", "1"})
+_FALSE = frozenset({"OFF", "FALSE", "NO", "N", "0", ""})
+
+
+@dataclass(frozen=True)
+class ConfigureDecision:
+    needed: bool
+    #: remove CMakeCache.txt and CMakeFiles/ first
+    wipe: bool
+    reason: str
+
+
+def parse_cmake_cache(text: str) -> dict[str, str]:
+    """``NAME:TYPE=VALUE`` lines of CMakeCache.txt -> {NAME: VALUE}."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line or line.startswith(("#", "//")):
+            continue
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.partition(":")[0]] = value
+    return out
+
+
+def _cache_problem(
+    plan: BuildPlan, cache: Mapping[str, str], has_build_ninja: bool, exists: Callable[[str], bool]
+) -> str | None:
+    """Why an existing CMake cache cannot be reused as it is (None when it can)."""
+    generator = cache.get("CMAKE_GENERATOR", "")
+    if generator != GENERATOR:
+        return f"generator mismatch: the cache says {generator!r}"
+    home = cache.get("CMAKE_HOME_DIRECTORY")
+    if home and Path(home) != plan.source_dir:
+        return f"the cache was made for another source tree ({home})"
+    for key, label in (("CMAKE_COMMAND", "cmake"), ("CMAKE_MAKE_PROGRAM", "ninja")):
+        tool = cache.get(key)
+        if tool and not exists(tool):
+            return f"the {label} this dir was configured with is gone ({tool})"
+    if not has_build_ninja:
+        return "the last configure did not finish (no build.ninja)"
+    return None
+
+
+_STAMP_LABELS: Final = {
+    "patched_sha": "the patched tree changed",
+    "configure_args": "the configure arguments changed",
+    "tools": "the tools changed",
+}
+
+
+def _stamp_change(stamp: Mapping[str, Any] | None, planned: Mapping[str, Any]) -> str | None:
+    if stamp is None:
+        return "no stamp (configured outside skippy)"
+    changed = [key for key in sorted(set(stamp) | set(planned)) if stamp.get(key) != planned.get(key)]
+    return "; ".join(_STAMP_LABELS.get(k, f"{k} changed") for k in changed) or None
+
+
+def decide_configure(
+    plan: BuildPlan,
+    *,
+    stamp: Mapping[str, Any] | None,
+    cache: Mapping[str, str] | None,
+    has_build_ninja: bool,
+    exists: Callable[[str], bool],
+) -> ConfigureDecision:
+    if cache is None:
+        return ConfigureDecision(True, False, "new build directory")
+    why = _cache_problem(plan, cache, has_build_ninja, exists) or _stamp_change(stamp, plan.stamp)
+    if why:
+        return ConfigureDecision(True, True, why)
+    return ConfigureDecision(False, False, "up to date")
+
+
+def parse_unused_variables(output: str) -> list[str]:
+    """Names under CMake's "Manually-specified variables were not used by the project:"."""
+    names: list[str] = []
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if "Manually-specified variables were not used by the project" not in line:
+            continue
+        started = False
+        for follow in lines[i + 1 :]:
+            token = follow.strip()
+            if not token:
+                if started:
+                    break
+                continue
+            if not follow.startswith((" ", "\t")) or " " in token:
+                break
+            started = True
+            names.append(token)
+    return names
+
+
+def _normalize(value: str) -> str:
+    upper = value.strip().upper()
+    if upper in _TRUE:
+        return "ON"
+    if upper in _FALSE:
+        return "OFF"
+    return value.strip()
+
+
+def cache_mismatches(expectations: Mapping[str, str], cache: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """{name: (wanted, in force)} for every expectation CMakeCache.txt does not hold."""
+    out: dict[str, tuple[str, str]] = {}
+    for name, wanted in expectations.items():
+        actual = cache.get(name)
+        if actual is None or _normalize(actual) != _normalize(wanted):
+            out[name] = (wanted, "<unset>" if actual is None else actual)
+    return out

@@ -1,0 +1,408 @@
+"""Plan a CMake + Ninja build of one backend, without running anything.
+
+:func:`plan_build` is pure: from the backend's registry entry, the settings, what
+the tree declares (:class:`~skippy.build.toolchain.TreeInfo`) and the tools found
+(:class:`~skippy.build.toolchain.Toolchain`) it computes the configure and build
+command lines, the targets and binaries, the compiler launchers, the values
+CMakeCache.txt must hold afterwards, the spot-check environment and the stamp
+that says when configuring can be skipped.  :mod:`skippy.build.builder` runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final
+
+from skippy.build.backends import (
+    COMMON_DEFINES,
+    RPC_TARGETS,
+    TREE_OPTIONAL_DEFINES,
+    Backend,
+    registry,
+    spec,
+    switches,
+)
+from skippy.build.backends.base import BackendSpec, Tool
+from skippy.build.cache import CacheStorage, launcher_env, local_fallback_env, select_storage, shared_cache_env
+from skippy.build.localtree import MODE_LOCAL, WorkdirState, local_dir_name
+from skippy.build.toolchain import Toolchain, TreeInfo
+from skippy.core.errors import BuildError
+from skippy.core.settings import Settings
+
+GENERATOR: Final = "Ninja"
+STAMP_NAME: Final = "skippy-build-stamp.json"
+STAMP_SCHEMA: Final = 1
+DEFINE_ARG = re.compile(r"^-D([A-Za-z_][A-Za-z0-9_.+-]*)(?::[A-Za-z]+)?=(.*)$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Define:
+    name: str
+    value: str
+    #: a tool or directory path: kept out of the build-dir digest, not asserted in the cache
+    path: bool = False
+
+    @property
+    def arg(self) -> str:
+        return f"-D{self.name}={self.value}"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What the user asked for on top of the registry."""
+
+    #: extra CMake arguments (``-DNAME=VALUE`` ones override the registry)
+    cmake_args: tuple[str, ...] = ()
+    jobs: int | None = None
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    backend: Backend
+    source_dir: Path
+    build_dir: Path
+    digest: str
+    defines: tuple[Define, ...]
+    extra_args: tuple[str, ...]
+    configure_argv: tuple[str, ...]
+    build_argv: tuple[str, ...]
+    targets: tuple[str, ...]
+    #: False when the tree did not name its RPC target: it is looked up after configure
+    rpc_target_known: bool
+    binaries: Mapping[str, Path]
+    #: values CMakeCache.txt must hold after configure
+    expectations: Mapping[str, str]
+    #: variables added to the environment of cmake/ninja/launcher (on top of settings.env;
+    #: a remote cache storage's may hold credentials: kept out of repr)
+    env_overrides: Mapping[str, str] = field(repr=False)
+    env: Mapping[str, str] = field(repr=False)
+    launcher: Tool | None = None
+    spot_check_env: Mapping[str, str] = field(default_factory=dict)
+    spot_check_args: tuple[str, ...] = ()
+    stamp: Mapping[str, Any] = field(default_factory=dict)
+    #: where each choice came from, e.g. {"CMAKE_CUDA_ARCHITECTURES": "detected (nvidia-smi)"}
+    provenance: Mapping[str, str] = field(default_factory=dict)
+    #: where the compiler cache keeps objects (None without a launcher)
+    cache_storage: CacheStorage | None = None
+    #: the whole environment of a build with the local cache, when the remote cannot be reached
+    cache_fallback_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def stamp_path(self) -> Path:
+        return self.build_dir / STAMP_NAME
+
+    def define(self, name: str) -> str | None:
+        for d in self.defines:
+            if d.name == name:
+                return d.value
+        return None
+
+
+def split_cmake_args(args: Sequence[str]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """``-DNAME[:TYPE]=VALUE`` args -> {NAME: VALUE} (last wins); the rest in order."""
+    defines: dict[str, str] = {}
+    rest: list[str] = []
+    pending_d = False
+    for raw in args:
+        arg = raw
+        if pending_d:
+            arg = "-D" + raw
+            pending_d = False
+        elif raw == "-D":
+            pending_d = True
+            continue
+        m = DEFINE_ARG.match(arg)
+        if m:
+            defines[m.group(1)] = m.group(2)
+        else:
+            rest.append(arg)
+    return defines, tuple(rest)
+
+
+#: [tool.skippy.build] keys of every build, besides those each backend reads
+COMMON_TABLE_KEYS: Final = frozenset({"native", "jobs", "compiler_cache", "cache_storage"})
+
+
+def build_table_keys() -> frozenset[str]:
+    """Every key [tool.skippy.build] may hold: the common ones and each registered backend's."""
+    return COMMON_TABLE_KEYS.union(*(b.table_keys for b in registry().values()))
+
+
+def _build_table(settings: Settings) -> Mapping[str, Any]:
+    return settings.subtable("build", build_table_keys(), example="jobs = 2")
+
+
+def requested_defines(settings: Settings, options: BuildOptions, backend: Backend) -> dict[str, str]:
+    """The -D values the user asked for: [tool.skippy.build] and the environment (read by the
+    backend they concern), then the command line's -D values (last wins, any backend)."""
+    out = spec(backend).requested(_build_table(settings), settings.env)
+    given, _ = split_cmake_args(options.cmake_args)
+    out.update(given)
+    return out
+
+
+def _digest(payload: Mapping[str, Any]) -> str:
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+#: cache variables of the queue's provenance patch (upstream commit, queue digest)
+PROVENANCE_DEFINES: tuple[str, str] = ("SKIPPY_UPSTREAM_SHA", "SKIPPY_QUEUE_DIGEST")
+
+
+@dataclass
+class _Values:
+    """The -D values of a plan as they are decided, and where each choice came from."""
+
+    values: dict[str, Define] = field(default_factory=dict)
+    provenance: dict[str, str] = field(default_factory=dict)
+
+    def put(self, name: str, value: str, *, path: bool = False, source: str | None = None) -> None:
+        self.values[name] = Define(name, value, path=path)
+        if source:
+            self.provenance[name] = source
+
+    def give(self, given: Mapping[str, str]) -> None:
+        """The user's -D values win over everything else."""
+        path_like = {name for name, d in self.values.items() if d.path}
+        for name, value in given.items():
+            self.put(name, value, path=name in path_like or name.endswith(("_DIR", "_COMPILER", "_LAUNCHER")))
+            self.provenance.setdefault(name, "given")
+            if self.provenance[name].startswith(("default", "detected")):
+                self.provenance[name] = "given"
+
+    def sorted(self) -> tuple[Define, ...]:
+        return tuple(sorted(self.values.values(), key=lambda d: d.name))
+
+
+def _registry_values(s: BackendSpec, settings: Settings, tree: TreeInfo, toolchain: Toolchain, out: _Values) -> None:
+    for name, value in COMMON_DEFINES.items():
+        out.put(name, value)
+    for name, value in TREE_OPTIONAL_DEFINES.items():
+        if name in tree.options:
+            out.put(name, value)
+    for name, value in {**switches(s.name), **s.extra_defines}.items():
+        out.put(name, value)
+    if settings.on_ci or not _native(settings):
+        # portable code: the same binaries (and compiler cache) locally and on CI, and no
+        # -march=native paths a VM cannot run (AMX tiles fault in llama-server on some hosts)
+        out.put("GGML_NATIVE", "OFF", source="CI" if settings.on_ci else "default (opt in with native = true)")
+    out.put("CMAKE_MAKE_PROGRAM", toolchain.ninja.path, path=True)
+
+
+def _provenance_values(
+    tree: TreeInfo, upstream_sha: str | None, queue_digest: str | None, build_number: int | None, out: _Values
+) -> None:
+    if upstream_sha and tree.build_info_overridable:
+        # the tree would ask git for HEAD: every new patched commit would change libllama's
+        # compile definitions and recompile all of it. Name the upstream commit instead (the
+        # queue is named by the provenance below); kept out of the build-dir digest.
+        out.put("LLAMA_BUILD_COMMIT", upstream_sha[:12], path=True, source="upstream commit")
+        out.put("LLAMA_BUILD_NUMBER", str(build_number or 0), path=True, source="upstream commit count")
+    if upstream_sha and queue_digest and set(PROVENANCE_DEFINES) <= tree.options:
+        out.put(PROVENANCE_DEFINES[0], upstream_sha, path=True, source="queue provenance")
+        out.put(PROVENANCE_DEFINES[1], queue_digest, path=True, source="queue provenance")
+
+
+@dataclass
+class _LauncherSetup:
+    """The compiler cache's part of a plan: its storage and environment."""
+
+    env_overrides: dict[str, str]
+    storage: CacheStorage | None = None
+    fallback_env: dict[str, str] = field(default_factory=dict)
+
+
+def _launcher_setup(
+    s: BackendSpec,
+    settings: Settings,
+    tree: TreeInfo,
+    toolchain: Toolchain,
+    backend_env: Mapping[str, str],
+    *,
+    out: _Values,
+) -> _LauncherSetup:
+    setup = _LauncherSetup(env_overrides=dict(backend_env))
+    launcher = toolchain.launcher
+    if launcher is None:
+        return setup
+    for lang in (lang for lang in s.languages if lang in tree.languages or lang in ("C", "CXX")):
+        out.put(f"CMAKE_{lang}_COMPILER_LAUNCHER", launcher.path, path=True, source=launcher.name)
+    storage = select_storage(_build_table(settings).get("cache_storage"), settings.env)
+    setup.storage = storage
+    setup.env_overrides.update(launcher_env(launcher.name, settings.cache_dir, storage))
+    if storage.remote and launcher.name == "sccache":
+        # a remote that cannot be reached: the same build with the local directory
+        local = launcher_env(launcher.name, settings.cache_dir)
+        setup.fallback_env = {**local_fallback_env(settings.env), **backend_env, **local}
+    return setup
+
+
+def _dir_digest(s: BackendSpec, defines: Sequence[Define], extra_args: Sequence[str], toolchain: Toolchain) -> str:
+    """The build dir's name: the flags, not the tool paths."""
+    identity: dict[str, Any] = {
+        "backend": s.name,
+        "generator": GENERATOR,
+        "defines": [[d.name, d.value] for d in defines if not d.path],
+        "path_defines": [d.name for d in defines if d.path],
+        "extra": list(extra_args),
+    }
+    if toolchain.facts.get("toolkit"):
+        # a backend toolkit's kind and version (e.g. CUDA from wheels): another toolkit, another dir
+        identity["toolkit"] = toolchain.facts["toolkit"]
+    return _digest(identity)
+
+
+def _checked_build_root(settings: Settings, source_dir: Path) -> Path:
+    build_root = settings.build_root
+    if _inside(build_root, source_dir):
+        raise BuildError(
+            f"build_root {build_root} is inside the source tree {source_dir}",
+            untouched="everything: nothing was configured or built",
+            next_step="set [tool.skippy] build_root to a directory outside the llama.cpp tree",
+        )
+    return build_root
+
+
+def _commands(
+    toolchain: Toolchain,
+    source_dir: Path,
+    build_dir: Path,
+    *,
+    defines: Sequence[Define],
+    extra_args: Sequence[str],
+    jobs: int | None,
+    targets: Sequence[str],
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The configure and build command lines."""
+    configure_argv = (
+        toolchain.cmake.path,
+        "-S",
+        str(source_dir),
+        "-B",
+        str(build_dir),
+        "-G",
+        GENERATOR,
+        *(d.arg for d in defines),
+        *extra_args,
+    )
+    build_argv = (toolchain.ninja.path, "-C", str(build_dir), *(("-j", str(jobs)) if jobs else ()), *targets)
+    return configure_argv, build_argv
+
+
+def plan_build(
+    backend: Backend,
+    settings: Settings,
+    *,
+    tree: TreeInfo,
+    toolchain: Toolchain,
+    patched_sha: str,
+    options: BuildOptions | None = None,
+    upstream_sha: str | None = None,
+    queue_digest: str | None = None,
+    build_number: int | None = None,
+    local_state: WorkdirState | None = None,
+) -> BuildPlan:
+    """Everything a build of ``backend`` will do, computed without running anything.
+
+    ``upstream_sha``/``queue_digest`` are passed to trees whose queue reports build
+    provenance (they declare ``SKIPPY_UPSTREAM_SHA``/``SKIPPY_QUEUE_DIGEST``); they are
+    kept out of the build-dir digest, so a queue change reuses the dir (and its objects).
+    ``local_state`` (``--workdir-as-is``) puts the build in a dir of its own, named by
+    the workdir's state (:func:`skippy.build.localtree.local_dir_name`), and records
+    that mode in its stamp.
+    """
+    options = options or BuildOptions()
+    s = spec(backend)
+    given = requested_defines(settings, options, s.name)
+    _, extra_args = split_cmake_args(options.cmake_args)
+    values = _Values()
+    _registry_values(s, settings, tree, toolchain, values)
+    _provenance_values(tree, upstream_sha, queue_digest, build_number, values)
+    facts = toolchain.plan_facts(given, tree.source_dir)
+    for choice in s.choices(facts):
+        values.put(choice.name, choice.value, path=choice.path, source=choice.source)
+    setup = _launcher_setup(s, settings, tree, toolchain, dict(s.env_overrides(facts)), out=values)
+    values.give(given)
+    defines = values.sorted()
+    digest = _dir_digest(s, defines, extra_args, toolchain)
+    source_dir = tree.source_dir
+    name = f"{s.name}-{digest}" if local_state is None else local_dir_name(s.name, digest, local_state)
+    build_dir = _checked_build_root(settings, source_dir) / name
+    launcher = toolchain.launcher
+    if setup.storage is not None and launcher is not None:
+        setup.env_overrides.update(
+            shared_cache_env(setup.storage, launcher.name, settings.env, (source_dir, build_dir))
+        )
+    rpc_target = tree.rpc_target or RPC_TARGETS[0]
+    targets = tuple(rpc_target if t in RPC_TARGETS else t for t in s.default_targets)
+    jobs = options.jobs if options.jobs is not None else _table_jobs(settings)
+    configure_argv, build_argv = _commands(
+        toolchain, source_dir, build_dir, defines=defines, extra_args=extra_args, jobs=jobs, targets=targets
+    )
+    stamp = {
+        "schema": STAMP_SCHEMA,
+        "backend": s.name,
+        "patched_sha": patched_sha,
+        "generator": GENERATOR,
+        "source_dir": str(source_dir),
+        "configure_args": [d.arg for d in defines] + list(extra_args),
+        "tools": toolchain.tool_versions(),
+    }
+    if local_state is not None:
+        # only local builds carry a mode: the stamps of prepared builds stay as they were
+        stamp.update({"mode": MODE_LOCAL, "workdir_state": local_state.key})
+    spot_env = {k: v.replace("{cache_dir}", str(settings.cache_dir)) for k, v in s.spot_check_env.items()}
+    return BuildPlan(
+        backend=s.name,
+        source_dir=source_dir,
+        build_dir=build_dir,
+        digest=digest,
+        defines=defines,
+        extra_args=extra_args,
+        configure_argv=configure_argv,
+        build_argv=build_argv,
+        targets=targets,
+        rpc_target_known=tree.rpc_target is not None,
+        binaries=MappingProxyType({t: build_dir / "bin" / t for t in targets}),
+        expectations=MappingProxyType({d.name: d.value for d in defines if not d.path}),
+        env_overrides=MappingProxyType(setup.env_overrides),
+        env=MappingProxyType({**settings.env, **setup.env_overrides}),
+        launcher=launcher,
+        spot_check_env=MappingProxyType(spot_env),
+        spot_check_args=s.spot_check_args,
+        stamp=MappingProxyType(stamp),
+        provenance=MappingProxyType(values.provenance),
+        cache_storage=setup.storage,
+        cache_fallback_env=MappingProxyType(setup.fallback_env),
+    )
+
+
+def _native(settings: Settings) -> bool:
+    """``SKIPPY_NATIVE=1`` or ``[tool.skippy.build] native = true``: let ggml use -march=native."""
+    value = settings.env.get("SKIPPY_NATIVE")
+    if value:
+        return value.lower() in ("1", "true", "yes", "on")
+    return bool(_build_table(settings).get("native", False))
+
+
+def _table_jobs(settings: Settings) -> int | None:
+    value = settings.env.get("SKIPPY_BUILD_JOBS") or _build_table(settings).get("jobs")
+    try:
+        return int(value) if value else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _inside(path: Path, parent: Path) -> bool:
+    try:
+        path.resolve().relative_to(parent.resolve())
+    except ValueError:
+        return False
+    return True
