@@ -115,14 +115,18 @@ def test_a_local_change_builds_beside_the_pinned_build_and_is_spot_checked(
     assert repo.out("status", "--porcelain") == status_before
     assert _snapshot(cpu_build) == pinned_before
 
-    # prepare still refuses the change until it is carried into the queue or forced away
+    _prepare_refuses_until_forced(local_settings, repo, head=head, prepared_head=prepared_head)
+
+
+def _prepare_refuses_until_forced(
+    settings: Settings, repo: Repo, *, head: str | None, prepared_head: str | None
+) -> None:
+    """prepare still refuses the change until it is carried into the queue or forced away."""
     with pytest.raises(DirtyWorkdirError) as info:
-        prepare(local_settings, Target.pinned(), console=Console(env={}, stream=io.StringIO()), offline=True)
+        prepare(settings, Target.pinned(), console=Console(env={}, stream=io.StringIO()), offline=True)
     text = info.value.render()
     assert EDITED in text
     assert repo.head() == head, "refused: nothing moved"
-    forced = prepare(
-        local_settings, Target.pinned(), console=Console(env={}, stream=io.StringIO()), offline=True, force=True
-    )
+    forced = prepare(settings, Target.pinned(), console=Console(env={}, stream=io.StringIO()), offline=True, force=True)
     assert repo.head() == forced.patched_sha == prepared_head
     assert repo.out("status", "--porcelain") == ""
