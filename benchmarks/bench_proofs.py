@@ -17,7 +17,6 @@ Each returns a JSON-ready dict; :mod:`benchmarks.bench` writes them with the oth
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from benchmarks.common import Null
 from skippy.build.backends import SERVER_TARGET, spec
 from skippy.build.builder import BuildOptions, BuildReport, execute_plan, plan_build, requested_defines
 from skippy.build.builder import stop_cache_server as _stop_sccache
@@ -49,13 +49,8 @@ NO_SPOT_CHECK: Final = SessionArgs(spot_check=False)
 REMOTE_CACHE_TARGET_RATIO: Final = 0.10
 
 
-class _Null(io.StringIO):
-    def write(self, text: str) -> int:
-        return len(text)
-
-
 def _quiet() -> Console:
-    return Console(env={}, stream=_Null())
+    return Console(env={}, stream=Null())
 
 
 def _free_port() -> int:
