@@ -83,15 +83,15 @@ def read_version(server_binary: Path, env: Mapping[str, str], console: Console) 
             untouched="everything: no server was started",
             next_step="nox -s build-cpu, or pass --server PATH",
         )
-    result = proc.run(
-        [server_binary, "--version"],
-        env=env,
-        check=False,
-        timeout=60,
-        echo=console.command,
-        what="llama-server --version",
-    )
+    result = _ask(server_binary, "--version", env, console, timeout=60)
     return (result.stdout + "\n" + result.stderr).strip()
+
+
+def _ask(server_binary: Path, flag: str, env: Mapping[str, str], console: Console, *, timeout: float) -> proc.Result:
+    """``llama-server <flag>``: a question it answers and exits (never fails here)."""
+    return proc.run(
+        [server_binary, flag], env=env, check=False, timeout=timeout, echo=console.command, what=f"llama-server {flag}"
+    )
 
 
 @dataclass(frozen=True)
@@ -105,14 +105,7 @@ class DeviceListing:
 
 def list_devices(server_binary: Path, env: Mapping[str, str], console: Console) -> DeviceListing:
     """The devices ``llama-server --list-devices`` reports (in the spot check's environment)."""
-    result = proc.run(
-        [server_binary, "--list-devices"],
-        env=env,
-        check=False,
-        timeout=120,
-        echo=console.command,
-        what="llama-server --list-devices",
-    )
+    result = _ask(server_binary, "--list-devices", env, console, timeout=120)
     failure = None
     if not result.ok:
         last = result.tail(1) or "no output"

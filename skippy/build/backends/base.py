@@ -267,3 +267,20 @@ class BackendSpec:
     def tree_problem(self, plan: PlanFacts) -> str | None:
         """Why this toolchain cannot build the tree (checked before configuring), or None."""
         return None
+
+
+def resolve_choice(
+    table: Mapping[str, object], env: Mapping[str, str], *, key: str, env_var: str, choices: tuple[str, ...], what: str
+) -> str:
+    """``env_var``, else ``[tool.skippy.build] key``, else the first of ``choices`` (``auto``)."""
+    from skippy.core.errors import SettingsError
+
+    raw = env.get(env_var) or table.get(key) or choices[0]
+    choice = str(raw).strip().lower()
+    if choice not in choices:
+        raise SettingsError(
+            f"unknown {what} {raw!r}",
+            untouched="everything: nothing was downloaded or built",
+            next_step=f"set {env_var} (or [tool.skippy.build] {key}) to {', '.join(choices)}",
+        )
+    return choice

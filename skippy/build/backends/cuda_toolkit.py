@@ -42,6 +42,7 @@ from typing import Final
 
 import filelock
 
+from skippy.build.backends.base import resolve_choice
 from skippy.core import pip, proc
 from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
 
@@ -138,15 +139,9 @@ def toolkit_version(pins: Iterable[WheelPin]) -> str:
 
 def resolve_toolkit_choice(table: Mapping[str, object], env: Mapping[str, str]) -> str:
     """``SKIPPY_CUDA_TOOLKIT``, else ``[tool.skippy.build] cuda_toolkit``, else ``auto``."""
-    raw = env.get(TOOLKIT_ENV) or table.get("cuda_toolkit") or "auto"
-    choice = str(raw).strip().lower()
-    if choice not in TOOLKIT_CHOICES:
-        raise SettingsError(
-            f"unknown CUDA toolkit {raw!r}",
-            untouched="everything: nothing was downloaded or built",
-            next_step=f"set {TOOLKIT_ENV} (or [tool.skippy.build] cuda_toolkit) to {', '.join(TOOLKIT_CHOICES)}",
-        )
-    return choice
+    return resolve_choice(
+        table, env, key="cuda_toolkit", env_var=TOOLKIT_ENV, choices=TOOLKIT_CHOICES, what="CUDA toolkit"
+    )
 
 
 def wheels_supported(system: str, machine: str) -> bool:

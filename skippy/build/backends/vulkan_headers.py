@@ -32,6 +32,7 @@ from typing import Final
 
 import filelock
 
+from skippy.build.backends.base import resolve_choice
 from skippy.core import proc
 from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
 
@@ -86,15 +87,9 @@ def parse_header_pin(table: object) -> HeaderPin:
 
 def resolve_headers_choice(table: Mapping[str, object], env: Mapping[str, str]) -> str:
     """``SKIPPY_VULKAN_HEADERS``, else ``[tool.skippy.build] vulkan_headers``, else ``auto``."""
-    raw = env.get(HEADERS_ENV) or table.get("vulkan_headers") or "auto"
-    choice = str(raw).strip().lower()
-    if choice not in HEADERS_CHOICES:
-        raise SettingsError(
-            f"unknown Vulkan headers choice {raw!r}",
-            untouched="everything: nothing was downloaded or built",
-            next_step=f"set {HEADERS_ENV} (or [tool.skippy.build] vulkan_headers) to {', '.join(HEADERS_CHOICES)}",
-        )
-    return choice
+    return resolve_choice(
+        table, env, key="vulkan_headers", env_var=HEADERS_ENV, choices=HEADERS_CHOICES, what="Vulkan headers choice"
+    )
 
 
 def debian_mirror(indextargets: str) -> str | None:
