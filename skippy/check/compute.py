@@ -91,9 +91,10 @@ class ComputeResult:
 
 
 def agreement_with_reference(
-    fingerprint: Fingerprint, reference_dir: Path, tolerance: float = DEFAULT_TOLERANCE
+    fingerprint: Fingerprint, reference_dir: Path, tolerance: float = DEFAULT_TOLERANCE, *, near_ties: bool = False
 ) -> Agreement:
-    return compare(fingerprint, read_reference(reference_dir, fingerprint.model), tolerance=tolerance)
+    reference = read_reference(reference_dir, fingerprint.model)
+    return compare(fingerprint, reference, tolerance=tolerance, near_ties=near_ties)
 
 
 def leak_reason(answer: str) -> str | None:

@@ -10,6 +10,7 @@ from skippy.check.compute import (
     ComputeResult,
 )
 from skippy.check.fingerprint import (
+    DEFAULT_DEVICE_TOLERANCE,
     DEFAULT_RPC_TOLERANCE,
     DEFAULT_TOLERANCE,
     Run,
@@ -41,6 +42,8 @@ class Options:
     logprob_tolerance: float = DEFAULT_TOLERANCE
     #: the same over RPC (its numbers vary from run to run; the greedy tokens must still be identical)
     rpc_logprob_tolerance: float = DEFAULT_RPC_TOLERANCE
+    #: the same for a GPU backend's own device (near ties allowed, as over RPC)
+    device_logprob_tolerance: float = DEFAULT_DEVICE_TOLERANCE
 
     @classmethod
     def from_settings(cls, settings: Settings, backend_defaults: Mapping[str, float] | None = None) -> Options:

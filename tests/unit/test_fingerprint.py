@@ -130,3 +130,28 @@ def test_greedy_changed_lists_the_prompts_whose_tokens_moved() -> None:
     new = fingerprint(run("a", (1, "x", -0.9)), run("b", (3, "z", -0.5)))
     assert greedy_changed(old, new) == ["b"]
     assert greedy_changed(None, new) == ["a", "b"]
+
+
+def test_another_device_may_part_at_a_near_tie_but_never_at_a_confident_token() -> None:
+    """Measured on Vulkan (lavapipe): ' capital' at -1.8709 where the CPU took ' largest' at -1.9246."""
+    ref = fingerprint(
+        run("The capital of France is", (1, " the", -0.5), (7488, " largest", -1.9246), (5, " city", -0.4))
+    )
+    ours = fingerprint(
+        run("The capital of France is", (1, " the", -0.52), (5279, " capital", -1.8709), (9, " of", -0.1))
+    )
+    strict = compare(ours, ref, tolerance=0.3)
+    assert not strict.ok, "the CPU against its own reference is held to identical tokens"
+    tied = compare(ours, ref, tolerance=0.3, near_ties=True)
+    assert tied.ok and tied.status == "agrees"
+    (tie,) = tied.near_ties
+    assert (tie.position, tie.ours and tie.ours.id, tie.reference and tie.reference.id) == (1, 5279, 7488)
+    assert "up to a near tie" in tied.describe() and "token 1" in tied.describe()
+    assert json.loads(json.dumps(tied.as_dict()))["near_ties"][0]["position"] == 1
+    # a confident divergence (p = 0.9: no other token can come within the tolerance) is never a tie
+    sure_ref = fingerprint(run("a", (1, "x", -0.105)))
+    sure_ours = fingerprint(run("a", (2, "y", -0.11)))
+    assert not compare(sure_ours, sure_ref, tolerance=0.3, near_ties=True).ok
+    # nor are two tokens whose log-probabilities are further apart than the tolerance
+    far = fingerprint(run("The capital of France is", (1, " the", -0.5), (5279, " capital", -1.2)))
+    assert not compare(far, ref, tolerance=0.3, near_ties=True).ok
