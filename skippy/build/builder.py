@@ -84,6 +84,8 @@ class BuildReport:
     cache: CacheStats | None
     #: prepared (the queue on its upstream) or local (the workdir as it stood: --workdir-as-is)
     mode: str = MODE_PREPARED
+    #: the backend's toolkit when it has a choice of them (BuildPlan.toolkit)
+    toolkit: str | None = None
 
     @property
     def total_seconds(self) -> float:
@@ -102,6 +104,7 @@ class BuildReport:
             "binaries": {k: str(v) for k, v in self.binaries.items()},
             "cache": None if self.cache is None else self.cache.as_dict(),
             "mode": self.mode,
+            "toolkit": self.toolkit,
         }
 
 
@@ -311,6 +314,7 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
         binaries=MappingProxyType({}),
         cache=None,
         mode=str(plan.stamp.get("mode", MODE_PREPARED)),
+        toolkit=plan.toolkit,
     )
     if not build:
         return report

@@ -92,6 +92,9 @@ class BuildPlan:
     cache_storage: CacheStorage | None = None
     #: the whole environment of a build with the local cache, when the remote cannot be reached
     cache_fallback_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: the backend's toolkit when it has a choice of them (``cuda wheels 13.0.88 <pins>``,
+    #: ``vulkan headers debian 1.4.309``): in the build report; it also names the build dir
+    toolkit: str | None = None
 
     @property
     def stamp_path(self) -> Path:
@@ -381,6 +384,7 @@ def plan_build(
         provenance=MappingProxyType(values.provenance),
         cache_storage=setup.storage,
         cache_fallback_env=MappingProxyType(setup.fallback_env),
+        toolkit=toolchain.facts.get("toolkit"),
     )
 
 

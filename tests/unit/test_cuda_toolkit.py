@@ -248,6 +248,8 @@ def test_another_toolkit_is_another_build_dir(tmp_path: Path) -> None:
     newer = plan(tmp_path, "cuda", args=args, tc={**WHEELS_FACTS, "toolkit": "cuda wheels 13.1.80 def"})
     system = plan(tmp_path, "cuda", args=args, tc={**WHEELS_FACTS, "toolkit": "cuda system 13.0.88"})
     assert len({wheels.build_dir, newer.build_dir, system.build_dir}) == 3
+    # the toolkit is said in the plan and so in the build report (--json "toolkit")
+    assert (wheels.toolkit, system.toolkit) == ("cuda wheels 13.0.88 abc", "cuda system 13.0.88")
     # the same toolkit in another cache dir is the same build dir (paths stay out of the digest)
     moved: dict[str, object] = {k: str(v).replace("/c/", "/elsewhere/") for k, v in WHEELS_FACTS.items()}
     assert plan(tmp_path, "cuda", args=args, tc=moved).build_dir == wheels.build_dir
