@@ -471,7 +471,9 @@ def run(
     if output.is_file() and only:
         report = json.loads(output.read_text(encoding="utf-8"))
     report.update({"schema": 1, "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}})
-    if "prepare" in wanted or not (settings.cache_dir.parent / "bench" / "project").is_dir():
+    # the bench checkout is made by the prepare section; the build sections on it need it first
+    needs_project = bool(wanted & {"minimal-touch", "builds"})
+    if "prepare" in wanted or (needs_project and not (settings.cache_dir.parent / "bench" / "project").is_dir()):
         report["prepare"] = bench_prepare(settings, console, rounds=rounds, noop_rounds=noop_rounds)
     if "minimal-touch" in wanted:
         report["minimal_touch"] = bench_minimal_touch(settings, console)
