@@ -292,3 +292,33 @@ def test_chat_facts_read_from_a_real_gguf(tmp_path: Path) -> None:
     facts = chat_facts(tinymodels.tiny_model("qwen2", tmp_path, "f32"))
     assert facts.architecture == "qwen2"
     assert facts.has_template  # the tiny models carry a ChatML template
+
+
+@pytest.mark.parametrize("template", [None, "{{ messages }}"])
+def test_chat_facts_read_the_header_as_gguf_py_does(tmp_path: Path, template: str | None) -> None:
+    """The header reader (fast on a 262k-token vocabulary) against llama.cpp's own gguf-py."""
+    import gguf
+
+    from skippy.check.models import _gguf_metadata_keys, chat_facts
+
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(str(path), "gemma3")
+    writer.add_token_list([f"t{i}" for i in range(300)])
+    writer.add_token_scores([0.5] * 300)
+    writer.add_uint32("gemma3.block_count", 2)
+    if template is not None:
+        writer.add_chat_template(template)
+    writer.add_tensor("w", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    facts = chat_facts(path)
+    reader = gguf.GGUFReader(path)
+    assert facts.architecture == str(reader.fields["general.architecture"].contents()) == "gemma3"
+    assert facts.has_template == ("tokenizer.chat_template" in reader.fields) == (template is not None)
+    found = _gguf_metadata_keys(path)
+    assert found is not None and set(reader.fields) - {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"} <= found[1]
+    not_gguf = tmp_path / "x.gguf"
+    not_gguf.write_bytes(b"nope" * 10)
+    assert _gguf_metadata_keys(not_gguf) is None
