@@ -40,11 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Final
 
-import filelock
-
 from skippy.build.backends.base import resolve_choice
 from skippy.core import pip, proc
 from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
+from skippy.core.files import made_once
 
 #: the wheels that make a toolkit able to build ggml-cuda (compiler, front ends, runtime, cuBLAS, CCCL)
 REQUIRED_WHEELS: Final = (
@@ -311,20 +310,17 @@ def assemble(pins: tuple[WheelPin, ...], ctx: AssemblyContext) -> WheelToolkit:
     """The toolkit for ``pins`` under the cache: reused when finished, else (re)made."""
     home = toolkit_home(ctx.cache_dir, pins)
     version, digest = toolkit_version(pins), pins_digest(pins)
-    if assembled(home, pins):
-        return WheelToolkit(home / "toolkit", version, digest, reused=True)
-    home.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with filelock.FileLock(str(home) + ".lock", timeout=ctx.lock_timeout):
-            if assembled(home, pins):
-                return WheelToolkit(home / "toolkit", version, digest, reused=True)
-            return _assemble_locked(home, pins, ctx)
-    except filelock.Timeout as exc:
-        raise ToolchainMissing(
-            f"another process is assembling the CUDA toolkit (lock {exc.lock_file})",
-            untouched="everything: nothing was built",
-            next_step="wait for it to finish and run the build again",
-        ) from None
+
+    def done() -> WheelToolkit | None:
+        return WheelToolkit(home / "toolkit", version, digest, reused=True) if assembled(home, pins) else None
+
+    return made_once(
+        home,
+        done=done,
+        make=lambda: _assemble_locked(home, pins, ctx),
+        what="assembling the CUDA toolkit",
+        timeout=ctx.lock_timeout,
+    )
 
 
 def _assemble_locked(home: Path, pins: tuple[WheelPin, ...], ctx: AssemblyContext) -> WheelToolkit:

@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-import filelock
-
 from skippy.build.backends.base import resolve_choice
 from skippy.core import proc
 from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
+from skippy.core.files import made_once
 
 #: ``[tool.skippy.build] vulkan_headers`` / ``SKIPPY_VULKAN_HEADERS`` values
 HEADERS_CHOICES: Final = ("auto", "system", "debian")
@@ -181,20 +180,17 @@ def can_fetch(env: Mapping[str, str]) -> bool:
 def fetch_headers(pin: HeaderPin, ctx: FetchContext) -> DebianHeaders:
     """The pinned headers under the project cache: reused when unpacked, else fetched."""
     home = headers_home(ctx.cache_dir, pin)
-    if unpacked(home, pin):
-        return DebianHeaders(home / "usr" / "include", pin, reused=True)
-    home.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with filelock.FileLock(str(home) + ".lock", timeout=ctx.lock_timeout):
-            if unpacked(home, pin):
-                return DebianHeaders(home / "usr" / "include", pin, reused=True)
-            return _fetch_locked(home, pin, ctx)
-    except filelock.Timeout as exc:
-        raise ToolchainMissing(
-            f"another process is fetching the Vulkan headers (lock {exc.lock_file})",
-            untouched="everything: nothing was built",
-            next_step="wait for it to finish and run the build again",
-        ) from None
+
+    def done() -> DebianHeaders | None:
+        return DebianHeaders(home / "usr" / "include", pin, reused=True) if unpacked(home, pin) else None
+
+    return made_once(
+        home,
+        done=done,
+        make=lambda: _fetch_locked(home, pin, ctx),
+        what="fetching the Vulkan headers",
+        timeout=ctx.lock_timeout,
+    )
 
 
 def _apt(argv: list[str], ctx: FetchContext, *, cwd: Path | None = None, what: str) -> None:
