@@ -85,23 +85,21 @@ def _read_header(header_dir: Path) -> tuple[str | None, frozenset[str]]:
     return parse_vulkan_header((header_dir / "vulkan" / "vulkan_core.h").read_text(encoding="utf-8", errors="replace"))
 
 
-def _too_old_for_current_trees(header_dir: Path | None, ctx: ProbeContext) -> bool:
-    """``auto`` takes Debian's newer headers when the system has none (or only old ones) and apt can
-    fetch them; the tree's own needs are still checked before configuring (``tree_problem``)."""
+def _why_newer(header_dir: Path | None, ctx: ProbeContext) -> str | None:
+    """Why ``auto`` takes Debian's newer headers (the system has none, or only ones too old for
+    current trees, and apt can fetch them), or None; the system's header is read once.  The
+    tree's own needs are still checked before configuring (``tree_problem``)."""
     if not ctx.build_table.get(PIN_TABLE) or not can_fetch(ctx.env):
-        return False
-    if header_dir is None or not (header_dir / "vulkan" / "vulkan.hpp").is_file():
-        return True
-    _, features = _read_header(header_dir)
-    return not set(VULKAN_TREE_NEEDS.values()) <= features
-
-
-def _why_newer(header_dir: Path | None) -> str:
+        return None
     if header_dir is None:
         return "auto: no system Vulkan headers"
-    version, _ = _read_header(header_dir)
-    needs = ", ".join(sorted(VULKAN_TREE_NEEDS.values()))
-    return f"auto: the system's headers in {header_dir} ({version}) lack {needs}"
+    if not (header_dir / "vulkan" / "vulkan.hpp").is_file():
+        return f"auto: no Vulkan C++ headers in {header_dir}"
+    version, features = _read_header(header_dir)
+    needs = sorted(VULKAN_TREE_NEEDS.values())
+    if set(needs) <= features:
+        return None
+    return f"auto: the system's headers in {header_dir} ({version}) lack {', '.join(needs)}"
 
 
 def _debian_headers(ctx: ProbeContext, notes: list[str], why: str) -> Path:
@@ -118,8 +116,8 @@ def _choose_headers(ctx: ProbeContext, system_dirs: list[Path], notes: list[str]
         return _header_dir([Path(given_dir)], ctx), "given"
     choice = resolve_headers_choice(ctx.build_table, ctx.env)
     found = None if choice == "debian" else _find_header_dir(system_dirs)
-    if choice == "debian" or (choice == "auto" and _too_old_for_current_trees(found, ctx)):
-        why = "asked for" if choice == "debian" else _why_newer(found)
+    why = "asked for" if choice == "debian" else _why_newer(found, ctx) if choice == "auto" else None
+    if why is not None:
         return _debian_headers(ctx, notes, why), "debian"
     return _header_dir(system_dirs, ctx), "system"
 
