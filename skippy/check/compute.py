@@ -16,16 +16,13 @@ from typing import Any
 
 from skippy.check.evidence import device_evidence, parse_offload, template_leak
 from skippy.check.fingerprint import (
-    DEFAULT_TOLERANCE,
     PROMPTS,
     Agreement,
     Fingerprint,
     ResponseError,
     Run,
-    compare,
     completion_request,
     parse_completion,
-    read_reference,
 )
 
 
@@ -88,13 +85,6 @@ class ComputeResult:
             "device": self.device,
             "rpc": self.rpc or None,
         }
-
-
-def agreement_with_reference(
-    fingerprint: Fingerprint, reference_dir: Path, tolerance: float = DEFAULT_TOLERANCE, *, near_ties: bool = False
-) -> Agreement:
-    reference = read_reference(reference_dir, fingerprint.model)
-    return compare(fingerprint, reference, tolerance=tolerance, near_ties=near_ties)
 
 
 def leak_reason(answer: str) -> str | None:

@@ -33,7 +33,6 @@ from skippy.check.binaries import (
 from skippy.check.chat import _BIND_FAILURE, Answer, ask, judge, plan_server_argv, wait_ready
 from skippy.check.compute import (
     ComputeFailure,
-    agreement_with_reference,
     device_reason,
     file_sha256,
     fingerprint_runs,
@@ -297,7 +296,8 @@ def _check_resolved(
     # a GPU backend's own device: its tolerance, and greedy tokens may part at a near tie
     on_device = device_prefix is not None
     tolerance = options.device_logprob_tolerance if on_device else options.logprob_tolerance
-    agreement = agreement_with_reference(fp, refs_dir, tolerance, near_ties=on_device)
+    committed = read_reference(refs_dir, fp.model)
+    agreement = compare(fp, committed, tolerance=tolerance, near_ties=on_device)
     result.compute.agreement = agreement
     if agreement.status == "differs" and agreement_required:
         result.verdict, result.reason = "fail", agreement.describe()
@@ -306,7 +306,6 @@ def _check_resolved(
     elif agreement.status == "no-reference":
         console.info(f"{ref.label}: WARNING: {agreement.describe()} (write it: nox -s spot-check -- --write-reference)")
     if rpc_server is not None and result.ok:
-        committed = read_reference(refs_dir, fp.model)
         _check_rpc(
             result,
             ref,
@@ -317,7 +316,7 @@ def _check_resolved(
             options=options,
             log_path=log_path,
             extra_server_args=(*extra_server_args, *facts.server_args()),
-            # the RPC server computes on the CPU: the committed CPU reference, else this run's own numbers
+            # the committed CPU reference, else (none for this model and request) this run's own numbers
             reference=committed if committed is not None and committed.key() == fp.key() else fp,
         )
     return result
