@@ -321,7 +321,7 @@ _FAKE_APT = (
 # a stand-in apt-get: records its arguments, answers indextargets, "downloads" a package
 echo "$*" >> "$APT_LOG"
 case "$*" in
-  indextargets*) printf '"""
+  indextargets*) [ -n "$APT_NO_DEBIAN" ] && exit 0; printf '"""
     + _INDEXTARGETS
     + """' ;;
   *" update")
@@ -410,3 +410,9 @@ def test_vulkan_headers_that_cannot_be_fetched_name_the_pin_and_the_way_out(host
     assert not (host.root / "cache" / "vulkan-headers" / "libvulkan-dev_1.4.309.0-1").exists()
     with pytest.raises(SettingsError, match="unknown Vulkan headers choice 'newest'"):
         _probe_with_pin(host, sdk, log, SKIPPY_VULKAN_HEADERS="newest")
+    # apt knows no Debian mirror (another distribution's sources): said, nothing fetched or written
+    with pytest.raises(ToolchainMissing) as none:
+        _probe_with_pin(host, sdk, log, APT_NO_DEBIAN="1")
+    assert "apt has no Debian mirror to take them from" in none.value.what
+    assert "-DVulkan_INCLUDE_DIR=<dir>" in (none.value.next_step or "")
+    assert not (host.root / "cache" / "vulkan-headers" / "libvulkan-dev_1.4.309.0-1").exists()
