@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from skippy.build.backends import RPC_TARGETS, SERVER_TARGET, Backend
 from skippy.build.cache import launcher_env
+from skippy.build.cacheserver import claimed_server
 from skippy.build.cachestats import (
     CacheProbe,
     CacheStats,
@@ -286,6 +287,15 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
     """
     build_dir = plan.build_dir
     build_dir.mkdir(parents=True, exist_ok=True)
+    server: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if plan.launcher is not None and plan.launcher.name == "sccache":
+        server = claimed_server(plan.launcher.path, (plan.env, plan.cache_fallback_env), console)
+    with server:
+        return _configure_and_build(plan, console, build=build)
+
+
+def _configure_and_build(plan: BuildPlan, console: Console, *, build: bool) -> BuildReport:
+    build_dir = plan.build_dir
     decision = decide_configure(
         plan,
         stamp=read_stamp(plan.stamp_path),

@@ -375,13 +375,11 @@ def _from_sccache_env(configured: list[str], env: Mapping[str, str]) -> CacheSto
     )
 
 
-def shared_cache_env(
-    storage: CacheStorage, launcher: str, env: Mapping[str, str], roots: Sequence[Path]
-) -> dict[str, str]:
-    """For a remote sccache storage: ``SCCACHE_BASEDIRS`` naming the source tree and the build
-    dir, so object keys do not depend on where each machine keeps them (a user's own
-    ``SCCACHE_BASEDIRS`` is kept)."""
-    if not storage.remote or launcher != "sccache" or env.get("SCCACHE_BASEDIRS"):
+def basedirs_env(launcher: str, env: Mapping[str, str], roots: Sequence[Path]) -> dict[str, str]:
+    """For sccache: ``SCCACHE_BASEDIRS`` naming the source tree and the build root, so object
+    keys do not depend on where a tree is kept (a copy, a second checkout, another machine
+    sharing a remote). A user's own ``SCCACHE_BASEDIRS`` is kept."""
+    if launcher != "sccache" or env.get("SCCACHE_BASEDIRS"):
         return {}
     return {"SCCACHE_BASEDIRS": os.pathsep.join(str(root) for root in roots)}
 
@@ -504,12 +502,12 @@ __all__ = [
     "LOCAL",
     "TABLE_KEY",
     "CacheStorage",
+    "basedirs_env",
     "local_fallback_env",
     "local_storage",
     "reachable",
     "redact_url",
     "select_storage",
-    "shared_cache_env",
 ]
 
 

@@ -29,7 +29,7 @@ from skippy.build.backends import (
     switches,
 )
 from skippy.build.backends.base import BackendSpec, Tool
-from skippy.build.cache import CacheStorage, launcher_env, local_fallback_env, select_storage, shared_cache_env
+from skippy.build.cache import CacheStorage, basedirs_env, launcher_env, local_fallback_env, select_storage
 from skippy.build.localtree import MODE_LOCAL, WorkdirState, local_dir_name
 from skippy.build.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError
@@ -337,12 +337,13 @@ def plan_build(
     digest = _dir_digest(s, defines, extra_args, toolchain)
     source_dir = tree.source_dir
     name = f"{s.name}-{digest}" if local_state is None else local_dir_name(s.name, digest, local_state)
-    build_dir = _checked_build_root(settings, source_dir) / name
-    launcher = toolchain.launcher
-    if setup.storage is not None and launcher is not None:
-        setup.env_overrides.update(
-            shared_cache_env(setup.storage, launcher.name, settings.env, (source_dir, build_dir))
-        )
+    build_root = _checked_build_root(settings, source_dir)
+    build_dir = build_root / name
+    if toolchain.launcher is not None:
+        shared = basedirs_env(toolchain.launcher.name, settings.env, (source_dir, build_root))
+        setup.env_overrides.update(shared)
+        if setup.fallback_env:
+            setup.fallback_env.update(shared)
     rpc_target = tree.rpc_target or RPC_TARGETS[0]
     targets = tuple(rpc_target if t in RPC_TARGETS else t for t in s.default_targets)
     jobs = options.jobs if options.jobs is not None else _table_jobs(settings)
@@ -377,7 +378,7 @@ def plan_build(
         expectations=MappingProxyType({d.name: d.value for d in defines if not d.path}),
         env_overrides=MappingProxyType(setup.env_overrides),
         env=MappingProxyType({**settings.env, **setup.env_overrides}),
-        launcher=launcher,
+        launcher=toolchain.launcher,
         spot_check_env=MappingProxyType(spot_env),
         spot_check_args=s.spot_check_args,
         stamp=MappingProxyType(stamp),

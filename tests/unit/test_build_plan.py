@@ -108,6 +108,8 @@ def test_cpu_full_plan(tmp_path: Path) -> None:
     assert p.env_overrides == {
         "SCCACHE_DIR": str(root / ".deps" / "cache" / "sccache"),
         "SCCACHE_SERVER_UDS": str(root / ".deps" / "cache" / "sccache.sock"),
+        # the server strips the tree and the build root from object keys
+        "SCCACHE_BASEDIRS": f"{p.source_dir}:{p.build_dir.parent}",
     }
     assert p.stamp["patched_sha"] == SHA
     assert p.stamp["generator"] == "Ninja"

@@ -206,10 +206,11 @@ def test_the_plan_carries_the_remote_and_a_local_fallback(tmp_path: Path) -> Non
     assert local.cache_storage is not None
     assert not local.cache_storage.remote
     assert local.cache_fallback_env == {}
-    # the remote is shared between machines that keep the tree at other paths
-    assert remote.env_overrides["SCCACHE_BASEDIRS"] == f"{remote.source_dir}:{remote.build_dir}"
-    assert "SCCACHE_BASEDIRS" not in local.env_overrides
-    assert "SCCACHE_BASEDIRS" not in fallback
+    # objects are shared between trees kept at other paths (machines, copies, checkouts)
+    roots = f"{remote.source_dir}:{remote.build_dir.parent}"
+    assert remote.env_overrides["SCCACHE_BASEDIRS"] == roots
+    assert local.env_overrides["SCCACHE_BASEDIRS"] == roots
+    assert fallback["SCCACHE_BASEDIRS"] == roots
 
 
 def test_the_users_variables_reach_sccache_untouched(tmp_path: Path) -> None:
