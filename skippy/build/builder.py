@@ -291,7 +291,7 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
         stamp=read_stamp(plan.stamp_path),
         cache=_read_cache(build_dir / "CMakeCache.txt"),
         has_build_ninja=(build_dir / "build.ninja").is_file(),
-        exists=lambda p: Path(p).exists(),
+        exists=lambda p: plan.host_path(p).exists(),
     )
     configure_time: list[float] = []
     build_time: list[float] = []
@@ -330,7 +330,8 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
 
 
 def _resolve_rpc_target(plan: BuildPlan, console: Console) -> tuple[str, ...]:
-    result = proc.run([plan.build_argv[0], "-C", str(plan.build_dir), "-t", "targets", "all"], env=plan.env, check=True)
+    ninja = plan.build_argv[: len(plan.runner) + 1]
+    result = proc.run([*ninja, "-C", str(plan.build_dir), "-t", "targets", "all"], env=plan.env, check=True)
     available = parse_ninja_targets(result.stdout)
     for name in RPC_TARGETS:
         if name in available:

@@ -24,6 +24,7 @@ from skippy.build.builder import (
     plan_build,
     requested_defines,
 )
+from skippy.build.chroot import mounted
 from skippy.build.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, read_workdir_state
 from skippy.build.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 from skippy.check.evidence import artifact_markers_missing
@@ -276,7 +277,8 @@ def run_build_session(
     )
     for name, source in plan.provenance.items():
         console.detail(f"{name}={plan.define(name)} ({source})")
-    report = execute_plan(plan, console)
+    with mounted(plan.build_root, (plan.source_dir, plan.build_dir), env=settings.env, log=console.warn):
+        report = execute_plan(plan, console)
     what = (
         "the workdir as it stands (a local, unregistered tree: queue digest 'local')" if local else "the prepared tree"
     )
