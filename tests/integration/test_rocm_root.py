@@ -181,6 +181,17 @@ def test_auto_takes_the_debian_root_without_a_system_rocm(host: Host) -> None:
     assert isinstance(forced, Toolchain) and forced.build_root is not None
 
 
+def test_auto_with_neither_rocm_nor_mmdebstrap_says_both(host: Host) -> None:
+    (host.bin / "mmdebstrap").unlink()
+    with pytest.raises(ToolchainMissing) as info:
+        _probe(host, PATH=str(host.bin))
+    err = info.value
+    assert err.what.startswith("the rocm backend needs `hipconfig`, which is not on PATH; and the Debian root ")
+    assert "needs mmdebstrap" in err.what
+    assert err.next_step == "apt-get install mmdebstrap, then run the build again"
+    assert "install:" in (err.details or ""), "the system ROCm's install hints are kept"
+
+
 # --- the mounts around a build --------------------------------------------------------------
 
 

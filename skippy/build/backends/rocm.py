@@ -77,7 +77,16 @@ class _Rocm(BackendSpec):
         except ToolchainMissing as exc:
             if choice == "system" or not ctx.build_table.get(PIN_TABLE) or ctx.system != "Linux":
                 raise
-            return _debian_root(ctx, f"auto: no complete system ROCm, {exc.what}")
+            try:
+                return _debian_root(ctx, f"auto: no complete system ROCm, {exc.what}")
+            except ToolchainMissing as root_exc:
+                # both ways are closed: say why for each, and the way to open the root's
+                raise ToolchainMissing(
+                    f"{exc.what}; and the Debian root instead: {root_exc.what}",
+                    untouched=root_exc.untouched,
+                    next_step=root_exc.next_step,
+                    details=exc.details,
+                ) from None
 
     def _system(self, ctx: ProbeContext) -> Found:
         env = ctx.env
