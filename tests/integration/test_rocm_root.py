@@ -5,6 +5,7 @@ once (and never using one made halfway), the probe's choice, and the mounts arou
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -12,10 +13,13 @@ import pytest
 
 from skippy.build.backends.base import BuildRoot, Tool
 from skippy.build.backends.rocm_root import MARKER, RootContext, finished, make_root, parse_root_pin, root_home
+from skippy.build.builder import BuildPlan, BuildReport, plan_build
 from skippy.build.chroot import mounted
-from skippy.build.toolchain import probe_toolchain
+from skippy.build.toolchain import Toolchain, TreeInfo, probe_toolchain
 from skippy.core.errors import BuildError, NetworkError, ToolchainMissing
 from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.flows.build_session import root_gate
 from tests.integration.test_build_toolchain import Host, fake_tool
 
 pytestmark = pytest.mark.integration
@@ -157,8 +161,6 @@ def _probe(host: Host, **env: str) -> object:
 
 
 def test_auto_takes_the_debian_root_without_a_system_rocm(host: Host) -> None:
-    from skippy.build.toolchain import Toolchain
-
     tc = _probe(host)
     assert isinstance(tc, Toolchain)
     assert tc.facts["rocm_toolkit"] == "debian-root"
@@ -257,3 +259,66 @@ def test_an_unmount_that_fails_names_the_command(tmp_path: Path) -> None:
     assert f"umount --lazy {root.path / 'proc'}" in (info.value.next_step or "")
     assert len(warned) == 3
     assert sum("--lazy" in line for line in _mount_log(tmp_path)) == 3, "a busy mount is detached lazily first"
+
+
+# --- the gate that runs the binary inside the root ---------------------------------------------
+
+# a stand-in chroot that runs "llama-server --version" as the root's glibc would (or not)
+_FAKE_RUN_CHROOT = """#!/bin/sh
+printf '%s\\n' "chroot $*" >> "$MOUNT_LOG"
+if [ -n "$NO_GLIBC" ]; then
+  echo "llama-server: /lib/x86_64-linux-gnu/libc.so.6: version GLIBC_2.43 not found" >&2; exit 1
+fi
+echo "ggml_cuda_init: failed to initialize ROCm: no ROCm-capable device is detected" >&2
+echo "version: 1 (4df29be4f)" >&2
+"""
+
+
+def _gate_plan(tmp_path: Path, env: dict[str, str]) -> tuple[BuildPlan, BuildReport]:
+    _script(tmp_path / "bin", "chroot", _FAKE_RUN_CHROOT)
+    tool = Tool("cmake", "/usr/bin/cmake", "4")
+    (tmp_path / "rootfs").mkdir()
+    inside = BuildRoot(
+        path=tmp_path / "rootfs",
+        chroot=str(tmp_path / "bin" / "chroot"),
+        env={"PATH": "/usr/bin"},
+        cmake=tool,
+        ninja=Tool("ninja", "/usr/bin/ninja", "1"),
+        label="debian-root sid (packages x)",
+    )
+    toolchain = Toolchain(backend="rocm", system="Linux", cmake=tool, ninja=inside.ninja, build_root=inside)
+    tree = TreeInfo(tmp_path / "src", frozenset(), frozenset({"C", "CXX", "HIP"}), "ggml-rpc-server")
+    settings = Settings.from_table(tmp_path / "proj", {}, env)
+    plan = plan_build("rocm", settings, tree=tree, toolchain=toolchain, patched_sha="a" * 40)
+    server = plan.build_dir / "bin" / "llama-server"
+    report = BuildReport(
+        backend="rocm",
+        build_dir=plan.build_dir,
+        configured=True,
+        configure_reason="new",
+        configure_seconds=1.0,
+        build_seconds=1.0,
+        compiled=1,
+        steps=1,
+        binaries={"llama-server": server},
+        cache=None,
+    )
+    return plan, report
+
+
+def test_the_root_gate_runs_the_binary_inside_the_root(tmp_path: Path) -> None:
+    env = _mount_env(tmp_path)
+    plan, report = _gate_plan(tmp_path, env)
+    console = Console(env={}, stream=io.StringIO())
+    init = root_gate(plan, report, env, console)
+    assert init == "ggml_cuda_init: failed to initialize ROCm: no ROCm-capable device is detected"
+    log = _mount_log(tmp_path)
+    run = next(line for line in log if line.startswith("chroot "))
+    assert run.endswith(f"/usr/bin/env -i PATH=/usr/bin {report.binaries['llama-server']} --version")
+    # it ran with the build dir mounted in, and everything was unmounted after
+    assert log.index(run) == 3 and log[2].endswith(str(plan.build_dir))
+    assert [line.split()[0] for line in log[4:]] == ["umount"] * 3
+    with pytest.raises(BuildError, match="does not run inside debian-root sid") as info:
+        root_gate(plan, report, {**env, "NO_GLIBC": "1"}, console)
+    assert "GLIBC_2.43 not found" in (info.value.details or "")
+    assert _mount_log(tmp_path)[-1].startswith("umount "), "unmounted after the failure too"
