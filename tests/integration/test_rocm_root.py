@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from skippy.build.toolchain import Toolchain, TreeInfo, probe_toolchain
 from skippy.core.errors import BuildError, NetworkError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import root_gate
+from skippy.flows.build_session import SessionArgs, SpotCheckRequest, root_gate, run_build_session
 from tests.integration.test_build_toolchain import Host, fake_tool
 
 pytestmark = pytest.mark.integration
@@ -322,3 +323,86 @@ def test_the_root_gate_runs_the_binary_inside_the_root(tmp_path: Path) -> None:
         root_gate(plan, report, {**env, "NO_GLIBC": "1"}, console)
     assert "GLIBC_2.43 not found" in (info.value.details or "")
     assert _mount_log(tmp_path)[-1].startswith("umount "), "unmounted after the failure too"
+
+
+# --- a whole build session inside the root, with stand-ins for every program ---------------------
+
+# a stand-in chroot: answers dpkg-query, and plays cmake, ninja and llama-server inside the root
+_FAKE_SESSION_CHROOT = """#!{python}
+import os, pathlib, sys
+argv = sys.argv[1:]
+with open(os.environ["MOUNT_LOG"], "a") as log:
+    log.write("chroot " + " ".join(argv) + "\\n")
+root, rest = argv[0], argv[1:]
+if rest[:2] == ["/usr/bin/env", "-i"]:
+    rest = rest[2:]
+    while rest and "=" in rest[0] and not rest[0].startswith("/"):
+        rest = rest[1:]
+tool = rest[0]
+if tool == "dpkg-query":
+    for p in ("hipcc", "libamdhip64-dev", "libhipblas-dev", "librocblas-dev", "cmake", "ninja-build"):
+        print(p + "\\t6.4.3-1")
+elif tool == "/usr/bin/cmake":
+    build = pathlib.Path(rest[rest.index("-B") + 1])
+    lines = ["CMAKE_GENERATOR:INTERNAL=Ninja", "CMAKE_HOME_DIRECTORY:INTERNAL=" + rest[rest.index("-S") + 1],
+             "CMAKE_COMMAND:INTERNAL=/usr/bin/cmake"]
+    lines += [a[2:].replace("=", ":STRING=", 1) for a in rest if a.startswith("-D")]
+    (build / "CMakeCache.txt").write_text("\\n".join(lines) + "\\n")
+    (build / "build.ninja").write_text("# fake\\n")
+elif tool == "/usr/bin/ninja":
+    build = pathlib.Path(rest[rest.index("-C") + 1])
+    (build / "bin").mkdir(exist_ok=True)
+    for target in rest[rest.index("-C") + 2:]:
+        (build / "bin" / target).write_text("ggml_backend_cuda_reg ggml_backend_rpc_reg")
+        print("[1/1] Building HIP object " + target + ".o")
+elif tool.endswith("/llama-server") and rest[1:] == ["--version"]:
+    print("ggml_cuda_init: failed to initialize ROCm: no ROCm-capable device is detected", file=sys.stderr)
+    print("version: 1 (4df29be4f)", file=sys.stderr)
+else:
+    sys.exit("unexpected: " + " ".join(rest))
+"""
+
+
+def test_a_build_session_runs_inside_the_root_and_is_gated_there(host: Host, tmp_path: Path) -> None:
+    env = _mount_env(tmp_path)
+    _script(host.bin, "chroot", _FAKE_SESSION_CHROOT.format(python=sys.executable))
+    src = tmp_path / "src"
+    (src / "tools" / "rpc").mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text('project(llama C CXX)\noption(GGML_HIP "" OFF)\n', encoding="utf-8")
+    (src / "tools" / "rpc" / "CMakeLists.txt").write_text("set(TARGET ggml-rpc-server)\n", encoding="utf-8")
+
+    class Prepared:
+        patched_sha, upstream_sha, queue_digest, workdir = "b" * 40, "c" * 40, "d" * 64, src
+
+    checked: list[SpotCheckRequest] = []
+    table = {"build": {"rocm_debian_root": {"suite": "sid", "packages": PACKAGES}}, "cache_dir": "cache"}
+    path = f"{host.bin}:{env['PATH']}"
+    settings = Settings.from_table(host.root, table, {**env, "PATH": path, "ROOT_LOG": str(host.root / "root.log")})
+    outcome = run_build_session(
+        "rocm",
+        settings,
+        Console(env={}, stream=io.StringIO()),
+        SessionArgs(cmake_args=("-DAMDGPU_TARGETS=gfx1100",)),
+        prepare_fn=lambda _s, _c: Prepared(),
+        spot_check_fn=lambda _s, request, _c: checked.append(request),
+    )
+    build = outcome.build
+    assert build is not None and build.toolkit is not None
+    assert build.toolkit.startswith("rocm debian-root sid hip 6.4.3-1 ")
+    assert build.compiled == 2 and build.cache is None
+    assert checked == [], "not spot-checked on the host"
+    log = [line for line in _mount_log(tmp_path) if not line.startswith("chroot") or "dpkg-query" not in line]
+    root = settings.cache_dir / "rocm-root"
+    steps = [line.split()[0] + (" " + line.split()[-1] if line.startswith("chroot") else "") for line in log]
+    # configure and build with /proc, /dev, the tree and the build dir mounted; then the gate with the build dir
+    assert [s.split()[0] for s in steps] == [
+        *["mount"] * 4,
+        "chroot",
+        "chroot",
+        *["umount"] * 4,
+        *["mount"] * 3,
+        "chroot",
+        *["umount"] * 3,
+    ]
+    assert steps[13] == "chroot --version"
+    assert all(str(root) in line for line in log if line.startswith(("mount", "umount")) and "proc" in line)
