@@ -434,8 +434,8 @@ def _git_lines(workdir: Path, genv: Mapping[str, str], *args: str) -> list[str]:
 
 
 SECTIONS = ("prepare", "minimal-touch", "builds", "spot-check", "remote-cache")
-#: sections run only when asked for with --only (long: the whole CUDA build)
-ON_REQUEST = ("cuda",)
+#: sections run only when asked for with --only (long: the whole CUDA and ROCm builds)
+ON_REQUEST = ("cuda", "rocm")
 
 
 def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: dict[str, Any]) -> None:
@@ -446,6 +446,7 @@ def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: 
         "spot-check": ("spot_check", "the spot check after an up-to-date CPU build", bench_proofs.bench_spot_check),
         "remote-cache": ("remote_cache", "a new machine served by a Redis cache", bench_proofs.bench_remote_cache),
         "cuda": ("cuda", "the whole CUDA build from the wheel toolkit", bench_proofs.bench_cuda),
+        "rocm": ("rocm", "the whole ROCm build inside the Debian root", bench_proofs.bench_rocm),
     }
     for name, (key, title, bench) in sections.items():
         if name in wanted:
@@ -466,7 +467,7 @@ def run(
     """Run the bench sections (``only`` limits them; figures already in ``output`` are kept)."""
     wanted = set(only) or set(SECTIONS)
     if not builds:
-        wanted -= {"minimal-touch", "builds", "spot-check", "remote-cache", "cuda"}
+        wanted -= {"minimal-touch", "builds", "spot-check", "remote-cache", "cuda", "rocm"}
     report: dict[str, Any] = {}
     if output.is_file() and only:
         report = json.loads(output.read_text(encoding="utf-8"))

@@ -10,6 +10,13 @@
   package index's wheels (time, compile steps, the artifact gate), then a second build
   into a fresh build directory served by the compiler cache.  Long (about 25 minutes of
   compiling on 2 cores): only with ``--only cuda``.
+* ``rocm``: the whole ``nox -s build-rocm -- --no-spot-check -DAMDGPU_TARGETS=gfx1100`` with
+  ROCm from the Debian root (configured and built inside it with chroot): the root's making
+  when it is not cached, configure and build times, compile steps, the artifact gate, and
+  an up-to-date re-run.  No compiler cache runs inside the root, so a fresh build dir
+  would recompile everything: that second build is only made (and its cache hits read)
+  when the plan has a launcher.  Long (about 23 minutes measured on 2 busy cores): only
+  with ``--only rocm``.
 
 Each returns a JSON-ready dict; :mod:`benchmarks.bench` writes them with the others.
 """
@@ -34,6 +41,7 @@ from benchmarks.common import Null
 from skippy.build.backends import SERVER_TARGET, spec
 from skippy.build.builder import BuildOptions, BuildReport, execute_plan, plan_build, requested_defines
 from skippy.build.builder import stop_cache_server as _stop_sccache
+from skippy.build.chroot import mounted
 from skippy.build.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 from skippy.check.evidence import artifact_markers_missing
 from skippy.check.models import DEFAULT_MODEL, parse_model_ref, resolve_model
@@ -178,7 +186,9 @@ def _build(
     plan = plan_build(backend, settings, tree=tree, toolchain=toolchain, patched_sha=patched, options=options)
     started = time.perf_counter()
     try:
-        report = execute_plan(plan, _quiet())
+        # a build inside a root file system (ROCm's Debian root) has the work folders mounted there
+        with mounted(plan.build_root, (plan.source_dir, plan.build_dir), env=settings.env):
+            report = execute_plan(plan, _quiet())
     finally:
         if stop:
             _stop_sccache(plan)
@@ -199,7 +209,7 @@ def machine_settings(settings: Settings, root: Path, name: str, **env: str) -> S
 def share_downloads(settings: Settings, into: Settings) -> None:
     """The bench machines share the project's download cache (wheels, toolkits), not its objects."""
     into.cache_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("cuda", "vulkan-headers", "archives"):
+    for name in ("cuda", "vulkan-headers", "rocm-root", "archives"):
         source = settings.cache_dir / name
         if source.exists() and not (into.cache_dir / name).exists():
             (into.cache_dir / name).symlink_to(source.resolve())
@@ -277,3 +287,71 @@ def bench_cuda(settings: Settings, console: Console) -> dict[str, Any]:
         "fresh_dir_languages": {k: list(v) for k, v in languages.items()},
         "cpus": os.cpu_count(),
     }
+
+
+# --- the whole ROCm build inside the Debian root ------------------------------------------
+
+#: one AMD target, as the workflow job builds (the default list is seven)
+ROCM_BENCH_ARGS: Final = ("-DAMDGPU_TARGETS=gfx1100",)
+
+
+def bench_rocm(settings: Settings, console: Console) -> dict[str, Any]:
+    """``build-rocm --no-spot-check`` with ROCm from the Debian root, as the nox session runs it
+    (probe, prepare no-op, configure and build inside the root, the artifact gate: symbols and
+    ``--version`` inside the root): cold, then up to date.  No compiler cache runs inside the
+    root; a fresh dir from the cache is only built when the plan has a launcher."""
+    run_build_session("cpu", settings, _quiet(), NO_SPOT_CHECK)  # a prepared workdir
+    root = settings.cache_dir.parent / "bench" / "rocm"
+    shutil.rmtree(root, ignore_errors=True)
+    first = machine_settings(settings, root, "a", SKIPPY_ROCM_TOOLKIT="debian-root")
+    share_downloads(settings, first)
+    args = SessionArgs(spot_check=False, cmake_args=ROCM_BENCH_ARGS)
+    started = time.perf_counter()
+    given = requested_defines(first, BuildOptions(cmake_args=ROCM_BENCH_ARGS), "rocm")
+    toolchain = probe_toolchain("rocm", first, given=given)
+    probe_s = time.perf_counter() - started
+    started = time.perf_counter()
+    cold = run_build_session("rocm", first, _quiet(), args).build  # the artifact gates raise when they fail
+    cold_s = time.perf_counter() - started
+    started = time.perf_counter()
+    again = run_build_session("rocm", first, _quiet(), args).build
+    again_s = time.perf_counter() - started
+    assert cold is not None and again is not None
+    result: dict[str, Any] = {
+        "toolkit": cold.toolkit,
+        "probe_s": round(probe_s, 2),
+        "probe_notes": list(toolchain.notes),
+        "session_s": round(cold_s, 2),
+        "configure_s": round(cold.configure_seconds, 2),
+        "build_s": round(cold.build_seconds, 2),
+        "compile_steps": cold.compiled,
+        "steps": cold.steps,
+        "binary_bytes": {name: path.stat().st_size for name, path in cold.binaries.items()},
+        "artifact_gate": "passed (symbols, and --version inside the root)",
+        "up_to_date_session_s": round(again_s, 2),
+        "up_to_date_compile_steps": again.compiled,
+        "compiler_cache": None if cold.cache is None else cold.cache.as_dict(),
+        "cpus": os.cpu_count(),
+    }
+    if toolchain.launcher is not None:
+        second = machine_settings(settings, root, "b", SKIPPY_ROCM_TOOLKIT="debian-root")
+        share_downloads(settings, second)
+        for entry in first.cache_dir.iterdir():
+            if not (second.cache_dir / entry.name).exists() and not entry.name.endswith((".lock", ".sock")):
+                (second.cache_dir / entry.name).symlink_to(entry.resolve())
+        warm, warm_s = _build("rocm", second, options=BuildOptions(cmake_args=ROCM_BENCH_ARGS))
+        result.update(
+            fresh_dir_s=round(warm_s, 2),
+            fresh_dir_hits=warm.cache.hits if warm.cache else None,
+            fresh_dir_misses=warm.cache.misses if warm.cache else None,
+        )
+    else:
+        result["fresh_dir"] = "not built: no compiler cache runs inside the root (a fresh dir recompiles everything)"
+    console.info(
+        f"ROCm (Debian root, {cold.toolkit}): probe {probe_s:.0f} s, configure {cold.configure_seconds:.1f} s, "
+        f"build {cold.build_seconds / 60:.1f} min ({cold.compiled} compiles), artifact gate passed; "
+        f"up to date {again_s:.1f} s ({again.compiled} compiles)"
+    )
+    shutil.rmtree(root / "a" / "build", ignore_errors=True)
+    shutil.rmtree(root / "b" / "build", ignore_errors=True)
+    return result

@@ -301,7 +301,7 @@ def _configure_and_build(plan: BuildPlan, console: Console, *, build: bool) -> B
         stamp=read_stamp(plan.stamp_path),
         cache=_read_cache(build_dir / "CMakeCache.txt"),
         has_build_ninja=(build_dir / "build.ninja").is_file(),
-        exists=lambda p: Path(p).exists(),
+        exists=lambda p: plan.host_path(p).exists(),
     )
     configure_time: list[float] = []
     build_time: list[float] = []
@@ -340,7 +340,8 @@ def _configure_and_build(plan: BuildPlan, console: Console, *, build: bool) -> B
 
 
 def _resolve_rpc_target(plan: BuildPlan, console: Console) -> tuple[str, ...]:
-    result = proc.run([plan.build_argv[0], "-C", str(plan.build_dir), "-t", "targets", "all"], env=plan.env, check=True)
+    ninja = plan.build_argv[: len(plan.runner) + 1]
+    result = proc.run([*ninja, "-C", str(plan.build_dir), "-t", "targets", "all"], env=plan.env, check=True)
     available = parse_ninja_targets(result.stdout)
     for name in RPC_TARGETS:
         if name in available:

@@ -28,7 +28,7 @@ from skippy.build.backends import (
     spec,
     switches,
 )
-from skippy.build.backends.base import BackendSpec, Tool
+from skippy.build.backends.base import BackendSpec, BuildRoot, Tool
 from skippy.build.cache import CacheStorage, basedirs_env, launcher_env, local_fallback_env, select_storage
 from skippy.build.localtree import MODE_LOCAL, WorkdirState, local_dir_name
 from skippy.build.toolchain import Toolchain, TreeInfo
@@ -95,10 +95,22 @@ class BuildPlan:
     #: the backend's toolkit when it has a choice of them (``cuda wheels 13.0.88 <pins>``,
     #: ``vulkan headers debian 1.4.309``): in the build report; it also names the build dir
     toolkit: str | None = None
+    #: set when configure and build run inside a root file system (their argv start with
+    #: ``runner``; :func:`skippy.build.chroot.mounted` binds the work folders in around them)
+    build_root: BuildRoot | None = None
 
     @property
     def stamp_path(self) -> Path:
         return self.build_dir / STAMP_NAME
+
+    @property
+    def runner(self) -> tuple[str, ...]:
+        """What the configure and build argv start with before cmake/ninja (empty on the host)."""
+        return self.build_root.prefix if self.build_root is not None else ()
+
+    def host_path(self, path: str) -> Path:
+        """Where a tool path CMake recorded is on this host (inside the root when there is one)."""
+        return self.build_root.host_path(path) if self.build_root is not None else Path(path)
 
     def define(self, name: str) -> str | None:
         for d in self.defines:
@@ -350,6 +362,8 @@ def plan_build(
     configure_argv, build_argv = _commands(
         toolchain, source_dir, build_dir, defines=defines, extra_args=extra_args, jobs=jobs, targets=targets
     )
+    if toolchain.build_root is not None:
+        configure_argv, build_argv = toolchain.build_root.wrap(configure_argv), toolchain.build_root.wrap(build_argv)
     stamp = {
         "schema": STAMP_SCHEMA,
         "backend": s.name,
@@ -386,6 +400,7 @@ def plan_build(
         cache_storage=setup.storage,
         cache_fallback_env=MappingProxyType(setup.fallback_env),
         toolkit=toolchain.facts.get("toolkit"),
+        build_root=toolchain.build_root,
     )
 
 

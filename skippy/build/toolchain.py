@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from skippy.build.backends import LAUNCHER_LANGUAGES, RPC_TARGETS, Backend, BackendSpec, Platform, spec
-from skippy.build.backends.base import PlanFacts, Tool
+from skippy.build.backends.base import BuildRoot, PlanFacts, Tool
 from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings
@@ -74,6 +74,8 @@ class Toolchain:
     features: frozenset[str] = frozenset()
     platform: Platform | None = None
     notes: tuple[str, ...] = field(default=())
+    #: set when the configure and the build run inside a root file system (cmake and ninja are its own)
+    build_root: BuildRoot | None = None
 
     def plan_facts(self, given: Mapping[str, str], source_dir: Path) -> PlanFacts:
         return PlanFacts(given=given, facts=self.facts, features=self.features, source_dir=source_dir)
@@ -346,8 +348,12 @@ def probe_toolchain(
     )
     tools += found.tools
 
+    if found.build_root is not None:
+        # cmake and ninja run inside the root; so do the compilers, which a compiler cache
+        # server on the host could not run: no launcher there
+        cmake, ninja = found.build_root.cmake, found.build_root.ninja
     launcher = None
-    choice = compiler_cache_choice(settings)
+    choice = "none" if found.build_root is not None else compiler_cache_choice(settings)
     if choice != "none":
         names = COMPILER_CACHES if choice == "auto" else (choice,)
         for name in names:
@@ -370,6 +376,7 @@ def probe_toolchain(
         notes=found.notes,
         facts=dict(found.facts),
         features=found.features,
+        build_root=found.build_root,
     )
 
 

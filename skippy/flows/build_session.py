@@ -24,9 +24,12 @@ from skippy.build.builder import (
     plan_build,
     requested_defines,
 )
+from skippy.build.chroot import mounted
 from skippy.build.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, read_workdir_state
 from skippy.build.toolchain import check_tree_needs, inspect_tree, probe_toolchain
+from skippy.check.binaries import version_line
 from skippy.check.evidence import artifact_markers_missing
+from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -211,6 +214,39 @@ def artifact_gate(backend: Backend, plan: BuildPlan, report: BuildReport, consol
     console.info(f"{backend}: {server.name} contains its backend ({', '.join(markers)})")
 
 
+#: why a build made inside a root file system is not spot-checked on the host
+ROOT_SPOT_CHECK: Final = (
+    "the binaries were built inside a root file system (the ROCm Debian root) and link its libraries "
+    "(a newer glibc, the ROCm runtime), so they run there, not on this host; the artifact gate (the backend's "
+    "symbols, and --version run inside the root) is the proof that was made"
+)
+
+
+def root_gate(plan: BuildPlan, report: BuildReport, env: Mapping[str, str], console: Console) -> str:
+    """A binary built inside a root file system links the root's libraries: ``llama-server
+    --version`` must run there (the build dir bound in, as for the build).  Returns its
+    backend's start-up line (``ggml_cuda_init: failed to initialize ROCm: ...`` without a GPU)."""
+    inside = plan.build_root
+    assert inside is not None
+    server = report.binaries[SERVER_TARGET]
+    with mounted(inside, (plan.build_dir,), env=env, log=console.warn):
+        result = proc.run([*plan.runner, str(server), "--version"], env=env, check=False, timeout=120)
+    text = result.stdout + "\n" + result.stderr
+    version = version_line(text)
+    if not result.ok or version is None:
+        raise BuildError(
+            f"{server.name} does not run inside {inside.label} (`{server.name} --version` exit code "
+            f"{result.returncode})",
+            untouched=f"the source tree; the build is kept in {plan.build_dir}",
+            next_step=f"run it by hand: {' '.join(plan.runner)} {server} --version (with /proc, /dev and the "
+            "build dir mounted in the root) and read what it says",
+            details=result.tail(),
+        )
+    init = next((line.strip() for line in text.splitlines() if "ggml_cuda_init" in line), "no ggml_cuda_init line")
+    console.info(f"{plan.backend}: {server.name} --version runs inside the root ({version}): {init}")
+    return init
+
+
 def where(report: BuildReport, settings: Settings, console: Console) -> None:
     """Where the binaries are, and one line to run them (also in ``invoke status --json``)."""
     server = report.binaries[SERVER_TARGET]
@@ -276,7 +312,8 @@ def run_build_session(
     )
     for name, source in plan.provenance.items():
         console.detail(f"{name}={plan.define(name)} ({source})")
-    report = execute_plan(plan, console)
+    with mounted(plan.build_root, (plan.source_dir, plan.build_dir), env=settings.env, log=console.warn):
+        report = execute_plan(plan, console)
     what = (
         "the workdir as it stands (a local, unregistered tree: queue digest 'local')" if local else "the prepared tree"
     )
@@ -285,9 +322,13 @@ def run_build_session(
         f"({report.compiled} compile steps) in {settings.relative(report.build_dir)}"
     )
     artifact_gate(b, plan, report, console)
+    if plan.build_root is not None:
+        root_gate(plan, report, settings.env, console)
     where(report, settings, console)
     spot = None
-    if args.spot_check:
+    if args.spot_check and plan.build_root is not None:
+        console.warn(f"spot check not run: {ROOT_SPOT_CHECK}")
+    elif args.spot_check:
         request = SpotCheckRequest(
             server_binary=report.binaries[SERVER_TARGET],
             server_env=plan.spot_check_env,

@@ -26,16 +26,19 @@ def test_a_bench_machine_has_its_own_build_and_cache_dirs_but_the_projects_sourc
 def test_downloads_are_shared_with_the_bench_machine_but_objects_are_not(tmp_path: Path) -> None:
     project = Settings.from_table(tmp_path, {}, {"PATH": "/usr/bin"})
     (project.cache_dir / "cuda").mkdir(parents=True)
+    (project.cache_dir / "rocm-root").mkdir()
     (project.cache_dir / "sccache").mkdir()
     machine = bench_proofs.machine_settings(project, tmp_path / "bench", "a")
     bench_proofs.share_downloads(project, machine)
     assert (machine.cache_dir / "cuda").resolve() == (project.cache_dir / "cuda").resolve()
+    assert (machine.cache_dir / "rocm-root").resolve() == (project.cache_dir / "rocm-root").resolve()
     assert not (machine.cache_dir / "sccache").exists()
 
 
-def test_the_long_cuda_section_runs_only_when_asked_for() -> None:
-    assert "cuda" not in bench.SECTIONS
-    assert "cuda" in bench.ON_REQUEST
+def test_the_long_cuda_and_rocm_sections_run_only_when_asked_for() -> None:
+    for name in ("cuda", "rocm"):
+        assert name not in bench.SECTIONS
+        assert name in bench.ON_REQUEST
     with pytest.raises(SystemExit):
         bench.main({}, root=Path("/nonexistent"), args=["--only", "nothing-like-this"])
 

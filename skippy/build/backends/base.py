@@ -15,7 +15,7 @@ backend through :class:`ProbeContext`, so each backend can be tested alone.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -105,6 +105,43 @@ class Tool:
 
 
 @dataclass(frozen=True)
+class BuildRoot:
+    """A root file system the configure and the build run inside (``chroot``), for a toolkit
+    that lives there rather than on the host (ROCm from Debian's packages).
+
+    The work folders (the source tree, the build dir) are bound in at the same paths
+    (:mod:`skippy.build.chroot` mounts them around the build), so every path in the
+    plan means the same inside and out.  Nothing of the host's environment passes:
+    the commands run under ``env -i`` with :attr:`env` only.  No compiler launcher
+    runs inside (the host's compiler cache server would be asked to run the root's
+    compilers)."""
+
+    path: Path
+    #: the host's ``chroot`` program
+    chroot: str
+    #: the whole environment of the commands inside (PATH included)
+    env: Mapping[str, str]
+    #: cmake and ninja inside the root (paths as seen inside)
+    cmake: Tool
+    ninja: Tool
+    #: what the root is, for notes and reports (``debian-root sid (packages 1a2b3c4d5e6f)``)
+    label: str
+
+    @property
+    def prefix(self) -> tuple[str, ...]:
+        """What runs a command inside: ``chroot ROOT /usr/bin/env -i NAME=VALUE ...``."""
+        assignments = (f"{name}={value}" for name, value in sorted(self.env.items()))
+        return (self.chroot, str(self.path), "/usr/bin/env", "-i", *assignments)
+
+    def wrap(self, argv: Sequence[str]) -> tuple[str, ...]:
+        return (*self.prefix, *argv)
+
+    def host_path(self, inside: str | Path) -> Path:
+        """Where a path inside the root is on the host (``/usr/bin/cmake`` -> ``ROOT/usr/bin/cmake``)."""
+        return self.path / Path(inside).relative_to("/") if Path(inside).is_absolute() else self.path / inside
+
+
+@dataclass(frozen=True)
 class Found:
     """What a backend's probe adds to the common toolchain (compilers, cmake, ninja)."""
 
@@ -114,6 +151,8 @@ class Found:
     #: feature macros and the like (e.g. the Vulkan header's VK_EXT_* extensions)
     features: frozenset[str] = frozenset()
     notes: tuple[str, ...] = ()
+    #: set when the configure and the build run inside a root file system (its cmake and ninja)
+    build_root: BuildRoot | None = None
 
 
 class ProbeContext(Protocol):

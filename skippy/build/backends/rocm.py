@@ -1,4 +1,12 @@
-"""AMD ROCm/HIP: hipconfig, the HIP clang, hipBLAS and rocBLAS."""
+"""AMD ROCm/HIP: hipconfig, the HIP clang, hipBLAS and rocBLAS.
+
+The toolkit is a system one (``hipconfig`` and its clang) or Debian's ROCm packages in a
+root file system under the project cache, where the configure and the build run with
+``chroot`` (:mod:`skippy.build.backends.rocm_root`): ``[tool.skippy.build] rocm_toolkit``
+/ ``SKIPPY_ROCM_TOOLKIT`` = ``auto`` (a complete system ROCm, else the Debian root),
+``system`` or ``debian-root``.  The root's package versions are toolchain facts: they
+name the build directory and go into the stamp.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,16 @@ from types import MappingProxyType
 from typing import Final
 
 from skippy.build.backends.base import BackendSpec, Choice, Found, InstallHint, PlanFacts, ProbeContext, Tool
+from skippy.build.backends.rocm_root import (
+    PIN_TABLE,
+    TOOLKIT_KEY,
+    RootContext,
+    chroot_program,
+    make_root,
+    parse_root_pin,
+    resolve_toolkit_choice,
+)
+from skippy.core.errors import ToolchainMissing
 
 #: AMD GPU targets used when none is given and no GPU is visible
 #: (MI100/MI200/MI300, RDNA2/RDNA3).  Override with -DAMDGPU_TARGETS=... or
@@ -28,9 +46,49 @@ def _first_line(text: str | None) -> str:
     return next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
 
 
+def _debian_root(ctx: ProbeContext, why: str) -> Found:
+    """Debian's ROCm packages in a root file system under the project cache (made once)."""
+    if ctx.system != "Linux":
+        raise ctx.missing(f"cannot use the ROCm Debian root on {ctx.system} (it runs with chroot on Linux)")
+    pin = parse_root_pin(ctx.build_table.get(PIN_TABLE))
+    notes: list[str] = []
+    root = make_root(pin, RootContext(cache_dir=ctx.cache_dir, env=ctx.env, log=notes.append))
+    chroot = chroot_program(ctx.env) or "chroot"
+    facts = {"rocm_toolkit": "debian-root", "rocm_root": str(root.path), "toolkit": root.toolkit}
+    notes.append(
+        f"ROCm toolkit: {root.label}, hipcc {root.versions.get('hipcc', '?')}, HIP "
+        f"{root.versions.get('libamdhip64-dev', '?')} in {root.path} ({why}); configure and build run inside it "
+        "(chroot), without a compiler cache"
+    )
+    if "AMDGPU_TARGETS" not in ctx.given and "GPU_TARGETS" not in ctx.given:
+        notes.append("no AMD GPU looked for in the Debian root; using the default AMDGPU targets")
+    tools = (Tool("rocm-root", str(root.path), root.label), *root.pinned_tools())
+    return Found(tools=tools, facts=MappingProxyType(facts), notes=tuple(notes), build_root=root.build_root(chroot))
+
+
 @dataclass(frozen=True)
 class _Rocm(BackendSpec):
     def probe(self, ctx: ProbeContext) -> Found:
+        choice = resolve_toolkit_choice(ctx.build_table, ctx.env)
+        if choice == "debian-root":
+            return _debian_root(ctx, "asked for")
+        try:
+            return self._system(ctx)
+        except ToolchainMissing as exc:
+            if choice == "system" or not ctx.build_table.get(PIN_TABLE) or ctx.system != "Linux":
+                raise
+            try:
+                return _debian_root(ctx, f"auto: no complete system ROCm, {exc.what}")
+            except ToolchainMissing as root_exc:
+                # both ways are closed: say why for each, and the way to open the root's
+                raise ToolchainMissing(
+                    f"{exc.what}; and the Debian root instead: {root_exc.what}",
+                    untouched=root_exc.untouched,
+                    next_step=root_exc.next_step,
+                    details=exc.details,
+                ) from None
+
+    def _system(self, ctx: ProbeContext) -> Found:
         env = ctx.env
         rocm_dirs = [Path(env[v]) / "bin" for v in ("ROCM_PATH", "HIP_PATH") if env.get(v)]
         if ctx.well_known_dirs:
@@ -81,7 +139,11 @@ BACKEND: Final = _Rocm(
     extra_defines=MappingProxyType({"CMAKE_POSITION_INDEPENDENT_CODE": "ON"}),
     languages=("C", "CXX", "HIP"),
     install=InstallHint(
-        debian="apt-get install hipcc libhipblas-dev librocblas-dev rocminfo (or AMD's ROCm repository)",
+        debian=(
+            "ROCm >= 6.1 from AMD's repository (Debian 12's and trixie's hipcc are too old), or none: "
+            "apt-get install mmdebstrap, and the build makes a Debian sid root with its ROCm packages "
+            f"([tool.skippy.build.{PIN_TABLE}]) under the project cache"
+        ),
         arch="pacman -S rocm-hip-sdk rocminfo",
         macos=None,
     ),
@@ -93,4 +155,5 @@ BACKEND: Final = _Rocm(
     # the HIP backend registers under the CUDA names (no _hip_ symbol)
     artifact_markers=("ggml_backend_cuda_reg", "ggml_backend_rpc_reg"),
     table_defines=MappingProxyType({"amdgpu_targets": "AMDGPU_TARGETS"}),
+    extra_table_keys=frozenset({TOOLKIT_KEY, PIN_TABLE}),
 )

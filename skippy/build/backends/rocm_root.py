@@ -1,0 +1,369 @@
+"""ROCm without ROCm installed: a Debian root file system with Debian's own ROCm packages.
+
+llama.cpp needs ROCm >= 6.1; Debian 12 ships HIP 5.2 and trixie 5.7, while Debian sid
+carries ROCm 6.4 (hipcc, libamdhip64-dev, librocblas-dev, libhipblas-dev, rocm-cmake).
+:func:`make_root` builds a root file system of the suite and packages pinned in
+``[tool.skippy.build.rocm_debian_root]`` with ``mmdebstrap``, once, under the project
+cache (``<cache>/rocm-root/<suite>-<pin digest>/root``), from the Debian mirror the
+system's apt already uses (or the pin's ``snapshot`` URL, passed through as the
+mirror).  The configure and the build then run inside it with ``chroot``
+(:class:`~skippy.build.backends.base.BuildRoot`, :mod:`skippy.build.chroot`).
+
+Details that matter:
+
+* the mirror's sid ``InRelease`` may be past its Valid-Until date:
+  ``Acquire::Check-Valid-Until "false"``;
+* rocBLAS's GPU kernels (2.9 GB) are not needed to build: a dpkg ``path-exclude``;
+* sid moves: the versions of every package in the root (``dpkg-query -W`` inside) are
+  recorded in its marker, and their digest names the toolkit (hence the build dir);
+* a root made halfway is never used: it is made in a temporary folder beside, the
+  ``complete.json`` marker is written last, and the folder is renamed into place;
+  leftovers of an interrupted run are removed by the next one (never through a mount).
+
+``mmdebstrap --mode=root`` and ``chroot`` need root.  The rootless route
+(``mmdebstrap --mode=unshare`` plus an unprivileged user namespace for the build) is
+not implemented or tested.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Final
+
+from skippy.build.backends.base import BuildRoot, Tool, resolve_choice
+from skippy.build.backends.vulkan_headers import DEBIAN_KEYRING, debian_mirror
+from skippy.build.chroot import remove_tree
+from skippy.core import proc
+from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
+from skippy.core.files import made_once
+
+#: ``[tool.skippy.build] rocm_toolkit`` / ``SKIPPY_ROCM_TOOLKIT`` values
+TOOLKIT_CHOICES: Final = ("auto", "system", "debian-root")
+TOOLKIT_ENV: Final = "SKIPPY_ROCM_TOOLKIT"
+TOOLKIT_KEY: Final = "rocm_toolkit"
+PIN_TABLE: Final = "rocm_debian_root"
+
+#: what a root must hold to build the tree (the pin may add more)
+REQUIRED_PACKAGES: Final = ("hipcc", "libamdhip64-dev", "libhipblas-dev", "librocblas-dev", "cmake", "ninja-build")
+
+#: rocBLAS's GPU kernels: 2.9 GB of the root, only needed to run
+ROCBLAS_KERNELS: Final = "/usr/lib/*/rocblas/*/library/*"
+
+#: the environment inside the root: nothing of the host's
+INSIDE_ENV: Final[Mapping[str, str]] = MappingProxyType(
+    {"PATH": "/usr/bin:/bin", "HIP_PLATFORM": "amd", "HOME": "/root", "LC_ALL": "C.UTF-8"}
+)
+
+MARKER: Final = "complete.json"
+MARKER_SCHEMA: Final = 1
+#: seconds mmdebstrap may take (2.5 minutes measured, about 1 GB of packages)
+MMDEBSTRAP_TIMEOUT: Final = 3600.0
+
+_NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9.+-]*")
+_SNAPSHOT_RE: Final = re.compile(r"(https?|file)://\S+")
+
+
+def _bad_pin(problem: str) -> SettingsError:
+    return SettingsError(
+        f"pyproject.toml [tool.skippy.build.{PIN_TABLE}]: {problem}",
+        untouched="everything: nothing was downloaded or built",
+        next_step=f'give it as suite = "sid", packages = ["{REQUIRED_PACKAGES[0]}", ...] (at least '
+        f'{", ".join(REQUIRED_PACKAGES)}) and optionally snapshot = "<URL of a dated Debian snapshot>"',
+    )
+
+
+@dataclass(frozen=True)
+class RootPin:
+    suite: str
+    packages: tuple[str, ...]
+    #: a dated snapshot of the archive, used as the mirror (None: the system's Debian mirror)
+    snapshot: str | None = None
+
+    @property
+    def digest(self) -> str:
+        """A short name for the pin (the root's folder follows it)."""
+        blob = json.dumps([self.suite, sorted(self.packages), self.snapshot])
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    @property
+    def dirname(self) -> str:
+        return f"{self.suite}-{self.digest}"
+
+
+def parse_root_pin(table: object) -> RootPin:
+    """``[tool.skippy.build.rocm_debian_root]`` -> the pin."""
+    if not isinstance(table, Mapping) or not table:
+        raise _bad_pin("missing (the Debian root needs a suite and its packages)")
+    unknown = sorted(set(table) - {"suite", "packages", "snapshot"})
+    if unknown:
+        raise _bad_pin(f"unknown key(s) {', '.join(unknown)}")
+    suite, packages, snapshot = table.get("suite"), table.get("packages"), table.get("snapshot")
+    if not isinstance(suite, str) or not _NAME_RE.fullmatch(suite):
+        raise _bad_pin(f"suite {suite!r} is not a Debian suite name")
+    if not isinstance(packages, list) or not packages:
+        raise _bad_pin("packages must be a non-empty list of Debian package names")
+    for name in packages:
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+            raise _bad_pin(f"package {name!r} is not a Debian package name")
+    missing = [name for name in REQUIRED_PACKAGES if name not in packages]
+    if missing:
+        raise _bad_pin(f"packages lacks {', '.join(missing)} (needed to build the tree)")
+    if snapshot is not None and (not isinstance(snapshot, str) or not _SNAPSHOT_RE.fullmatch(snapshot)):
+        raise _bad_pin(f"snapshot {snapshot!r} is not a URL (http://, https:// or file://) of an archive snapshot")
+    return RootPin(suite=suite, packages=tuple(dict.fromkeys(packages)), snapshot=snapshot)
+
+
+def resolve_toolkit_choice(table: Mapping[str, object], env: Mapping[str, str]) -> str:
+    """``SKIPPY_ROCM_TOOLKIT``, else ``[tool.skippy.build] rocm_toolkit``, else ``auto``."""
+    return resolve_choice(
+        table, env, key=TOOLKIT_KEY, env_var=TOOLKIT_ENV, choices=TOOLKIT_CHOICES, what="ROCm toolkit"
+    )
+
+
+def mirror_line(mirror: str, suite: str, keyring: Path | None) -> str:
+    signed_by = f"[signed-by={keyring}] " if keyring is not None else ""
+    return f"deb {signed_by}{mirror} {suite} main"
+
+
+def mmdebstrap_argv(pin: RootPin, mirror: str, target: Path, keyring: Path | None) -> list[str]:
+    """The one ``mmdebstrap`` command that makes the root at ``target``."""
+    return [
+        "mmdebstrap",
+        "--mode=root",
+        "--variant=apt",
+        '--aptopt=Acquire::Check-Valid-Until "false"',
+        '--aptopt=Acquire::Retries "3"',
+        f"--dpkgopt=path-exclude={ROCBLAS_KERNELS}",
+        f"--include={','.join(pin.packages)}",
+        pin.suite,
+        str(target),
+        mirror_line(mirror, pin.suite, keyring),
+    ]
+
+
+def parse_package_versions(text: str) -> dict[str, str]:
+    """``dpkg-query -W -f '${Package}\\t${Version}\\n'`` -> {package: version}."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, version = line.strip().partition("\t")
+        if sep and name and version:
+            out[name] = version
+    return dict(sorted(out.items()))
+
+
+def versions_digest(versions: Mapping[str, str]) -> str:
+    """A short name for one set of installed versions (another set: another build dir)."""
+    blob = "\n".join(f"{name}={version}" for name, version in sorted(versions.items()))
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+DPKG_QUERY: Final = ("dpkg-query", "-W", "-f=${Package}\\t${Version}\\n")
+
+
+# --- the root -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DebianRoot:
+    """A finished root: ``path`` is the file system, ``versions`` every package in it."""
+
+    path: Path
+    pin: RootPin
+    versions: Mapping[str, str]
+    seconds: float = 0.0
+    reused: bool = False
+
+    @property
+    def digest(self) -> str:
+        return versions_digest(self.versions)
+
+    @property
+    def label(self) -> str:
+        return f"debian-root {self.pin.suite} (packages {self.digest})"
+
+    @property
+    def toolkit(self) -> str:
+        """The toolchain fact that names the build dir and goes into the build report."""
+        return f"rocm debian-root {self.pin.suite} hip {self.versions.get('libamdhip64-dev', '?')} {self.digest}"
+
+    def build_root(self, chroot: str) -> BuildRoot:
+        cmake = Tool("cmake", "/usr/bin/cmake", f"cmake {self.versions.get('cmake', '?')} ({self.label})")
+        ninja = Tool("ninja", "/usr/bin/ninja", f"ninja {self.versions.get('ninja-build', '?')} ({self.label})")
+        return BuildRoot(path=self.path, chroot=chroot, env=INSIDE_ENV, cmake=cmake, ninja=ninja, label=self.label)
+
+    def pinned_tools(self) -> tuple[Tool, ...]:
+        """The pinned packages' versions as tools: they go into the build stamp."""
+        return tuple(Tool(f"deb:{name}", str(self.path), self.versions.get(name, "?")) for name in self.pin.packages)
+
+
+@dataclass(frozen=True)
+class RootContext:
+    cache_dir: Path
+    env: Mapping[str, str] = field(repr=False)
+    #: the effective user (chroot and mmdebstrap --mode=root need 0)
+    uid: int = field(default_factory=os.geteuid)
+    lock_timeout: float = 3600.0
+    keyring: Path | None = DEBIAN_KEYRING
+    log: Callable[[str], None] = field(default=lambda _line: None, repr=False)
+
+
+def root_home(cache_dir: Path, pin: RootPin) -> Path:
+    return cache_dir / "rocm-root" / pin.dirname
+
+
+def _marker_payload(pin: RootPin, versions: Mapping[str, str]) -> dict[str, object]:
+    return {
+        "schema": MARKER_SCHEMA,
+        "suite": pin.suite,
+        "packages": list(pin.packages),
+        "snapshot": pin.snapshot,
+        "versions": dict(versions),
+    }
+
+
+def finished(home: Path, pin: RootPin) -> DebianRoot | None:
+    """The finished root of exactly this pin at ``home``, or None (absent, halfway, another pin)."""
+    try:
+        data = json.loads((home / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    versions = data.get("versions") if isinstance(data, dict) else None
+    if not isinstance(versions, dict) or data != _marker_payload(pin, versions):
+        return None
+    if any(name not in versions for name in pin.packages) or not (home / "root" / "usr" / "bin" / "cmake").exists():
+        return None
+    return DebianRoot(home / "root", pin, MappingProxyType(dict(versions)), reused=True)
+
+
+def chroot_program(env: Mapping[str, str]) -> str | None:
+    """The host's ``chroot`` (often in /usr/sbin, which a user's PATH may lack)."""
+    return proc.which("chroot", env) or next(
+        (str(p) for p in (Path("/usr/sbin/chroot"), Path("/sbin/chroot")) if os.access(p, os.X_OK)), None
+    )
+
+
+def make_root(pin: RootPin, ctx: RootContext) -> DebianRoot:
+    """The pinned root under the project cache: reused when finished, else made."""
+    home = root_home(ctx.cache_dir, pin)
+    return made_once(
+        home,
+        done=lambda: finished(home, pin),
+        make=lambda: _make_locked(home, pin, ctx),
+        what="making the ROCm Debian root",
+        timeout=ctx.lock_timeout,
+    )
+
+
+def _can_make(ctx: RootContext) -> str:
+    """The host's chroot, or ToolchainMissing naming what is missing and the next command."""
+    untouched = "everything: nothing was downloaded or built"
+    if ctx.uid != 0:
+        raise ToolchainMissing(
+            "the ROCm Debian root needs root (mmdebstrap --mode=root, chroot and mount)",
+            untouched=untouched,
+            next_step=f"run the build as root, or install ROCm >= 6.1 and set {TOOLKIT_ENV}=system "
+            "(the rootless route, mmdebstrap --mode=unshare, is not supported yet)",
+        )
+    if proc.which("mmdebstrap", ctx.env) is None:
+        raise ToolchainMissing(
+            "the ROCm Debian root needs mmdebstrap, which is not on PATH",
+            untouched=untouched,
+            next_step="apt-get install mmdebstrap, then run the build again",
+        )
+    chroot = chroot_program(ctx.env)
+    if chroot is None:
+        raise ToolchainMissing(
+            "the ROCm Debian root needs chroot, which was not found",
+            untouched=untouched,
+            next_step="apt-get install coreutils, then run the build again",
+        )
+    return chroot
+
+
+def _mirror(pin: RootPin, ctx: RootContext) -> str:
+    if pin.snapshot:
+        return pin.snapshot
+    indextargets = proc.run(["apt-get", "indextargets"], env=ctx.env, timeout=60, check=False)
+    mirror = debian_mirror(indextargets.stdout) if indextargets.ok else None
+    if mirror is None:
+        raise ToolchainMissing(
+            "the ROCm Debian root needs a Debian mirror, and the system's apt names none",
+            untouched="everything: nothing was downloaded or built",
+            next_step=f'set snapshot = "<URL of a Debian archive>" in [tool.skippy.build.{PIN_TABLE}], or install '
+            f"ROCm >= 6.1 and set {TOOLKIT_ENV}=system",
+        )
+    return mirror
+
+
+def _remove_leftovers(home: Path) -> None:
+    """Folders of interrupted runs beside ``home`` (never through a mount left inside)."""
+    for stale in home.parent.glob(f"{home.name}.partial-*"):
+        remove_tree(stale)
+    if home.exists() and not (home / MARKER).is_file():
+        remove_tree(home)
+
+
+def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
+    chroot = _can_make(ctx)
+    mirror = _mirror(pin, ctx)
+    keyring = ctx.keyring if ctx.keyring is not None and ctx.keyring.is_file() else None
+    _remove_leftovers(home)
+    started = time.monotonic()
+    ctx.log(f"making the ROCm Debian root ({pin.suite}: {', '.join(pin.packages)}) with mmdebstrap; minutes")
+    partial = Path(tempfile.mkdtemp(prefix=f"{home.name}.partial-", dir=home.parent))
+    target = partial / "root"
+    try:
+        proc.run(
+            mmdebstrap_argv(pin, mirror, target, keyring),
+            env=ctx.env,
+            timeout=MMDEBSTRAP_TIMEOUT,
+            on_line=None,
+            what="mmdebstrap (the ROCm Debian root)",
+        )
+    except CommandError as exc:
+        raise NetworkError(
+            f"mmdebstrap could not make the ROCm Debian root ({pin.suite})",
+            untouched=f"the system's apt; the half-made root in {partial} is removed by the next run",
+            next_step=f"check that the mirror answers and that suite {pin.suite} has every package in "
+            f"[tool.skippy.build.{PIN_TABLE}], then run the build again",
+            details=exc.details,
+        ) from exc
+    query = proc.run([chroot, str(target), *DPKG_QUERY], env=ctx.env, timeout=120, what="dpkg-query in the root")
+    versions = parse_package_versions(query.stdout)
+    missing = [name for name in pin.packages if name not in versions]
+    if missing:
+        raise ToolchainMissing(
+            f"the ROCm Debian root lacks {', '.join(missing)} after mmdebstrap",
+            untouched=f"the system; the half-made root in {partial} is removed by the next run",
+            next_step=f"check the package names in [tool.skippy.build.{PIN_TABLE}]",
+        )
+    (partial / MARKER).write_text(json.dumps(_marker_payload(pin, versions), indent=2) + "\n", encoding="utf-8")
+    partial.rename(home)
+    took = time.monotonic() - started
+    ctx.log(f"made the ROCm Debian root in {took:.0f} s: {home / 'root'}")
+    return DebianRoot(home / "root", pin, MappingProxyType(versions), seconds=took)
+
+
+__all__ = [
+    "PIN_TABLE",
+    "TOOLKIT_CHOICES",
+    "TOOLKIT_ENV",
+    "DebianRoot",
+    "RootContext",
+    "RootPin",
+    "make_root",
+    "mmdebstrap_argv",
+    "parse_package_versions",
+    "parse_root_pin",
+    "resolve_toolkit_choice",
+    "versions_digest",
+]

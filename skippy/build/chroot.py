@@ -1,0 +1,185 @@
+"""Running a build inside a root file system: the mounts around it, and never deleting through one.
+
+A :class:`~skippy.build.backends.base.BuildRoot` (the ROCm toolkit from Debian's
+packages, :mod:`skippy.build.backends.rocm_root`) runs cmake and ninja under
+``chroot``.  Around them :func:`mounted` mounts ``/proc`` (a fresh proc file system)
+and ``/dev`` (bound) inside the root, and binds the work folders (the source tree,
+the build dir) at the same paths, so every path in the plan means the same inside and
+out; it unmounts them again, in reverse order, whatever happens (an error, Ctrl-C).
+A mount left behind by a killed run is never deleted through: :func:`mounts_under`
+reads the kernel's mount table, and :func:`remove_tree` refuses a folder that has a
+mount inside it (``shutil.rmtree`` would delete the host's ``/dev`` through a bind).
+
+``chroot`` and ``mount`` need root.  The rootless route (an unprivileged user
+namespace: ``mmdebstrap --mode=unshare`` and ``unshare --map-root-user``) is not
+implemented or tested.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from skippy.build.backends.base import BuildRoot
+from skippy.core import proc
+from skippy.core.errors import BuildError, CommandError
+
+MOUNTINFO: Final = Path("/proc/self/mountinfo")
+MOUNT_TIMEOUT: Final = 60.0
+
+
+def _unescape(field: str) -> str:
+    """mountinfo's octal escapes (``\\040`` for a space) -> the text."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and i + 4 <= len(field) and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mount_points(mountinfo: str) -> list[Path]:
+    """The mount points of ``/proc/self/mountinfo`` (the fifth field of each line)."""
+    points: list[Path] = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            points.append(Path(_unescape(fields[4])))
+    return points
+
+
+def mounts_under(folder: Path, mountinfo: str | None = None) -> list[Path]:
+    """Mount points at or below ``folder`` (its real path), deepest first."""
+    if mountinfo is None:
+        try:
+            mountinfo = MOUNTINFO.read_text(encoding="utf-8")
+        except OSError:
+            return []
+    real = Path(os.path.realpath(folder))
+    found = {p for p in parse_mount_points(mountinfo) if p == real or p.is_relative_to(real)}
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def remove_tree(folder: Path, *, mountinfo: str | None = None) -> None:
+    """``shutil.rmtree``, refused when something is mounted inside ``folder``."""
+    mounted = mounts_under(folder, mountinfo)
+    if mounted:
+        raise BuildError(
+            f"{folder} still has {len(mounted)} mount(s) inside it (a build run inside it was killed): "
+            + ", ".join(str(p) for p in mounted),
+            untouched=f"{folder} and everything mounted in it: nothing was deleted",
+            next_step="unmount them (" + "; ".join(f"umount {p}" for p in mounted) + ") and run the build again",
+        )
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One mount inside the root: the ``mount`` argv and the mount point (host path)."""
+
+    argv: tuple[str, ...]
+    target: Path
+    #: the host folder bound there (made when missing: a new build dir)
+    source: Path | None = None
+
+
+def _inside(root: Path, path: Path) -> Path:
+    """``path`` (absolute, as seen inside) under ``root``, refused when it resolves outside."""
+    target = root / path.relative_to(path.anchor)
+    real_root = Path(os.path.realpath(root))
+    if not Path(os.path.realpath(target)).is_relative_to(real_root):
+        raise BuildError(
+            f"{path} would be mounted at {target}, which resolves outside the root {root}",
+            untouched="the root and the host: nothing was mounted",
+            next_step=f"remove the link in {root} that leads out, or move the work folders",
+        )
+    return target
+
+
+def plan_mounts(root: Path, binds: Sequence[Path]) -> tuple[Mount, ...]:
+    """The mounts a build inside ``root`` needs, in the order they are made: ``/proc``,
+    ``/dev``, then each work folder (its real path) bound at its own path."""
+    mounts = [
+        Mount(("mount", "-t", "proc", "proc", str(root / "proc")), root / "proc"),
+        Mount(("mount", "--bind", "/dev", str(root / "dev")), root / "dev"),
+    ]
+    seen: set[Path] = set()
+    for folder in binds:
+        path = Path(folder).absolute()  # as the plan names it (a link stays a link)
+        if path in seen:
+            continue
+        seen.add(path)
+        target = _inside(root, path)
+        mounts.append(Mount(("mount", "--bind", os.path.realpath(path), str(target)), target, path))
+    return tuple(mounts)
+
+
+def _unmount(target: Path, env: Mapping[str, str]) -> str | None:
+    """Unmount ``target`` (lazily when it is busy); the error text when both fail."""
+    try:
+        proc.run(["umount", str(target)], env=env, timeout=MOUNT_TIMEOUT, what=f"umount {target}")
+    except CommandError:
+        try:
+            proc.run(["umount", "--lazy", str(target)], env=env, timeout=MOUNT_TIMEOUT)
+        except CommandError as exc:
+            return f"{target}: {exc.what}"
+    return None
+
+
+def _unmount_all(made: list[Mount], env: Mapping[str, str], log: Callable[[str], None]) -> list[str]:
+    failures: list[str] = []
+    for mount in reversed(made):
+        problem = _unmount(mount.target, env)
+        if problem:
+            failures.append(problem)
+            log(f"could not unmount {mount.target}: run `umount --lazy {mount.target}`")
+    return failures
+
+
+@contextlib.contextmanager
+def mounted(
+    root: BuildRoot | None,
+    binds: Sequence[Path],
+    *,
+    env: Mapping[str, str],
+    log: Callable[[str], None] = lambda _line: None,
+) -> Iterator[None]:
+    """Inside: ``/proc``, ``/dev`` and ``binds`` are mounted in ``root`` (nothing when None).
+    Everything mounted is unmounted on the way out, also on an error or Ctrl-C."""
+    if root is None:
+        yield
+        return
+    made: list[Mount] = []
+    try:
+        for mount in plan_mounts(root.path, binds):
+            if mount.source is not None:
+                mount.source.mkdir(parents=True, exist_ok=True)
+            mount.target.mkdir(parents=True, exist_ok=True)
+            try:
+                proc.run(list(mount.argv), env=env, timeout=MOUNT_TIMEOUT, what=" ".join(mount.argv))
+            except CommandError as exc:
+                raise BuildError(
+                    f"could not mount {mount.target} for the build inside {root.path}",
+                    untouched="the source tree and the build dir; what was mounted is unmounted again",
+                    next_step="run the build as root (chroot and mount need it)",
+                    details=exc.details,
+                ) from None
+            made.append(mount)
+        yield
+    finally:
+        failures = _unmount_all(made, env, log)
+    if failures:
+        raise BuildError(
+            f"could not unmount {len(failures)} mount(s) inside {root.path}",
+            untouched="the build's results",
+            next_step="; ".join(f"umount --lazy {line.split(':', 1)[0]}" for line in failures),
+            details="\n".join(failures),
+        )

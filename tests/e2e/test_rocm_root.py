@@ -1,0 +1,142 @@
+"""ROCm without ROCm installed: the Debian sid root with Debian's ROCm packages is made (or
+reused) under the project cache, the patched llama.cpp tree configures with GGML_HIP=ON
+inside it (chroot) through skippy's own plan and configure, and a few of its real HIP
+objects compile there (never the whole build: that is ``nox -s bench -- --only rocm``'s).
+
+Needs root (mmdebstrap --mode=root, chroot, mount) and mmdebstrap.  The first run
+downloads about 1 GB of Debian packages and makes a 2.2 GB root (about 3 minutes here);
+later runs reuse it.  Heavy steps run under ``nice``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import time
+
+import pytest
+
+from skippy.build.backends.rocm_root import MARKER
+from skippy.build.builder import BuildOptions, execute_plan, parse_cmake_cache, plan_build
+from skippy.build.chroot import mounted, mounts_under
+from skippy.build.toolchain import Toolchain, check_tree_needs, inspect_tree, parse_ninja_targets, probe_toolchain
+from skippy.core import proc
+from skippy.core.errors import NetworkError
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from tests.e2e.needs import cannot_run
+
+pytestmark = pytest.mark.e2e
+
+#: small ggml-cuda sources, compiled as HIP (mean.cu goes through hipCUB/rocPRIM)
+HIP_OBJECTS = ("arange.cu", "clamp.cu", "mean.cu")
+TARGETS = "gfx1100"
+
+
+@pytest.fixture(scope="module")
+def root_settings(project_settings: Settings) -> Settings:
+    return Settings.load(project_settings.root, {**project_settings.env, "SKIPPY_ROCM_TOOLKIT": "debian-root"})
+
+
+@pytest.fixture(scope="module")
+def root_toolchain(root_settings: Settings) -> Toolchain:
+    if os.geteuid() != 0:
+        cannot_run("the ROCm Debian root needs root (mmdebstrap --mode=root, chroot, mount)")
+    if proc.which("mmdebstrap", root_settings.env) is None:
+        cannot_run("mmdebstrap is not installed (apt-get install mmdebstrap)")
+    started = time.monotonic()
+    try:
+        toolchain = probe_toolchain("rocm", root_settings, given={"AMDGPU_TARGETS": TARGETS})
+    except NetworkError as exc:
+        cannot_run(f"cannot make the ROCm Debian root: {exc.what}")
+    print(f"probe (the root made when not cached): {time.monotonic() - started:.1f} s", *toolchain.notes)
+    return toolchain
+
+
+def _nice(argv: tuple[str, ...]) -> list[str]:
+    nice = shutil.which("nice")
+    return [nice, "-n", "10", *argv] if nice else list(argv)
+
+
+def test_the_root_holds_debians_rocm_and_no_gpu_kernels(root_toolchain: Toolchain, root_settings: Settings) -> None:
+    inside = root_toolchain.build_root
+    assert inside is not None
+    root = inside.path
+    assert root.is_relative_to(root_settings.cache_dir / "rocm-root")
+    assert (root.parent / MARKER).is_file()
+    assert root_toolchain.facts["rocm_toolkit"] == "debian-root"
+    versions = root_toolchain.tool_versions()
+    # llama.cpp needs ROCm >= 6.1
+    hip = versions["deb:libamdhip64-dev"]["version"]
+    assert tuple(int(x) for x in hip.split(".")[:2]) >= (6, 1), hip
+    assert root_toolchain.facts["toolkit"].startswith(f"rocm debian-root sid hip {hip} ")
+    assert (root / "usr" / "bin" / "hipcc").exists()
+    assert (root / "usr" / "bin" / "cmake").exists() and (root / "usr" / "bin" / "ninja").exists()
+    # the rocBLAS GPU kernels were left out (path-exclude): the libraries are there, the kernels not
+    assert list(root.glob("usr/lib/*/librocblas.so*"))
+    assert not list(root.glob("usr/lib/*/rocblas/*/library/*"))
+    assert root_toolchain.launcher is None
+    # a second probe reuses the root
+    started = time.monotonic()
+    again = probe_toolchain("rocm", root_settings, given={"AMDGPU_TARGETS": TARGETS})
+    assert again.facts == root_toolchain.facts
+    assert time.monotonic() - started < 30
+
+
+def test_the_patched_tree_configures_with_hip_inside_the_root_and_compiles_a_few_objects(
+    root_toolchain: Toolchain, root_settings: Settings
+) -> None:
+    from skippy.queue.prepare import Target, prepare
+
+    console = Console(env={}, stream=io.StringIO())
+    try:
+        prepared = prepare(root_settings, Target.pinned(), console=console)
+    except NetworkError as exc:
+        cannot_run(f"cannot fetch the pinned sources: {exc.what}")
+    tree = inspect_tree(prepared.workdir)
+    check_tree_needs(tree, root_toolchain)
+    plan = plan_build(
+        "rocm",
+        root_settings,
+        tree=tree,
+        toolchain=root_toolchain,
+        patched_sha=prepared.patched_sha,
+        options=BuildOptions(cmake_args=(f"-DAMDGPU_TARGETS={TARGETS}",)),
+    )
+    inside = plan.build_root
+    assert inside is not None
+    assert plan.configure_argv[:2] == (inside.chroot, str(inside.path))
+    assert plan.stamp["tools"]["deb:hipcc"]["version"] == root_toolchain.tool_versions()["deb:hipcc"]["version"]
+    started = time.monotonic()
+    with mounted(inside, (plan.source_dir, plan.build_dir), env=root_settings.env):
+        report = execute_plan(plan, console, build=False)
+        configured = time.monotonic() - started
+        ninja = (*plan.runner, inside.ninja.path)
+        listed = proc.run([*ninja, "-C", str(plan.build_dir), "-t", "targets", "all"], env=plan.env).stdout
+        objects = sorted(
+            name
+            for name in parse_ninja_targets(listed)
+            if "ggml-hip.dir" in name and name.endswith(tuple(f"/{src}.o" for src in HIP_OBJECTS))
+        )
+        assert len(objects) == len(HIP_OBJECTS), objects
+        for name in objects:  # no compiler cache inside the root: compiled on every run
+            (plan.build_dir / name).unlink(missing_ok=True)
+        compiling = time.monotonic()
+        proc.run(_nice((*ninja, "-C", str(plan.build_dir), "-j", "2", *objects)), env=plan.env, timeout=1800)
+        compiled = time.monotonic() - compiling
+    print(f"configure: {configured:.1f} s ({report.configure_reason}); {len(objects)} HIP objects: {compiled:.1f} s")
+    assert mounts_under(inside.path) == [], "everything mounted for the build was unmounted"
+    assert report.toolkit == root_toolchain.facts["toolkit"]
+    cache = parse_cmake_cache((plan.build_dir / "CMakeCache.txt").read_text(encoding="utf-8"))
+    assert cache["GGML_HIP"] == "ON"
+    assert cache["AMDGPU_TARGETS"] == TARGETS
+    assert cache["CMAKE_COMMAND"] == "/usr/bin/cmake"
+    # CMake found the root's HIP compiler by itself (Debian's LLVM); it is a file of the root
+    hip_compiler = cache["CMAKE_HIP_COMPILER"]
+    assert hip_compiler.startswith("/usr/lib/llvm-"), hip_compiler
+    assert inside.host_path(hip_compiler).exists()
+    assert not any(key.endswith("_COMPILER_LAUNCHER") and value for key, value in cache.items())
+    for name in objects:
+        # real HIP objects: each carries device code for the one AMD target asked for
+        assert f"amdgcn-amd-amdhsa--{TARGETS}".encode() in (plan.build_dir / name).read_bytes(), name

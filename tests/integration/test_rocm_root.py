@@ -1,0 +1,408 @@
+"""The ROCm Debian root against stand-ins: ``mmdebstrap``, ``chroot``, ``apt-get``, ``mount``
+and ``umount`` are small scripts on PATH that record their arguments, so making the root
+once (and never using one made halfway), the probe's choice, and the mounts around a build
+(unmounted also on failure and Ctrl-C) run on any machine, as any user."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from skippy.build.backends.base import BuildRoot, Tool
+from skippy.build.backends.rocm_root import MARKER, RootContext, finished, make_root, parse_root_pin, root_home
+from skippy.build.builder import BuildPlan, BuildReport, plan_build
+from skippy.build.chroot import mounted
+from skippy.build.toolchain import Toolchain, TreeInfo, probe_toolchain
+from skippy.core.errors import BuildError, NetworkError, ToolchainMissing
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.flows.build_session import SessionArgs, SpotCheckRequest, root_gate, run_build_session
+from tests.integration.test_build_toolchain import Host, fake_tool
+
+pytestmark = pytest.mark.integration
+
+PACKAGES = ["hipcc", "libamdhip64-dev", "libhipblas-dev", "librocblas-dev", "cmake", "ninja-build"]
+
+_FAKE_MMDEBSTRAP = """#!/bin/sh
+# a stand-in mmdebstrap: records its arguments, makes a root at its second-to-last argument
+printf "%s\\n" "$*" >> "$ROOT_LOG"
+prev=""; target=""
+for a in "$@"; do target="$prev"; prev="$a"; done
+mkdir -p "$target/usr/bin" "$target/var/lib/dpkg"
+: > "$target/usr/bin/cmake"
+if [ -n "$MMDEBSTRAP_FAIL" ]; then echo "E: Unable to locate package hipcc" >&2; exit 1; fi
+"""
+
+# a stand-in chroot: answers dpkg-query -W inside the root
+_FAKE_CHROOT = """#!/bin/sh
+printf "%s\\n" "chroot $*" >> "$ROOT_LOG"
+for p in libamdhip64-dev libhipblas-dev librocblas-dev cmake ninja-build; do printf '%s\\t%s\\n' "$p" 6.4.3-1; done
+[ -n "$CHROOT_NO_HIPCC" ] || printf 'hipcc\\t7.0.2-1\\n'
+"""
+
+_FAKE_APT = """#!/bin/sh
+printf 'Site: http://mirror.example/debian\\nOrigin: Debian\\nLabel: Debian\\nComponent: main\\nRelease: bookworm\\n'
+"""
+
+# stand-in mount/umount: record; fail where asked
+_FAKE_MOUNT = """#!/bin/sh
+echo "mount $*" >> "$MOUNT_LOG"
+case "$*" in *"$MOUNT_FAIL_AT"*) [ -n "$MOUNT_FAIL_AT" ] && exit 32 ;; esac
+exit 0
+"""
+_FAKE_UMOUNT = """#!/bin/sh
+echo "umount $*" >> "$MOUNT_LOG"
+[ -n "$UMOUNT_FAIL" ] && exit 32
+exit 0
+"""
+
+
+def _script(bin_dir: Path, name: str, text: str) -> None:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / name).write_text(text, encoding="utf-8")
+    (bin_dir / name).chmod(0o755)
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Host:
+    h = Host(tmp_path / "host")
+    for name in ("cmake", "ninja", "cc", "c++", "sccache"):
+        h.tool(name)
+    for name, text in (("mmdebstrap", _FAKE_MMDEBSTRAP), ("chroot", _FAKE_CHROOT), ("apt-get", _FAKE_APT)):
+        _script(h.bin, name, text)
+    return h
+
+
+def _ctx(host: Host, uid: int = 0, **env: str) -> RootContext:
+    base = {"PATH": f"{host.bin}:/usr/bin:/bin", "ROOT_LOG": str(host.root / "root.log")}
+    return RootContext(cache_dir=host.root / "cache", env={**base, **env}, uid=uid, keyring=None)
+
+
+def _calls(host: Host) -> list[str]:
+    log = host.root / "root.log"
+    return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+
+
+PIN = parse_root_pin({"suite": "sid", "packages": PACKAGES})
+
+
+def test_the_root_is_made_once_and_reused(host: Host) -> None:
+    home = root_home(host.root / "cache", PIN)
+    # leftovers of an interrupted run: a partial folder beside, and a home without its marker
+    stale = home.with_name(home.name + ".partial-killed")
+    (stale / "root" / "usr").mkdir(parents=True)
+    (home / "root" / "usr" / "bin").mkdir(parents=True)
+    (home / "root" / "usr" / "bin" / "cmake").touch()
+    assert finished(home, PIN) is None, "a root without its marker is never used"
+    root = make_root(PIN, _ctx(host))
+    assert root.path == home / "root" and not root.reused
+    assert not stale.exists()
+    assert [p.name for p in home.parent.iterdir() if ".partial-" in p.name] == []
+    calls = _calls(host)
+    assert len(calls) == 2 and calls[1].startswith(f"chroot {home.parent}")  # dpkg-query ran in the partial root
+    assert calls[0].endswith("deb http://mirror.example/debian sid main"), "the system's Debian mirror"
+    assert "--include=" + ",".join(PACKAGES) in calls[0]
+    marker = json.loads((home / MARKER).read_text(encoding="utf-8"))
+    assert marker["versions"]["hipcc"] == "7.0.2-1" and marker["suite"] == "sid"
+    assert root.toolkit.startswith("rocm debian-root sid hip 6.4.3-1 ")
+    again = make_root(PIN, _ctx(host))
+    assert again.reused and again.versions == root.versions
+    assert len(_calls(host)) == 2, "reused: no second mmdebstrap"
+    # another pin is another root; a marker of another pin is not this root
+    other = parse_root_pin({"suite": "sid", "packages": [*PACKAGES, "git"]})
+    assert finished(home, other) is None
+    (home / MARKER).write_text(json.dumps({**marker, "packages": ["hipcc"]}), encoding="utf-8")
+    assert finished(home, PIN) is None
+
+
+def test_a_failed_mmdebstrap_leaves_no_root_and_says_what_next(host: Host) -> None:
+    home = root_home(host.root / "cache", PIN)
+    with pytest.raises(NetworkError) as info:
+        make_root(PIN, _ctx(host, MMDEBSTRAP_FAIL="1"))
+    err = info.value
+    assert err.what == "mmdebstrap could not make the ROCm Debian root (sid)"
+    assert "[tool.skippy.build.rocm_debian_root]" in (err.next_step or "")
+    assert "Unable to locate package hipcc" in (err.details or "")
+    assert not home.exists()
+    assert finished(home, PIN) is None
+    # the next run removes the half-made one and makes it
+    assert len(list(home.parent.glob("*.partial-*"))) == 1
+    root = make_root(PIN, _ctx(host))
+    assert root.path.is_dir() and list(home.parent.glob("*.partial-*")) == []
+
+
+def test_a_package_missing_after_mmdebstrap_is_refused(host: Host) -> None:
+    with pytest.raises(ToolchainMissing, match="lacks hipcc after mmdebstrap"):
+        make_root(PIN, _ctx(host, CHROOT_NO_HIPCC="1"))
+    assert not root_home(host.root / "cache", PIN).exists()
+
+
+def test_not_root_or_no_mmdebstrap_name_the_way_out(host: Host) -> None:
+    with pytest.raises(ToolchainMissing) as info:
+        make_root(PIN, _ctx(host, uid=1000))
+    assert "needs root" in info.value.what
+    assert "SKIPPY_ROCM_TOOLKIT=system" in (info.value.next_step or "")
+    assert "--mode=unshare" in (info.value.next_step or "")
+    (host.bin / "mmdebstrap").unlink()
+    with pytest.raises(ToolchainMissing) as none:
+        make_root(PIN, RootContext(cache_dir=host.root / "cache", env={"PATH": str(host.bin)}, uid=0))
+    assert none.value.next_step == "apt-get install mmdebstrap, then run the build again"
+    assert _calls(host) == []
+
+
+def _probe(host: Host, **env: str) -> object:
+    table = {"build": {"rocm_debian_root": {"suite": "sid", "packages": PACKAGES}}, "cache_dir": "cache"}
+    base = {"PATH": f"{host.bin}:/usr/bin:/bin", "ROOT_LOG": str(host.root / "root.log")}
+    settings = Settings.from_table(host.root, table, {**base, **env})
+    return probe_toolchain("rocm", settings, system="Linux", os_release="ID=debian\n", well_known_dirs=False)
+
+
+def test_auto_takes_the_debian_root_without_a_system_rocm(host: Host) -> None:
+    tc = _probe(host)
+    assert isinstance(tc, Toolchain)
+    assert tc.facts["rocm_toolkit"] == "debian-root"
+    assert tc.facts["toolkit"].startswith("rocm debian-root sid hip 6.4.3-1 ")
+    assert tc.build_root is not None and tc.build_root.env["HIP_PLATFORM"] == "amd"
+    assert (tc.cmake.path, tc.ninja.path) == ("/usr/bin/cmake", "/usr/bin/ninja")
+    assert tc.launcher is None, "no compiler cache inside the root"
+    assert any("auto: no complete system ROCm" in note and "without a compiler cache" in note for note in tc.notes)
+    assert tc.tool_versions()["deb:hipcc"]["version"] == "7.0.2-1"
+    with pytest.raises(ToolchainMissing, match="needs `hipconfig`"):
+        _probe(host, SKIPPY_ROCM_TOOLKIT="system")
+    # a complete system ROCm wins under auto
+    clang = host.root / "rocm" / "llvm" / "bin"
+    fake_tool(clang, "clang++")
+    fake_tool(host.bin, "hipconfig", {"-l": str(clang), "--path": str(host.root / "rocm")})
+    system = _probe(host)
+    assert isinstance(system, Toolchain) and system.build_root is None
+    assert system.launcher is not None
+    forced = _probe(host, SKIPPY_ROCM_TOOLKIT="debian-root")
+    assert isinstance(forced, Toolchain) and forced.build_root is not None
+
+
+def test_auto_with_neither_rocm_nor_mmdebstrap_says_both(host: Host) -> None:
+    (host.bin / "mmdebstrap").unlink()
+    with pytest.raises(ToolchainMissing) as info:
+        _probe(host, PATH=str(host.bin))
+    err = info.value
+    assert err.what.startswith("the rocm backend needs `hipconfig`, which is not on PATH; and the Debian root ")
+    assert "needs mmdebstrap" in err.what
+    assert err.next_step == "apt-get install mmdebstrap, then run the build again"
+    assert "install:" in (err.details or ""), "the system ROCm's install hints are kept"
+
+
+# --- the mounts around a build --------------------------------------------------------------
+
+
+def _build_root(tmp_path: Path) -> BuildRoot:
+    path = tmp_path / "rootfs"
+    path.mkdir()
+    tool = Tool("cmake", "/usr/bin/cmake", "4")
+    return BuildRoot(path=path, chroot="chroot", env={"PATH": "/usr/bin"}, cmake=tool, ninja=tool, label="test")
+
+
+def _mount_env(tmp_path: Path, **env: str) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    _script(bin_dir, "mount", _FAKE_MOUNT)
+    _script(bin_dir, "umount", _FAKE_UMOUNT)
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin", "MOUNT_LOG": str(tmp_path / "mount.log"), **env}
+
+
+def _mount_log(tmp_path: Path) -> list[str]:
+    return (tmp_path / "mount.log").read_text(encoding="utf-8").splitlines()
+
+
+def test_mounted_binds_then_unmounts_in_reverse(tmp_path: Path) -> None:
+    root = _build_root(tmp_path)
+    src, build = tmp_path / "src", tmp_path / "builds" / "rocm-1"
+    src.mkdir()
+    with mounted(root, (src, build), env=_mount_env(tmp_path)):
+        assert build.is_dir(), "a new build dir is made before it is bound"
+        assert (root.path / str(build).lstrip("/")).is_dir()
+    log = _mount_log(tmp_path)
+    targets = [str(root.path / "proc"), str(root.path / "dev"), str(root.path) + str(src), str(root.path) + str(build)]
+    assert [line.split()[-1] for line in log[:4]] == targets
+    assert log[4:] == [f"umount {t}" for t in reversed(targets)]
+
+
+@pytest.mark.parametrize("error", [RuntimeError("the build failed"), KeyboardInterrupt()])
+def test_mounted_unmounts_on_failure_and_ctrl_c(tmp_path: Path, error: BaseException) -> None:
+    root = _build_root(tmp_path)
+    with pytest.raises(type(error)), mounted(root, (tmp_path,), env=_mount_env(tmp_path)):
+        raise error
+    log = _mount_log(tmp_path)
+    assert sum(line.startswith("mount ") for line in log) == 3
+    assert sum(line.startswith("umount ") for line in log) == 3
+
+
+def test_a_mount_that_fails_unmounts_what_was_mounted(tmp_path: Path) -> None:
+    root = _build_root(tmp_path)
+    env = _mount_env(tmp_path, MOUNT_FAIL_AT="--bind /dev")
+    with pytest.raises(BuildError, match="could not mount") as info, mounted(root, (tmp_path,), env=env):
+        pytest.fail("the body must not run")
+    assert "as root" in (info.value.next_step or "")
+    assert _mount_log(tmp_path)[-1] == f"umount {root.path / 'proc'}"
+
+
+def test_an_unmount_that_fails_names_the_command(tmp_path: Path) -> None:
+    root = _build_root(tmp_path)
+    warned: list[str] = []
+    env = _mount_env(tmp_path, UMOUNT_FAIL="1")
+    with (
+        pytest.raises(BuildError, match="could not unmount 3") as info,
+        mounted(root, (tmp_path,), env=env, log=warned.append),
+    ):
+        pass
+    assert f"umount --lazy {root.path / 'proc'}" in (info.value.next_step or "")
+    assert len(warned) == 3
+    assert sum("--lazy" in line for line in _mount_log(tmp_path)) == 3, "a busy mount is detached lazily first"
+
+
+# --- the gate that runs the binary inside the root ---------------------------------------------
+
+# a stand-in chroot that runs "llama-server --version" as the root's glibc would (or not)
+_FAKE_RUN_CHROOT = """#!/bin/sh
+printf '%s\\n' "chroot $*" >> "$MOUNT_LOG"
+if [ -n "$NO_GLIBC" ]; then
+  echo "llama-server: /lib/x86_64-linux-gnu/libc.so.6: version GLIBC_2.43 not found" >&2; exit 1
+fi
+echo "ggml_cuda_init: failed to initialize ROCm: no ROCm-capable device is detected" >&2
+echo "version: 1 (4df29be4f)" >&2
+"""
+
+
+def _gate_plan(tmp_path: Path, env: dict[str, str]) -> tuple[BuildPlan, BuildReport]:
+    _script(tmp_path / "bin", "chroot", _FAKE_RUN_CHROOT)
+    tool = Tool("cmake", "/usr/bin/cmake", "4")
+    (tmp_path / "rootfs").mkdir()
+    inside = BuildRoot(
+        path=tmp_path / "rootfs",
+        chroot=str(tmp_path / "bin" / "chroot"),
+        env={"PATH": "/usr/bin"},
+        cmake=tool,
+        ninja=Tool("ninja", "/usr/bin/ninja", "1"),
+        label="debian-root sid (packages x)",
+    )
+    toolchain = Toolchain(backend="rocm", system="Linux", cmake=tool, ninja=inside.ninja, build_root=inside)
+    tree = TreeInfo(tmp_path / "src", frozenset(), frozenset({"C", "CXX", "HIP"}), "ggml-rpc-server")
+    settings = Settings.from_table(tmp_path / "proj", {}, env)
+    plan = plan_build("rocm", settings, tree=tree, toolchain=toolchain, patched_sha="a" * 40)
+    server = plan.build_dir / "bin" / "llama-server"
+    report = BuildReport(
+        backend="rocm",
+        build_dir=plan.build_dir,
+        configured=True,
+        configure_reason="new",
+        configure_seconds=1.0,
+        build_seconds=1.0,
+        compiled=1,
+        steps=1,
+        binaries={"llama-server": server},
+        cache=None,
+    )
+    return plan, report
+
+
+def test_the_root_gate_runs_the_binary_inside_the_root(tmp_path: Path) -> None:
+    env = _mount_env(tmp_path)
+    plan, report = _gate_plan(tmp_path, env)
+    console = Console(env={}, stream=io.StringIO())
+    init = root_gate(plan, report, env, console)
+    assert init == "ggml_cuda_init: failed to initialize ROCm: no ROCm-capable device is detected"
+    log = _mount_log(tmp_path)
+    run = next(line for line in log if line.startswith("chroot "))
+    assert run.endswith(f"/usr/bin/env -i PATH=/usr/bin {report.binaries['llama-server']} --version")
+    # it ran with the build dir mounted in, and everything was unmounted after
+    assert log.index(run) == 3 and log[2].endswith(str(plan.build_dir))
+    assert [line.split()[0] for line in log[4:]] == ["umount"] * 3
+    with pytest.raises(BuildError, match="does not run inside debian-root sid") as info:
+        root_gate(plan, report, {**env, "NO_GLIBC": "1"}, console)
+    assert "GLIBC_2.43 not found" in (info.value.details or "")
+    assert _mount_log(tmp_path)[-1].startswith("umount "), "unmounted after the failure too"
+
+
+# --- a whole build session inside the root, with stand-ins for every program ---------------------
+
+# a stand-in chroot: answers dpkg-query, and plays cmake, ninja and llama-server inside the root
+_FAKE_SESSION_CHROOT = """#!{python}
+import os, pathlib, sys
+argv = sys.argv[1:]
+with open(os.environ["MOUNT_LOG"], "a") as log:
+    log.write("chroot " + " ".join(argv) + "\\n")
+root, rest = argv[0], argv[1:]
+if rest[:2] == ["/usr/bin/env", "-i"]:
+    rest = rest[2:]
+    while rest and "=" in rest[0] and not rest[0].startswith("/"):
+        rest = rest[1:]
+tool = rest[0]
+if tool == "dpkg-query":
+    for p in ("hipcc", "libamdhip64-dev", "libhipblas-dev", "librocblas-dev", "cmake", "ninja-build"):
+        print(p + "\\t6.4.3-1")
+elif tool == "/usr/bin/cmake":
+    build = pathlib.Path(rest[rest.index("-B") + 1])
+    lines = ["CMAKE_GENERATOR:INTERNAL=Ninja", "CMAKE_HOME_DIRECTORY:INTERNAL=" + rest[rest.index("-S") + 1],
+             "CMAKE_COMMAND:INTERNAL=/usr/bin/cmake"]
+    lines += [a[2:].replace("=", ":STRING=", 1) for a in rest if a.startswith("-D")]
+    (build / "CMakeCache.txt").write_text("\\n".join(lines) + "\\n")
+    (build / "build.ninja").write_text("# fake\\n")
+elif tool == "/usr/bin/ninja":
+    build = pathlib.Path(rest[rest.index("-C") + 1])
+    (build / "bin").mkdir(exist_ok=True)
+    for target in rest[rest.index("-C") + 2:]:
+        (build / "bin" / target).write_text("ggml_backend_cuda_reg ggml_backend_rpc_reg")
+        print("[1/1] Building HIP object " + target + ".o")
+elif tool.endswith("/llama-server") and rest[1:] == ["--version"]:
+    print("ggml_cuda_init: failed to initialize ROCm: no ROCm-capable device is detected", file=sys.stderr)
+    print("version: 1 (4df29be4f)", file=sys.stderr)
+else:
+    sys.exit("unexpected: " + " ".join(rest))
+"""
+
+
+def test_a_build_session_runs_inside_the_root_and_is_gated_there(host: Host, tmp_path: Path) -> None:
+    env = _mount_env(tmp_path)
+    _script(host.bin, "chroot", _FAKE_SESSION_CHROOT.format(python=sys.executable))
+    src = tmp_path / "src"
+    (src / "tools" / "rpc").mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text('project(llama C CXX)\noption(GGML_HIP "" OFF)\n', encoding="utf-8")
+    (src / "tools" / "rpc" / "CMakeLists.txt").write_text("set(TARGET ggml-rpc-server)\n", encoding="utf-8")
+
+    class Prepared:
+        patched_sha, upstream_sha, queue_digest, workdir = "b" * 40, "c" * 40, "d" * 64, src
+
+    checked: list[SpotCheckRequest] = []
+    table = {"build": {"rocm_debian_root": {"suite": "sid", "packages": PACKAGES}}, "cache_dir": "cache"}
+    path = f"{host.bin}:{env['PATH']}"
+    settings = Settings.from_table(host.root, table, {**env, "PATH": path, "ROOT_LOG": str(host.root / "root.log")})
+    outcome = run_build_session(
+        "rocm",
+        settings,
+        Console(env={}, stream=io.StringIO()),
+        SessionArgs(cmake_args=("-DAMDGPU_TARGETS=gfx1100",)),
+        prepare_fn=lambda _s, _c: Prepared(),
+        spot_check_fn=lambda _s, request, _c: checked.append(request),
+    )
+    build = outcome.build
+    assert build is not None and build.toolkit is not None
+    assert build.toolkit.startswith("rocm debian-root sid hip 6.4.3-1 ")
+    assert build.compiled == 2 and build.cache is None
+    assert checked == [], "not spot-checked on the host"
+    log = [line for line in _mount_log(tmp_path) if not line.startswith("chroot") or "dpkg-query" not in line]
+    root = settings.cache_dir / "rocm-root"
+    steps = [line.split()[0] + (" " + line.split()[-1] if line.startswith("chroot") else "") for line in log]
+    # configure and build with /proc, /dev, the tree and the build dir mounted; then the gate with the build dir
+    assert [s.split()[0] for s in steps] == [
+        *["mount"] * 4,
+        "chroot",
+        "chroot",
+        *["umount"] * 4,
+        *["mount"] * 3,
+        "chroot",
+        *["umount"] * 3,
+    ]
+    assert steps[13] == "chroot --version"
+    assert all(str(root) in line for line in log if line.startswith(("mount", "umount")) and "proc" in line)
