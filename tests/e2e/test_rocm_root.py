@@ -163,12 +163,13 @@ def test_the_patched_tree_configures_with_hip_inside_the_root_and_compiles_a_few
 def _servers_in(root: Path) -> list[int]:
     """Processes running a program of ``root`` (a compiler cache server left inside)."""
     found = []
+    real = os.path.realpath(root)  # the kernel names a program by its real path
     for entry in Path("/proc").iterdir():
         try:
             exe = str((entry / "exe").readlink())
         except OSError:
             continue
-        if entry.name.isdigit() and exe.startswith(str(root) + "/"):
+        if entry.name.isdigit() and exe.startswith(real + "/"):
             found.append(int(entry.name))
     return found
 
@@ -197,6 +198,7 @@ def _objects_through_the_cache(plan: BuildPlan, console: Console, env: dict[str,
             proc.run(argv, env=build_env, timeout=1800)
             took = time.monotonic() - started
             stats = probe.after()
+            assert _servers_in(inside.path), "the cache server runs inside the root (a program of the root)"
         assert _servers_in(inside.path) == [], "the root's cache server was stopped before the unmounts"
     assert mounts_under(inside.path) == [], "everything mounted for the build was unmounted"
     for name in objects:
