@@ -40,7 +40,7 @@ from types import MappingProxyType
 from typing import Final
 
 from skippy.build.backends.base import BuildRoot, Tool, resolve_choice
-from skippy.build.backends.vulkan_headers import DEBIAN_KEYRING, debian_mirror
+from skippy.build.backends.vulkan_headers import DEBIAN_KEYRING, debian_mirror, sources_line
 from skippy.build.chroot import remove_tree
 from skippy.core import proc
 from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
@@ -129,11 +129,6 @@ def resolve_toolkit_choice(table: Mapping[str, object], env: Mapping[str, str]) 
     )
 
 
-def mirror_line(mirror: str, suite: str, keyring: Path | None) -> str:
-    signed_by = f"[signed-by={keyring}] " if keyring is not None else ""
-    return f"deb {signed_by}{mirror} {suite} main"
-
-
 def mmdebstrap_argv(pin: RootPin, mirror: str, target: Path, keyring: Path | None) -> list[str]:
     """The one ``mmdebstrap`` command that makes the root at ``target``."""
     return [
@@ -146,7 +141,7 @@ def mmdebstrap_argv(pin: RootPin, mirror: str, target: Path, keyring: Path | Non
         f"--include={','.join(pin.packages)}",
         pin.suite,
         str(target),
-        mirror_line(mirror, pin.suite, keyring),
+        sources_line(mirror, pin.suite, keyring).rstrip("\n"),
     ]
 
 
