@@ -13,9 +13,9 @@
 * ``rocm``: the whole ``nox -s build-rocm -- --no-spot-check -DAMDGPU_TARGETS=gfx1100`` with
   ROCm from the Debian root (configured and built inside it with chroot): the root's making
   when it is not cached, configure and build times, compile steps, the artifact gate, and
-  an up-to-date re-run.  No compiler cache runs inside the root, so a fresh build dir
-  would recompile everything: that second build is only made (and its cache hits read)
-  when the plan has a launcher.  Long (about 23 minutes measured on 2 busy cores): only
+  an up-to-date re-run, then (like ``cuda``) a second build into a fresh build directory
+  served by the compiler cache, which runs inside the root (a server of its own, the
+  local directory; skipped when no launcher was found).  Long (about 23 minutes measured on 2 busy cores): only
   with ``--only rocm``.
 
 Each returns a JSON-ready dict; :mod:`benchmarks.bench` writes them with the others.
@@ -187,7 +187,7 @@ def _build(
     started = time.perf_counter()
     try:
         # a build inside a root file system (ROCm's Debian root) has the work folders mounted there
-        with mounted(plan.build_root, (plan.source_dir, plan.build_dir), env=settings.env):
+        with mounted(plan.build_root, plan.root_binds, env=settings.env):
             report = execute_plan(plan, _quiet())
     finally:
         if stop:
@@ -298,8 +298,8 @@ ROCM_BENCH_ARGS: Final = ("-DAMDGPU_TARGETS=gfx1100",)
 def bench_rocm(settings: Settings, console: Console) -> dict[str, Any]:
     """``build-rocm --no-spot-check`` with ROCm from the Debian root, as the nox session runs it
     (probe, prepare no-op, configure and build inside the root, the artifact gate: symbols and
-    ``--version`` inside the root): cold, then up to date.  No compiler cache runs inside the
-    root; a fresh dir from the cache is only built when the plan has a launcher."""
+    ``--version`` inside the root): cold, then up to date, then a fresh dir from the compiler
+    cache (sccache inside the root) when a launcher was found."""
     run_build_session("cpu", settings, _quiet(), NO_SPOT_CHECK)  # a prepared workdir
     root = settings.cache_dir.parent / "bench" / "rocm"
     shutil.rmtree(root, ignore_errors=True)
@@ -346,7 +346,7 @@ def bench_rocm(settings: Settings, console: Console) -> dict[str, Any]:
             fresh_dir_misses=warm.cache.misses if warm.cache else None,
         )
     else:
-        result["fresh_dir"] = "not built: no compiler cache runs inside the root (a fresh dir recompiles everything)"
+        result["fresh_dir"] = "not built: no compiler cache was found (a fresh dir would recompile everything)"
     console.info(
         f"ROCm (Debian root, {cold.toolkit}): probe {probe_s:.0f} s, configure {cold.configure_seconds:.1f} s, "
         f"build {cold.build_seconds / 60:.1f} min ({cold.compiled} compiles), artifact gate passed; "

@@ -289,7 +289,9 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
     build_dir.mkdir(parents=True, exist_ok=True)
     server: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if plan.launcher is not None and plan.launcher.name == "sccache":
-        server = claimed_server(plan.launcher.path, (plan.env, plan.cache_fallback_env), console)
+        # inside a root the server runs there: stopped when the build ends, before the unmounts
+        stop = plan.build_root is not None
+        server = claimed_server(plan.launcher_argv, (plan.env, plan.cache_fallback_env), console, stop_after=stop)
     with server:
         return _configure_and_build(plan, console, build=build)
 

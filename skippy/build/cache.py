@@ -507,6 +507,7 @@ __all__ = [
     "local_storage",
     "reachable",
     "redact_url",
+    "root_launcher_env",
     "select_storage",
 ]
 
@@ -536,3 +537,21 @@ def launcher_env(kind: str, cache_dir: Path, storage: CacheStorage | None = None
     if kind == "ccache":
         return {"CCACHE_DIR": str(cache_dir / "ccache")}
     return {}
+
+
+#: the folder of the sockets of the servers that run inside a root file system (bound in)
+ROOT_SERVERS: Final = "sccache-root"
+
+
+def root_launcher_env(cache_dir: Path, tag: str) -> dict[str, str]:
+    """sccache's environment for a build inside a root file system: the same local directory
+    (bound into the root at its own path), a server of the root's own (socket ``<tag>.sock``
+    in :data:`ROOT_SERVERS`, bound in too), never the host's. Local directory only."""
+    env = {"SCCACHE_DIR": str(cache_dir / "sccache")}
+    sock = cache_dir / ROOT_SERVERS / f"{tag}.sock"
+    if len(str(sock)) <= _UDS_MAX:
+        env["SCCACHE_SERVER_UDS"] = str(sock)
+    else:
+        seed = int(hashlib.sha256((str(cache_dir) + "root" + tag).encode()).hexdigest()[:8], 16)
+        env["SCCACHE_SERVER_PORT"] = str(20000 + seed % 20000)
+    return env

@@ -16,6 +16,11 @@ server before configuring:
   running server instead (its objects then keyed by their full paths, said once).
 
 Only sccache is claimed; ccache reads its base directory per call.
+
+A build inside a root file system has a server of its own, running inside the root
+(``launcher`` is then the root's runner followed by sccache's path there): it is
+stopped when the build ends (``stop_after``), by the last build holding it, while the
+root's mounts are still up (a server left running inside would keep them busy).
 """
 
 from __future__ import annotations
@@ -57,8 +62,11 @@ def recorded_basedirs(server: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def claimed_server(launcher: str, envs: tuple[Mapping[str, str], ...], console: Console) -> Iterator[None]:
-    """Hold the sccache server(s) of ``envs`` for one build (see the module's docstring)."""
+def claimed_server(
+    launcher: tuple[str, ...], envs: tuple[Mapping[str, str], ...], console: Console, *, stop_after: bool = False
+) -> Iterator[None]:
+    """Hold the sccache server(s) of ``envs`` for one build (see the module's docstring).
+    ``launcher`` is the argv that runs sccache (a runner's prefix and its path)."""
     with contextlib.ExitStack() as stack:
         seen: set[Path] = set()
         for env in envs:
@@ -66,12 +74,14 @@ def claimed_server(launcher: str, envs: tuple[Mapping[str, str], ...], console: 
             if server is None or server in seen:
                 continue
             seen.add(server)
-            stack.enter_context(_claim(launcher, server, env, console))
+            stack.enter_context(_claim(launcher, server, env, console, stop_after=stop_after))
         yield
 
 
 @contextlib.contextmanager
-def _claim(launcher: str, server: Path, env: Mapping[str, str], console: Console) -> Iterator[None]:
+def _claim(
+    launcher: tuple[str, ...], server: Path, env: Mapping[str, str], console: Console, *, stop_after: bool
+) -> Iterator[None]:
     server.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(_sidecar(server, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -79,7 +89,7 @@ def _claim(launcher: str, server: Path, env: Mapping[str, str], console: Console
         running = recorded_basedirs(server)
         if running != wanted and _try_exclusive(fd):
             # nobody builds with it: restart it with this tree's base directories
-            proc.run([launcher, "--stop-server"], env=dict(env), check=False, timeout=60)
+            proc.run([*launcher, "--stop-server"], env=dict(env), check=False, timeout=60)
             write_text_atomic(_sidecar(server, ".basedirs"), wanted)
             running = wanted
         fcntl.flock(fd, fcntl.LOCK_SH)  # a downgrade, or a wait while another build restarts it
@@ -91,6 +101,9 @@ def _claim(launcher: str, server: Path, env: Mapping[str, str], console: Console
             )
         yield
     finally:
+        if stop_after and _try_exclusive(fd):
+            # the last build holding it: stop it (whatever happened in the build)
+            proc.run([*launcher, "--stop-server"], env=dict(env), check=False, timeout=60)
         os.close(fd)  # releases the lock
 
 

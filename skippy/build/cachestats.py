@@ -102,10 +102,10 @@ class CacheProbe:
         self._stray_server = False
 
     def _run(self, *args: str, timeout: float = 120) -> proc.Result | None:
-        launcher = self.plan.launcher
-        if launcher is None:
+        if self.plan.launcher is None:
             return None
-        return proc.run([launcher.path, *args], env=self.env, check=False, timeout=timeout)
+        # through the root's runner when the build runs inside one (its server lives there)
+        return proc.run([*self.plan.launcher_argv, *args], env=self.env, check=False, timeout=timeout)
 
     @property
     def _storage(self) -> CacheStorage | None:
@@ -164,7 +164,7 @@ class CacheProbe:
         if launcher is None:
             return None
         if self._stray_server:
-            proc.run([launcher.path, "--stop-server"], env=self.plan.env, check=False, timeout=30)
+            proc.run([*self.plan.launcher_argv, "--stop-server"], env=self.plan.env, check=False, timeout=30)
         storage = self._storage
         served = "local directory"
         if storage is not None and storage.remote and self.fallback is None:
@@ -195,8 +195,9 @@ class CacheProbe:
 
 
 def stop_cache_server(plan: BuildPlan) -> None:
-    """Stop the sccache server(s) a build of ``plan`` started (tests, benchmarks)."""
+    """Stop the sccache server(s) a build of ``plan`` started (tests, benchmarks); inside its
+    root when it has one (the root's mounts must still be up)."""
     if plan.launcher is not None and plan.launcher.name == "sccache":
         for env in (plan.env, plan.cache_fallback_env):
             if env:
-                proc.run([plan.launcher.path, "--stop-server"], env=env, check=False, timeout=60)
+                proc.run([*plan.launcher_argv, "--stop-server"], env=env, check=False, timeout=60)

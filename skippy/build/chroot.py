@@ -5,10 +5,14 @@ packages, :mod:`skippy.build.backends.rocm_root`) runs cmake and ninja under
 ``chroot``.  Around them :func:`mounted` mounts ``/proc`` (a fresh proc file system)
 and ``/dev`` (bound) inside the root, and binds the work folders (the source tree,
 the build dir) at the same paths, so every path in the plan means the same inside and
-out; it unmounts them again, in reverse order, whatever happens (an error, Ctrl-C).
+out; it unmounts them again, in reverse order, whatever happens (an error, Ctrl-C, a
+SIGTERM: while the mounts are up it raises :class:`Terminated`, so the same cleanup runs).
 A mount left behind by a killed run is never deleted through: :func:`mounts_under`
 reads the kernel's mount table, and :func:`remove_tree` refuses a folder that has a
 mount inside it (``shutil.rmtree`` would delete the host's ``/dev`` through a bind).
+
+The compiler cache runs inside too: :func:`install_launcher` copies the host's sccache
+(a static-enough binary: it links only an old glibc) into the root once, by content.
 
 ``chroot`` and ``mount`` need root.  The rootless route (an unprivileged user
 namespace: ``mmdebstrap --mode=unshare`` and ``unshare --map-root-user``) is not
@@ -18,19 +22,49 @@ implemented or tested.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
+import signal
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from skippy.build.backends.base import BuildRoot
+from skippy.build.backends.base import BuildRoot, Tool
 from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError
 
 MOUNTINFO: Final = Path("/proc/self/mountinfo")
 MOUNT_TIMEOUT: Final = 60.0
+#: where launchers copied into a root live (inside it): ``/opt/skippy/<name>-<digest>/<name>``
+LAUNCHER_HOME: Final = Path("/opt/skippy")
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived while mounts were up inside a root: unwinds like Ctrl-C (the mounts are
+    unmounted, a server inside is stopped first), then exits with 143 (128 + SIGTERM)."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+def _raise_terminated(_signum: int, _frame: object) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` inside (main thread only); the previous handler after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _unescape(field: str) -> str:
@@ -153,29 +187,20 @@ def mounted(
     log: Callable[[str], None] = lambda _line: None,
 ) -> Iterator[None]:
     """Inside: ``/proc``, ``/dev`` and ``binds`` are mounted in ``root`` (nothing when None).
-    Everything mounted is unmounted on the way out, also on an error or Ctrl-C."""
+    Everything mounted is unmounted on the way out, also on an error, Ctrl-C or SIGTERM
+    (which raises :class:`Terminated` while the mounts are up)."""
     if root is None:
         yield
         return
     made: list[Mount] = []
-    try:
-        for mount in plan_mounts(root.path, binds):
-            if mount.source is not None:
-                mount.source.mkdir(parents=True, exist_ok=True)
-            mount.target.mkdir(parents=True, exist_ok=True)
-            try:
-                proc.run(list(mount.argv), env=env, timeout=MOUNT_TIMEOUT, what=" ".join(mount.argv))
-            except CommandError as exc:
-                raise BuildError(
-                    f"could not mount {mount.target} for the build inside {root.path}",
-                    untouched="the source tree and the build dir; what was mounted is unmounted again",
-                    next_step="run the build as root (chroot and mount need it)",
-                    details=exc.details,
-                ) from None
-            made.append(mount)
-        yield
-    finally:
-        failures = _unmount_all(made, env, log)
+    with _sigterm_unwinds():
+        try:
+            for mount in plan_mounts(root.path, binds):
+                _mount(root, mount, env)
+                made.append(mount)
+            yield
+        finally:
+            failures = _unmount_all(made, env, log)
     if failures:
         raise BuildError(
             f"could not unmount {len(failures)} mount(s) inside {root.path}",
@@ -183,3 +208,40 @@ def mounted(
             next_step="; ".join(f"umount --lazy {line.split(':', 1)[0]}" for line in failures),
             details="\n".join(failures),
         )
+
+
+def _mount(root: BuildRoot, mount: Mount, env: Mapping[str, str]) -> None:
+    if mount.source is not None:
+        mount.source.mkdir(parents=True, exist_ok=True)
+    mount.target.mkdir(parents=True, exist_ok=True)
+    try:
+        proc.run(list(mount.argv), env=env, timeout=MOUNT_TIMEOUT, what=" ".join(mount.argv))
+    except CommandError as exc:
+        raise BuildError(
+            f"could not mount {mount.target} for the build inside {root.path}",
+            untouched="the source tree and the build dir; what was mounted is unmounted again",
+            next_step="run the build as root (chroot and mount need it)",
+            details=exc.details,
+        ) from None
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:12]
+
+
+def install_launcher(root: BuildRoot, tool: Tool) -> Tool:
+    """``tool`` (a compiler cache on the host) copied into ``root`` once, named by its content;
+    the returned tool's path is the one inside the root."""
+    source = Path(os.path.realpath(tool.path))
+    inside = LAUNCHER_HOME / f"{tool.name}-{_file_digest(source)}" / tool.name
+    target = root.host_path(inside)
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{tool.name}.partial-{os.getpid()}")
+        shutil.copy2(source, partial)
+        partial.replace(target)
+    return Tool(tool.name, str(inside), tool.version)

@@ -29,7 +29,15 @@ from skippy.build.backends import (
     switches,
 )
 from skippy.build.backends.base import BackendSpec, BuildRoot, Tool
-from skippy.build.cache import CacheStorage, basedirs_env, launcher_env, local_fallback_env, select_storage
+from skippy.build.cache import (
+    CacheStorage,
+    basedirs_env,
+    launcher_env,
+    local_fallback_env,
+    local_storage,
+    root_launcher_env,
+    select_storage,
+)
 from skippy.build.localtree import MODE_LOCAL, WorkdirState, local_dir_name
 from skippy.build.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError
@@ -107,6 +115,24 @@ class BuildPlan:
     def runner(self) -> tuple[str, ...]:
         """What the configure and build argv start with before cmake/ninja (empty on the host)."""
         return self.build_root.prefix if self.build_root is not None else ()
+
+    @property
+    def launcher_argv(self) -> tuple[str, ...]:
+        """What runs the compiler cache's own commands (``--zero-stats``, ``--stop-server``):
+        inside the root, through :attr:`runner`, when the build runs there; empty without one."""
+        return (*self.runner, self.launcher.path) if self.launcher is not None else ()
+
+    @property
+    def root_binds(self) -> tuple[Path, ...]:
+        """The host folders a build inside a root binds at their own paths: the source tree,
+        the build dir, and the compiler cache's directory and server socket folder."""
+        folders = [self.source_dir, self.build_dir]
+        if self.build_root is not None and self.launcher is not None:
+            if "SCCACHE_DIR" in self.env_overrides:
+                folders.append(Path(self.env_overrides["SCCACHE_DIR"]))
+            if "SCCACHE_SERVER_UDS" in self.env_overrides:
+                folders.append(Path(self.env_overrides["SCCACHE_SERVER_UDS"]).parent)
+        return tuple(folders)
 
     def host_path(self, path: str) -> Path:
         """Where a tool path CMake recorded is on this host (inside the root when there is one)."""
@@ -249,6 +275,11 @@ def _launcher_setup(
         return setup
     for lang in (lang for lang in s.languages if lang in tree.languages or lang in ("C", "CXX")):
         out.put(f"CMAKE_{lang}_COMPILER_LAUNCHER", launcher.path, path=True, source=launcher.name)
+    if toolchain.build_root is not None:
+        # inside a root: a server of the root's own, with the local directory (bound in)
+        setup.storage = local_storage("inside the root: local directory only")
+        setup.env_overrides.update(root_launcher_env(settings.cache_dir, toolchain.build_root.server_tag))
+        return setup
     storage = select_storage(_build_table(settings).get("cache_storage"), settings.env)
     setup.storage = storage
     setup.env_overrides.update(launcher_env(launcher.name, settings.cache_dir, storage))
@@ -362,8 +393,9 @@ def plan_build(
     configure_argv, build_argv = _commands(
         toolchain, source_dir, build_dir, defines=defines, extra_args=extra_args, jobs=jobs, targets=targets
     )
-    if toolchain.build_root is not None:
-        configure_argv, build_argv = toolchain.build_root.wrap(configure_argv), toolchain.build_root.wrap(build_argv)
+    inside = _root_with_cache(toolchain.build_root, setup.env_overrides)
+    if inside is not None:
+        configure_argv, build_argv = inside.wrap(configure_argv), inside.wrap(build_argv)
     stamp = {
         "schema": STAMP_SCHEMA,
         "backend": s.name,
@@ -400,8 +432,21 @@ def plan_build(
         cache_storage=setup.storage,
         cache_fallback_env=MappingProxyType(setup.fallback_env),
         toolkit=toolchain.facts.get("toolkit"),
-        build_root=toolchain.build_root,
+        build_root=inside,
     )
+
+
+#: the compiler cache's variables a build inside a root passes in (``env -i`` drops the rest)
+_ROOT_CACHE_VARS: Final = ("SCCACHE_DIR", "SCCACHE_SERVER_UDS", "SCCACHE_SERVER_PORT", "SCCACHE_BASEDIRS")
+
+
+def _root_with_cache(root: BuildRoot | None, overrides: Mapping[str, str]) -> BuildRoot | None:
+    """``root`` whose commands get the compiler cache's variables (its local directory, its
+    server's socket, the base directories: the same paths inside and out)."""
+    if root is None:
+        return None
+    passed = {name: overrides[name] for name in _ROOT_CACHE_VARS if name in overrides}
+    return root.with_env(passed) if passed else root
 
 
 def _native(settings: Settings) -> bool:

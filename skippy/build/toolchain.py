@@ -18,9 +18,11 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from skippy.build.backends import LAUNCHER_LANGUAGES, RPC_TARGETS, Backend, BackendSpec, Platform, spec
 from skippy.build.backends.base import BuildRoot, PlanFacts, Tool
+from skippy.build.chroot import install_launcher
 from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings
@@ -348,22 +350,12 @@ def probe_toolchain(
     )
     tools += found.tools
 
+    notes = found.notes
+    launcher = _launcher(compiler_cache_choice(settings), env, found.build_root, s, plat)
     if found.build_root is not None:
-        # cmake and ninja run inside the root; so do the compilers, which a compiler cache
-        # server on the host could not run: no launcher there
+        # cmake, ninja, the compilers and the compiler cache (a copy, with a server of its own) run inside
         cmake, ninja = found.build_root.cmake, found.build_root.ninja
-    launcher = None
-    choice = "none" if found.build_root is not None else compiler_cache_choice(settings)
-    if choice != "none":
-        names = COMPILER_CACHES if choice == "auto" else (choice,)
-        for name in names:
-            path = find_program(name, env, wheel_dirs)
-            if path:
-                launcher = Tool(name, path, tool_version(path, env))
-                break
-        else:
-            if choice != "auto":
-                raise _missing(s, f"was asked to use {choice}, which is not on PATH", plat)
+        notes = (*notes, _root_cache_note(launcher, compiler_cache_choice(settings)))
 
     return Toolchain(
         backend=s.name,
@@ -373,11 +365,46 @@ def probe_toolchain(
         tools=tuple(tools),
         launcher=launcher,
         platform=plat,
-        notes=found.notes,
+        notes=notes,
         facts=dict(found.facts),
         features=found.features,
         build_root=found.build_root,
     )
+
+
+#: the compiler caches that run inside a root file system (a copy of the host's binary)
+ROOT_CACHES: Final = ("sccache",)
+
+
+def _launcher(
+    choice: str, env: Mapping[str, str], build_root: BuildRoot | None, s: BackendSpec, plat: Platform | None
+) -> Tool | None:
+    """The compiler launcher: the first of the chosen caches found (copied into the root when
+    the build runs inside one: only sccache goes there)."""
+    if choice == "none":
+        return None
+    names: tuple[str, ...] = COMPILER_CACHES if choice == "auto" else (choice,)
+    if build_root is not None:
+        names = tuple(name for name in names if name in ROOT_CACHES)
+    for name in names:
+        path = find_program(name, env, (_interpreter_bin(),))
+        if path:
+            tool = Tool(name, path, tool_version(path, env))
+            return install_launcher(build_root, tool) if build_root is not None else tool
+    if choice != "auto" and choice in names:
+        raise _missing(s, f"was asked to use {choice}, which is not on PATH", plat)
+    return None
+
+
+def _root_cache_note(launcher: Tool | None, choice: str) -> str:
+    if launcher is not None:
+        return (
+            f"compiler cache inside the root: {launcher.name} (a copy at {launcher.path}) with a server of the "
+            "root's own, started and stopped inside; local directory only"
+        )
+    if choice in ("none", "auto"):
+        return "no compiler cache inside the root (none chosen, or sccache not found)"
+    return f"no compiler cache inside the root: {choice} does not run there (only {', '.join(ROOT_CACHES)})"
 
 
 def check_tree_needs(tree: TreeInfo, toolchain: Toolchain) -> None:

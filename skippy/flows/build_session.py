@@ -312,7 +312,7 @@ def run_build_session(
     )
     for name, source in plan.provenance.items():
         console.detail(f"{name}={plan.define(name)} ({source})")
-    with mounted(plan.build_root, (plan.source_dir, plan.build_dir), env=settings.env, log=console.warn):
+    with mounted(plan.build_root, plan.root_binds, env=settings.env, log=console.warn):
         report = execute_plan(plan, console)
     what = (
         "the workdir as it stands (a local, unregistered tree: queue digest 'local')" if local else "the prepared tree"

@@ -1,7 +1,8 @@
 """ROCm without ROCm installed: the Debian sid root with Debian's ROCm packages is made (or
 reused) under the project cache, the patched llama.cpp tree configures with GGML_HIP=ON
 inside it (chroot) through skippy's own plan and configure, and a few of its real HIP
-objects compile there (never the whole build: that is ``nox -s bench -- --only rocm``'s).
+objects compile there (never the whole build: that is ``nox -s bench -- --only rocm``'s),
+through the compiler cache running inside the root: into a fresh build dir they are all hits.
 
 Needs root (mmdebstrap --mode=root, chroot, mount) and mmdebstrap.  The first run
 downloads about 1 GB of Debian packages and makes a 2.2 GB root (about 3 minutes here);
@@ -14,11 +15,22 @@ import io
 import os
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
 from skippy.build.backends.rocm_root import MARKER
-from skippy.build.builder import BuildOptions, execute_plan, parse_cmake_cache, plan_build
+from skippy.build.builder import (
+    BuildOptions,
+    BuildPlan,
+    CacheProbe,
+    CacheStats,
+    execute_plan,
+    parse_cmake_cache,
+    plan_build,
+    stop_cache_server,
+)
+from skippy.build.cacheserver import claimed_server
 from skippy.build.chroot import mounted, mounts_under
 from skippy.build.toolchain import Toolchain, check_tree_needs, inspect_tree, parse_ninja_targets, probe_toolchain
 from skippy.core import proc
@@ -76,7 +88,10 @@ def test_the_root_holds_debians_rocm_and_no_gpu_kernels(root_toolchain: Toolchai
     # the rocBLAS GPU kernels were left out (path-exclude): the libraries are there, the kernels not
     assert list(root.glob("usr/lib/*/librocblas.so*"))
     assert not list(root.glob("usr/lib/*/rocblas/*/library/*"))
-    assert root_toolchain.launcher is None
+    # the compiler cache: the host's sccache copied into the root (it links only an old glibc)
+    launcher = root_toolchain.launcher
+    assert launcher is not None and launcher.name == "sccache", root_toolchain.notes
+    assert launcher.path.startswith("/opt/skippy/sccache-") and inside.host_path(launcher.path).is_file()
     # a second probe reuses the root
     started = time.monotonic()
     again = probe_toolchain("rocm", root_settings, given={"AMDGPU_TARGETS": TARGETS})
@@ -109,7 +124,7 @@ def test_the_patched_tree_configures_with_hip_inside_the_root_and_compiles_a_few
     assert plan.configure_argv[:2] == (inside.chroot, str(inside.path))
     assert plan.stamp["tools"]["deb:hipcc"]["version"] == root_toolchain.tool_versions()["deb:hipcc"]["version"]
     started = time.monotonic()
-    with mounted(inside, (plan.source_dir, plan.build_dir), env=root_settings.env):
+    with mounted(inside, plan.root_binds, env=root_settings.env):
         report = execute_plan(plan, console, build=False)
         configured = time.monotonic() - started
         ninja = (*plan.runner, inside.ninja.path)
@@ -120,10 +135,13 @@ def test_the_patched_tree_configures_with_hip_inside_the_root_and_compiles_a_few
             if "ggml-hip.dir" in name and name.endswith(tuple(f"/{src}.o" for src in HIP_OBJECTS))
         )
         assert len(objects) == len(HIP_OBJECTS), objects
-        for name in objects:  # no compiler cache inside the root: compiled on every run
+        for name in objects:
             (plan.build_dir / name).unlink(missing_ok=True)
         compiling = time.monotonic()
-        proc.run(_nice((*ninja, "-C", str(plan.build_dir), "-j", "2", *objects)), env=plan.env, timeout=1800)
+        try:
+            proc.run(_nice((*ninja, "-C", str(plan.build_dir), "-j", "2", *objects)), env=plan.env, timeout=1800)
+        finally:
+            stop_cache_server(plan)  # the root's server, before the unmounts
         compiled = time.monotonic() - compiling
     print(f"configure: {configured:.1f} s ({report.configure_reason}); {len(objects)} HIP objects: {compiled:.1f} s")
     assert mounts_under(inside.path) == [], "everything mounted for the build was unmounted"
@@ -136,7 +154,98 @@ def test_the_patched_tree_configures_with_hip_inside_the_root_and_compiles_a_few
     hip_compiler = cache["CMAKE_HIP_COMPILER"]
     assert hip_compiler.startswith("/usr/lib/llvm-"), hip_compiler
     assert inside.host_path(hip_compiler).exists()
-    assert not any(key.endswith("_COMPILER_LAUNCHER") and value for key, value in cache.items())
+    assert plan.launcher is not None and cache["CMAKE_HIP_COMPILER_LAUNCHER"] == plan.launcher.path
     for name in objects:
         # real HIP objects: each carries device code for the one AMD target asked for
         assert f"amdgcn-amd-amdhsa--{TARGETS}".encode() in (plan.build_dir / name).read_bytes(), name
+
+
+def _servers_in(root: Path) -> list[int]:
+    """Processes running a program of ``root`` (a compiler cache server left inside)."""
+    found = []
+    real = os.path.realpath(root)  # the kernel names a program by its real path
+    for entry in Path("/proc").iterdir():
+        try:
+            exe = str((entry / "exe").readlink())
+        except OSError:
+            continue
+        if entry.name.isdigit() and exe.startswith(real + "/"):
+            found.append(int(entry.name))
+    return found
+
+
+def _objects_through_the_cache(plan: BuildPlan, console: Console, env: dict[str, str]) -> tuple[CacheStats, float]:
+    """Configure ``plan``'s build dir inside the root, then compile the few HIP objects there
+    through the compiler cache; the cache's figures read as the build report reads them."""
+    inside = plan.build_root
+    assert inside is not None
+    with mounted(inside, plan.root_binds, env=env):
+        execute_plan(plan, console, build=False)
+        ninja = (*plan.runner, inside.ninja.path)
+        listed = proc.run([*ninja, "-C", str(plan.build_dir), "-t", "targets", "all"], env=plan.env).stdout
+        objects = sorted(
+            name
+            for name in parse_ninja_targets(listed)
+            if "ggml-hip.dir" in name and name.endswith(tuple(f"/{src}.o" for src in HIP_OBJECTS))
+        )
+        assert len(objects) == len(HIP_OBJECTS), objects
+        assert plan.launcher is not None
+        with claimed_server(plan.launcher_argv, (plan.env,), console, stop_after=True):
+            probe = CacheProbe(plan, console)
+            build_env = probe.before()
+            started = time.monotonic()
+            argv = _nice((*ninja, "-C", str(plan.build_dir), "-j", "2", *objects))
+            proc.run(argv, env=build_env, timeout=1800)
+            took = time.monotonic() - started
+            stats = probe.after()
+            assert _servers_in(inside.path), "the cache server runs inside the root (a program of the root)"
+        assert _servers_in(inside.path) == [], "the root's cache server was stopped before the unmounts"
+    assert mounts_under(inside.path) == [], "everything mounted for the build was unmounted"
+    for name in objects:
+        assert f"amdgcn-amd-amdhsa--{TARGETS}".encode() in (plan.build_dir / name).read_bytes(), name
+    assert stats is not None, "the compiler cache's figures could be read inside the root"
+    return stats, took
+
+
+def test_hip_objects_from_the_cache_inside_the_root_are_all_hits_in_a_fresh_build_dir(
+    root_toolchain: Toolchain, root_settings: Settings, tmp_path: Path
+) -> None:
+    from skippy.queue.prepare import Target, prepare
+
+    console = Console(env={}, stream=io.StringIO())
+    try:
+        prepared = prepare(root_settings, Target.pinned(), console=console)
+    except NetworkError as exc:
+        cannot_run(f"cannot fetch the pinned sources: {exc.what}")
+    assert root_toolchain.launcher is not None
+    tree = inspect_tree(prepared.workdir)
+    # an empty compiler cache of its own (the first build misses), shared by two build roots
+    table = {**root_settings.raw, "cache_dir": str(tmp_path / "cache"), "workdir": str(root_settings.workdir)}
+    plans = []
+    for name in ("first", "fresh"):
+        settings = Settings.from_table(
+            root_settings.root, {**table, "build_root": str(tmp_path / name)}, root_settings.env
+        )
+        plan = plan_build(
+            "rocm",
+            settings,
+            tree=tree,
+            toolchain=root_toolchain,
+            patched_sha=prepared.patched_sha,
+            options=BuildOptions(cmake_args=(f"-DAMDGPU_TARGETS={TARGETS}",)),
+        )
+        plans.append((plan, settings))
+    (first, first_settings), (fresh, fresh_settings) = plans
+    assert first.build_dir != fresh.build_dir
+    host_socket = root_settings.cache_dir / "sccache.sock"
+    assert first.env["SCCACHE_SERVER_UDS"] != str(host_socket)
+    assert "SCCACHE_SERVER_UDS=" + first.env["SCCACHE_SERVER_UDS"] in first.runner
+    cold, cold_s = _objects_through_the_cache(first, console, dict(first_settings.env))
+    warm, warm_s = _objects_through_the_cache(fresh, console, dict(fresh_settings.env))
+    print(
+        f"{len(HIP_OBJECTS)} HIP objects inside the root: {cold.render()} in {cold_s:.1f} s; "
+        f"fresh build dir: {warm.render()} in {warm_s:.1f} s"
+    )
+    assert (cold.hits, cold.misses) == (0, len(HIP_OBJECTS)), cold.render()
+    assert (warm.hits, warm.misses) == (len(HIP_OBJECTS), 0), warm.render()
+    assert warm.storage == "local directory"

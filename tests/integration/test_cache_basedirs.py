@@ -97,7 +97,7 @@ def test_a_server_held_by_another_build_is_not_stopped(tmp_path: Path) -> None:
     server = server_id(first.plan.env)
     assert server is not None
     try:
-        with claimed_server(launcher.path, (first.plan.env,), first.console):
+        with claimed_server((launcher.path,), (first.plan.env,), first.console):
             # the first build's server is up (its first compile would start it)
             assert proc.run([launcher.path, "--zero-stats"], env=first.plan.env).ok
             pid_before = _socket_inode(first.plan.env)

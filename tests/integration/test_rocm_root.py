@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import io
 import json
+import signal
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,12 +18,13 @@ import pytest
 from skippy.build.backends.base import BuildRoot, Tool
 from skippy.build.backends.rocm_root import MARKER, RootContext, finished, make_root, parse_root_pin, root_home
 from skippy.build.builder import BuildPlan, BuildReport, plan_build
+from skippy.build.cache import launcher_env, root_launcher_env
 from skippy.build.chroot import mounted
 from skippy.build.toolchain import Toolchain, TreeInfo, probe_toolchain
 from skippy.core.errors import BuildError, NetworkError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionArgs, SpotCheckRequest, root_gate, run_build_session
+from skippy.flows.build_session import SessionArgs, SessionOutcome, SpotCheckRequest, root_gate, run_build_session
 from tests.integration.test_build_toolchain import Host, fake_tool
 
 pytestmark = pytest.mark.integration
@@ -168,8 +172,18 @@ def test_auto_takes_the_debian_root_without_a_system_rocm(host: Host) -> None:
     assert tc.facts["toolkit"].startswith("rocm debian-root sid hip 6.4.3-1 ")
     assert tc.build_root is not None and tc.build_root.env["HIP_PLATFORM"] == "amd"
     assert (tc.cmake.path, tc.ninja.path) == ("/usr/bin/cmake", "/usr/bin/ninja")
-    assert tc.launcher is None, "no compiler cache inside the root"
-    assert any("auto: no complete system ROCm" in note and "without a compiler cache" in note for note in tc.notes)
+    # the host's sccache, copied into the root by its content, runs there (a path inside the root)
+    assert tc.launcher is not None and tc.launcher.name == "sccache"
+    assert tc.launcher.path.startswith("/opt/skippy/sccache-") and tc.launcher.path.endswith("/sccache")
+    copied = tc.build_root.host_path(tc.launcher.path)
+    assert copied.read_bytes() == (host.bin / "sccache").read_bytes()
+    assert any("auto: no complete system ROCm" in note for note in tc.notes)
+    assert any(note.startswith("compiler cache inside the root: sccache") for note in tc.notes)
+    # ccache does not go into the root; none means none
+    for choice, note in (("ccache", "ccache does not run there"), ("none", "none chosen")):
+        other = _probe(host, SKIPPY_COMPILER_CACHE=choice)
+        assert isinstance(other, Toolchain) and other.launcher is None
+        assert any(note in line for line in other.notes), other.notes
     assert tc.tool_versions()["deb:hipcc"]["version"] == "7.0.2-1"
     with pytest.raises(ToolchainMissing, match="needs `hipconfig`"):
         _probe(host, SKIPPY_ROCM_TOOLKIT="system")
@@ -327,9 +341,9 @@ def test_the_root_gate_runs_the_binary_inside_the_root(tmp_path: Path) -> None:
 
 # --- a whole build session inside the root, with stand-ins for every program ---------------------
 
-# a stand-in chroot: answers dpkg-query, and plays cmake, ninja and llama-server inside the root
+# a stand-in chroot: answers dpkg-query, and plays cmake, ninja, sccache and llama-server inside the root
 _FAKE_SESSION_CHROOT = """#!{python}
-import os, pathlib, sys
+import json, os, pathlib, sys
 argv = sys.argv[1:]
 with open(os.environ["MOUNT_LOG"], "a") as log:
     log.write("chroot " + " ".join(argv) + "\\n")
@@ -350,11 +364,17 @@ elif tool == "/usr/bin/cmake":
     (build / "CMakeCache.txt").write_text("\\n".join(lines) + "\\n")
     (build / "build.ninja").write_text("# fake\\n")
 elif tool == "/usr/bin/ninja":
+    if os.environ.get("NINJA_FAIL"):
+        sys.exit("FAILED: ggml-hip/mean.cu.o")
     build = pathlib.Path(rest[rest.index("-C") + 1])
     (build / "bin").mkdir(exist_ok=True)
     for target in rest[rest.index("-C") + 2:]:
         (build / "bin" / target).write_text("ggml_backend_cuda_reg ggml_backend_rpc_reg")
         print("[1/1] Building HIP object " + target + ".o")
+elif tool.endswith("/sccache") and rest[1:] == ["--show-stats", "--stats-format=json"]:
+    print(json.dumps({{"stats": {{"cache_hits": {{"counts": {{"HIP": 2}}}}, "cache_misses": {{"counts": {{}}}}}}}}))
+elif tool.endswith("/sccache") and rest[1:] in (["--zero-stats"], ["--stop-server"]):
+    pass
 elif tool.endswith("/llama-server") and rest[1:] == ["--version"]:
     print("ggml_cuda_init: failed to initialize ROCm: no ROCm-capable device is detected", file=sys.stderr)
     print("version: 1 (4df29be4f)", file=sys.stderr)
@@ -363,8 +383,9 @@ else:
 """
 
 
-def test_a_build_session_runs_inside_the_root_and_is_gated_there(host: Host, tmp_path: Path) -> None:
-    env = _mount_env(tmp_path)
+def _session(host: Host, tmp_path: Path, **env: str) -> tuple[Settings, Callable[[], object], list[SpotCheckRequest]]:
+    """A build-rocm session whose every program is a stand-in (the root's, mount's, chroot's)."""
+    env = _mount_env(tmp_path, **env)
     _script(host.bin, "chroot", _FAKE_SESSION_CHROOT.format(python=sys.executable))
     src = tmp_path / "src"
     (src / "tools" / "rpc").mkdir(parents=True)
@@ -378,31 +399,164 @@ def test_a_build_session_runs_inside_the_root_and_is_gated_there(host: Host, tmp
     table = {"build": {"rocm_debian_root": {"suite": "sid", "packages": PACKAGES}}, "cache_dir": "cache"}
     path = f"{host.bin}:{env['PATH']}"
     settings = Settings.from_table(host.root, table, {**env, "PATH": path, "ROOT_LOG": str(host.root / "root.log")})
-    outcome = run_build_session(
-        "rocm",
-        settings,
-        Console(env={}, stream=io.StringIO()),
-        SessionArgs(cmake_args=("-DAMDGPU_TARGETS=gfx1100",)),
-        prepare_fn=lambda _s, _c: Prepared(),
-        spot_check_fn=lambda _s, request, _c: checked.append(request),
-    )
+
+    def run() -> object:
+        return run_build_session(
+            "rocm",
+            settings,
+            Console(env={}, stream=io.StringIO()),
+            SessionArgs(cmake_args=("-DAMDGPU_TARGETS=gfx1100",)),
+            prepare_fn=lambda _s, _c: Prepared(),
+            spot_check_fn=lambda _s, request, _c: checked.append(request),
+        )
+
+    return settings, run, checked
+
+
+def _steps(tmp_path: Path) -> list[str]:
+    """The mount log as steps: ``mount``/``umount`` and ``chroot <program inside> <args>``."""
+    out = []
+    for line in _mount_log(tmp_path):
+        words = line.split()
+        if words[0] != "chroot":
+            out.append(words[0])
+        elif "dpkg-query" not in line:
+            inside = words[words.index("-i") + 1 :] if "-i" in words else words[2:]
+            program = [w for w in inside if "=" not in w or w.startswith("/")]
+            out.append(" ".join(["chroot", program[0].rsplit("/", 1)[-1], *program[1:2]]))
+    return out
+
+
+def test_a_build_session_runs_inside_the_root_with_its_own_cache_server(host: Host, tmp_path: Path) -> None:
+    settings, run, checked = _session(host, tmp_path)
+    outcome = run()
+    assert isinstance(outcome, SessionOutcome)
     build = outcome.build
     assert build is not None and build.toolkit is not None
     assert build.toolkit.startswith("rocm debian-root sid hip 6.4.3-1 ")
-    assert build.compiled == 2 and build.cache is None
+    assert build.compiled == 2
+    # the cache's figures were read inside the root, from its local directory
+    assert build.cache is not None and (build.cache.hits, build.cache.misses) == (2, 0)
+    assert build.cache.storage == "local directory"
     assert checked == [], "not spot-checked on the host"
-    log = [line for line in _mount_log(tmp_path) if not line.startswith("chroot") or "dpkg-query" not in line]
-    root = settings.cache_dir / "rocm-root"
-    steps = [line.split()[0] + (" " + line.split()[-1] if line.startswith("chroot") else "") for line in log]
-    # configure and build with /proc, /dev, the tree and the build dir mounted; then the gate with the build dir
-    assert [s.split()[0] for s in steps] == [
-        *["mount"] * 4,
-        "chroot",
-        "chroot",
-        *["umount"] * 4,
+    # the root's own server: the cache's local directory, a socket (or a loopback port) not the host's
+    inside_env = root_launcher_env(settings.cache_dir, outcome_root_tag(settings))
+    server_var = "SCCACHE_SERVER_UDS" if "SCCACHE_SERVER_UDS" in inside_env else "SCCACHE_SERVER_PORT"
+    host_env = launcher_env("sccache", settings.cache_dir)
+    assert inside_env[server_var] != host_env.get(server_var)
+    bound = 6 if server_var == "SCCACHE_SERVER_UDS" else 5  # the socket's folder is bound in too
+    # mount -> claim (a stale server stopped) -> configure -> zero -> build -> stats -> stop -> unmount;
+    # then the gate with the build dir
+    assert _steps(tmp_path) == [
+        *["mount"] * bound,
+        "chroot sccache --stop-server",
+        "chroot cmake -S",
+        "chroot sccache --zero-stats",
+        "chroot ninja -C",
+        "chroot sccache --show-stats",
+        "chroot sccache --stop-server",
+        *["umount"] * bound,
         *["mount"] * 3,
-        "chroot",
+        "chroot llama-server --version",
         *["umount"] * 3,
     ]
-    assert steps[13] == "chroot --version"
+    log = _mount_log(tmp_path)
+    root = settings.cache_dir / "rocm-root"
     assert all(str(root) in line for line in log if line.startswith(("mount", "umount")) and "proc" in line)
+    # the cache directory is bound in at its own path
+    mounts = [line for line in log if line.startswith("mount ")]
+    assert mounts[4].split()[-1].endswith(str(settings.cache_dir / "sccache"))
+    # every sccache call runs inside, told the root's server (never the host's) and the base directories
+    calls = [line for line in log if line.startswith("chroot") and "/sccache --" in line]
+    assert len(calls) == 4
+    for call in calls:
+        assert f" {server_var}={inside_env[server_var]} " in call
+        assert f"SCCACHE_DIR={settings.cache_dir / 'sccache'} " in call
+        assert "SCCACHE_BASEDIRS=" in call
+
+
+def outcome_root_tag(settings: Settings) -> str:
+    """The server tag of the one root the stand-in mmdebstrap made under ``settings``' cache."""
+    (root,) = (settings.cache_dir / "rocm-root").glob("sid-*/root")
+    return _root_at(root).server_tag
+
+
+def _root_at(path: Path) -> BuildRoot:
+    return BuildRoot(path=path, chroot="chroot", env={}, cmake=_tool(), ninja=_tool(), label="x")
+
+
+def test_a_failed_build_inside_the_root_stops_its_cache_server_before_unmounting(host: Host, tmp_path: Path) -> None:
+    _, run, _ = _session(host, tmp_path, NINJA_FAIL="1")
+    with pytest.raises(BuildError, match="the build failed"):
+        run()
+    steps = _steps(tmp_path)
+    first_umount = steps.index("umount")
+    assert steps[first_umount - 2 : first_umount] == ["chroot ninja -C", "chroot sccache --stop-server"]
+    assert steps[first_umount:] == ["umount"] * (len(steps) - first_umount), "nothing ran inside after"
+
+
+def test_the_roots_server_is_not_the_hosts(tmp_path: Path) -> None:
+    host_env = launcher_env("sccache", tmp_path / "cache")
+    one = root_launcher_env(tmp_path / "cache", _build_root(tmp_path).server_tag)
+    assert one["SCCACHE_DIR"] == host_env["SCCACHE_DIR"], "the same objects"
+    assert one.get("SCCACHE_SERVER_UDS") != host_env.get("SCCACHE_SERVER_UDS")
+    long = Path("/" + "x" * 120)  # too long for a Unix socket: loopback ports, the root's another one
+    assert root_launcher_env(long, "t")["SCCACHE_SERVER_PORT"] != launcher_env("sccache", long)["SCCACHE_SERVER_PORT"]
+    assert root_launcher_env(tmp_path / "cache", _root_at(tmp_path / "other").server_tag) != one, "a server per root"
+    short = root_launcher_env(Path("/c"), "t")
+    assert (
+        short["SCCACHE_SERVER_UDS"]
+        == "/c/sccache-root/t.sock"
+        != launcher_env("sccache", Path("/c"))["SCCACHE_SERVER_UDS"]
+    )
+
+
+def _tool() -> Tool:
+    return Tool("cmake", "/usr/bin/cmake", "4")
+
+
+# --- SIGTERM while the mounts are up ------------------------------------------------------------
+
+_SIGTERM_CHILD = """
+import sys, time
+from pathlib import Path
+from skippy.build.backends.base import BuildRoot, Tool
+from skippy.build.chroot import mounted
+tool = Tool("cmake", "/usr/bin/cmake", "4")
+root = BuildRoot(path=Path(sys.argv[1]), chroot="chroot", env={}, cmake=tool, ninja=tool, label="test")
+env = {"PATH": sys.argv[2], "MOUNT_LOG": sys.argv[3]}
+try:
+    with mounted(root, (Path(sys.argv[4]),), env=env):
+        print("mounted", flush=True)
+        time.sleep(60)
+finally:
+    print("cleaned up", flush=True)
+"""
+
+
+def test_sigterm_while_mounted_unmounts_then_exits_143(tmp_path: Path) -> None:
+    root = _build_root(tmp_path)
+    env = _mount_env(tmp_path)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SIGTERM_CHILD, str(root.path), env["PATH"], env["MOUNT_LOG"], str(tmp_path / "w")],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "mounted"
+    child.send_signal(signal.SIGTERM)
+    out, _ = child.communicate(timeout=30)
+    assert child.returncode == 128 + signal.SIGTERM
+    assert "cleaned up" in out
+    log = _mount_log(tmp_path)
+    assert sum(line.startswith("mount ") for line in log) == 3
+    assert sum(line.startswith("umount ") for line in log) == 3, "every mount was unmounted"
+
+
+def test_mounted_restores_the_previous_sigterm_handler(tmp_path: Path) -> None:
+    root = _build_root(tmp_path)
+    before = signal.getsignal(signal.SIGTERM)
+    with mounted(root, (tmp_path,), env=_mount_env(tmp_path)):
+        assert signal.getsignal(signal.SIGTERM) is not before
+    assert signal.getsignal(signal.SIGTERM) is before

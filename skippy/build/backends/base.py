@@ -15,8 +15,9 @@ backend through :class:`ProbeContext`, so each backend can be tested alone.
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Protocol
@@ -112,9 +113,10 @@ class BuildRoot:
     The work folders (the source tree, the build dir) are bound in at the same paths
     (:mod:`skippy.build.chroot` mounts them around the build), so every path in the
     plan means the same inside and out.  Nothing of the host's environment passes:
-    the commands run under ``env -i`` with :attr:`env` only.  No compiler launcher
-    runs inside (the host's compiler cache server would be asked to run the root's
-    compilers)."""
+    the commands run under ``env -i`` with :attr:`env` only.  The compiler cache
+    (sccache, copied into the root) runs inside with a server of its own: the plan
+    adds its variables to :attr:`env` (:meth:`with_env`); the host's server is never
+    asked to run the root's compilers."""
 
     path: Path
     #: the host's ``chroot`` program
@@ -132,6 +134,15 @@ class BuildRoot:
         """What runs a command inside: ``chroot ROOT /usr/bin/env -i NAME=VALUE ...``."""
         assignments = (f"{name}={value}" for name, value in sorted(self.env.items()))
         return (self.chroot, str(self.path), "/usr/bin/env", "-i", *assignments)
+
+    @property
+    def server_tag(self) -> str:
+        """A short name for this root (its path): the compiler cache server inside is its own."""
+        return hashlib.sha256(str(self.path).encode()).hexdigest()[:12]
+
+    def with_env(self, extra: Mapping[str, str]) -> BuildRoot:
+        """The same root whose commands also get ``extra`` (the compiler cache's variables)."""
+        return replace(self, env=MappingProxyType({**self.env, **extra}))
 
     def wrap(self, argv: Sequence[str]) -> tuple[str, ...]:
         return (*self.prefix, *argv)

@@ -58,7 +58,7 @@ def _debian_root(ctx: ProbeContext, why: str) -> Found:
     notes.append(
         f"ROCm toolkit: {root.label}, hipcc {root.versions.get('hipcc', '?')}, HIP "
         f"{root.versions.get('libamdhip64-dev', '?')} in {root.path} ({why}); configure and build run inside it "
-        "(chroot), without a compiler cache"
+        "(chroot)"
     )
     if "AMDGPU_TARGETS" not in ctx.given and "GPU_TARGETS" not in ctx.given:
         notes.append("no AMD GPU looked for in the Debian root; using the default AMDGPU targets")
