@@ -9,8 +9,11 @@ server before configuring:
 
 * ``<socket>.basedirs`` records what the running server was started with;
 * when it differs from this build's, and no other build holds the server, the
-  server is stopped; the build's next sccache call starts it with this build's
-  environment (and the record is rewritten);
+  server is stopped and the record rewritten;
+* while no other build holds it, the build starts the server (with its own
+  environment) before any compile: compiles racing to start a server on one Unix
+  socket start one each, the last takes the socket's path and the others keep
+  running where nobody reaches them (sccache 0.16, measured);
 * a build holds the server shared (``flock``) until it ends, so a build of another
   tree never stops a server in the middle of someone's compile: it builds with the
   running server instead (its objects then keyed by their full paths, said once).
@@ -74,25 +77,34 @@ def claimed_server(
             if server is None or server in seen:
                 continue
             seen.add(server)
-            stack.enter_context(_claim(launcher, server, env, console, stop_after=stop_after))
+            # the first one is started here; the others (fallbacks) only when a compile needs them
+            start = len(seen) == 1
+            stack.enter_context(_claim(launcher, server, env, console, stop_after=stop_after, start=start))
         yield
 
 
 @contextlib.contextmanager
 def _claim(
-    launcher: tuple[str, ...], server: Path, env: Mapping[str, str], console: Console, *, stop_after: bool
+    launcher: tuple[str, ...],
+    server: Path,
+    env: Mapping[str, str],
+    console: Console,
+    *,
+    stop_after: bool,
+    start: bool,
 ) -> Iterator[None]:
     server.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(_sidecar(server, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         wanted = env.get(BASEDIRS, "")
-        running = recorded_basedirs(server)
-        if running != wanted and _try_exclusive(fd):
-            # nobody builds with it: restart it with this tree's base directories
-            proc.run([*launcher, "--stop-server"], env=dict(env), check=False, timeout=60)
-            write_text_atomic(_sidecar(server, ".basedirs"), wanted)
-            running = wanted
-        fcntl.flock(fd, fcntl.LOCK_SH)  # a downgrade, or a wait while another build restarts it
+        if _try_exclusive(fd):
+            # nobody builds with it: (re)start it with this tree's base directories
+            if recorded_basedirs(server) != wanted:
+                proc.run([*launcher, "--stop-server"], env=dict(env), check=False, timeout=60)
+                write_text_atomic(_sidecar(server, ".basedirs"), wanted)
+            if start:
+                _start(launcher, env)  # before any compile can race to start one
+        fcntl.flock(fd, fcntl.LOCK_SH)  # a downgrade, or a wait while another build (re)starts it
         running = recorded_basedirs(server)
         if running is not None and running != wanted:
             console.info(
@@ -105,6 +117,14 @@ def _claim(
             # the last build holding it: stop it (whatever happened in the build)
             proc.run([*launcher, "--stop-server"], env=dict(env), check=False, timeout=60)
         os.close(fd)  # releases the lock
+
+
+def _start(launcher: tuple[str, ...], env: Mapping[str, str]) -> None:
+    """Make sure the server answers: ``--zero-stats`` talks to a running server and starts one
+    only when none answers (``--start-server`` would start a second one beside it, and
+    ``--show-stats`` starts none). Only called while no other build holds the server, so
+    the figures it zeroes are nobody's."""
+    proc.run([*launcher, "--zero-stats"], env=dict(env), check=False, timeout=120)
 
 
 def _try_exclusive(fd: int) -> bool:

