@@ -41,7 +41,7 @@ from benchmarks.common import Null
 from skippy.build.backends import SERVER_TARGET, spec
 from skippy.build.builder import BuildOptions, BuildReport, execute_plan, plan_build, requested_defines
 from skippy.build.builder import stop_cache_server as _stop_sccache
-from skippy.build.chroot import mounted
+from skippy.build.chroot import mounted, remove_tree
 from skippy.build.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 from skippy.check.evidence import artifact_markers_missing
 from skippy.check.models import DEFAULT_MODEL, parse_model_ref, resolve_model
@@ -50,6 +50,7 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionArgs, run_build_session
 from skippy.queue import workdir as wd
+from skippy.queue.prepare import Target, prepare
 
 SPOT_CHECK_TARGET_S: Final = 15.0
 #: the project's own CPU build, up to date (``nox -s build-cpu -- --no-spot-check``)
@@ -59,6 +60,11 @@ REMOTE_CACHE_TARGET_RATIO: Final = 0.10
 
 def _quiet() -> Console:
     return Console(env={}, stream=Null())
+
+
+def _prepared(settings: Settings) -> None:
+    """The project's workdir prepared at the pin (what a build session does before building)."""
+    prepare(settings, Target.pinned(), console=_quiet())
 
 
 def _free_port() -> int:
@@ -217,7 +223,7 @@ def share_downloads(settings: Settings, into: Settings) -> None:
 
 def bench_remote_cache(settings: Settings, console: Console) -> dict[str, Any]:
     """Cold CPU build filling a real Redis, then a "new machine" (fresh dir, wiped local cache)."""
-    run_build_session("cpu", settings, _quiet(), NO_SPOT_CHECK)  # a prepared workdir
+    _prepared(settings)
     root = settings.cache_dir.parent / "bench" / "remote-cache"
     shutil.rmtree(root, ignore_errors=True)
     with _redis(root / "redis", settings.env) as url:
@@ -254,7 +260,7 @@ def bench_remote_cache(settings: Settings, console: Console) -> dict[str, Any]:
 
 def bench_cuda(settings: Settings, console: Console) -> dict[str, Any]:
     """``build-cuda --no-spot-check`` with the wheel toolkit, cold, then a fresh dir from the cache."""
-    run_build_session("cpu", settings, _quiet(), NO_SPOT_CHECK)  # a prepared workdir
+    _prepared(settings)
     root = settings.cache_dir.parent / "bench" / "cuda"
     shutil.rmtree(root, ignore_errors=True)
     first = machine_settings(settings, root, "a", SKIPPY_CUDA_TOOLKIT="wheels", SKIPPY_COMPILER_CACHE="sccache")
@@ -300,14 +306,19 @@ def bench_rocm(settings: Settings, console: Console) -> dict[str, Any]:
     (probe, prepare no-op, configure and build inside the root, the artifact gate: symbols and
     ``--version`` inside the root): cold, then up to date, then a fresh dir from the compiler
     cache (sccache inside the root) when a launcher was found."""
-    run_build_session("cpu", settings, _quiet(), NO_SPOT_CHECK)  # a prepared workdir
+    _prepared(settings)
+    given = requested_defines(settings, BuildOptions(cmake_args=ROCM_BENCH_ARGS), "rocm")
+    started = time.perf_counter()
+    # the root made (or found) in the project's own cache, then shared by both bench machines
+    project = Settings.from_table(settings.root, settings.raw, {**settings.env, "SKIPPY_ROCM_TOOLKIT": "debian-root"})
+    probe_toolchain("rocm", project, given=given)
+    root_s = time.perf_counter() - started
     root = settings.cache_dir.parent / "bench" / "rocm"
-    shutil.rmtree(root, ignore_errors=True)
+    remove_tree(root)  # refused, not deleted through, when a killed run left mounts
     first = machine_settings(settings, root, "a", SKIPPY_ROCM_TOOLKIT="debian-root")
     share_downloads(settings, first)
     args = SessionArgs(spot_check=False, cmake_args=ROCM_BENCH_ARGS)
     started = time.perf_counter()
-    given = requested_defines(first, BuildOptions(cmake_args=ROCM_BENCH_ARGS), "rocm")
     toolchain = probe_toolchain("rocm", first, given=given)
     probe_s = time.perf_counter() - started
     started = time.perf_counter()
@@ -319,6 +330,7 @@ def bench_rocm(settings: Settings, console: Console) -> dict[str, Any]:
     assert cold is not None and again is not None
     result: dict[str, Any] = {
         "toolkit": cold.toolkit,
+        "root_made_or_found_s": round(root_s, 2),
         "probe_s": round(probe_s, 2),
         "probe_notes": list(toolchain.notes),
         "session_s": round(cold_s, 2),
@@ -352,6 +364,6 @@ def bench_rocm(settings: Settings, console: Console) -> dict[str, Any]:
         f"build {cold.build_seconds / 60:.1f} min ({cold.compiled} compiles), artifact gate passed; "
         f"up to date {again_s:.1f} s ({again.compiled} compiles)"
     )
-    shutil.rmtree(root / "a" / "build", ignore_errors=True)
-    shutil.rmtree(root / "b" / "build", ignore_errors=True)
+    remove_tree(root / "a" / "build")
+    remove_tree(root / "b" / "build")
     return result
