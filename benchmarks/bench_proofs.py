@@ -297,7 +297,7 @@ def bench_cuda(settings: Settings, console: Console) -> dict[str, Any]:
 
 # --- the whole ROCm build inside the Debian root ------------------------------------------
 
-#: one AMD target, as the workflow job builds (the default list is seven)
+#: one AMD target, as the workflow job builds (and the Debian root's default)
 ROCM_BENCH_ARGS: Final = ("-DAMDGPU_TARGETS=gfx1100",)
 
 

@@ -330,10 +330,6 @@ def probe_toolchain(
     wheel_dirs = (_interpreter_bin(),)
     cmake = _require("cmake", env, backend_spec=s, platform=plat, extra_dirs=wheel_dirs)
     ninja = _require("ninja", env, backend_spec=s, platform=plat, extra_dirs=wheel_dirs)
-    tools = [
-        _require(env.get("CC") or "cc", env, backend_spec=s, platform=plat, label="cc"),
-        _require(env.get("CXX") or "c++", env, backend_spec=s, platform=plat, label="c++"),
-    ]
     found = s.probe(
         _Context(
             env=env,
@@ -348,7 +344,13 @@ def probe_toolchain(
             machine=machine or _platform.machine(),
         )
     )
-    tools += found.tools
+    tools = list(found.tools)
+    if found.build_root is None:
+        # the host's compilers (inside a root the root's own compile: its versions are its packages')
+        tools[:0] = [
+            _require(env.get("CC") or "cc", env, backend_spec=s, platform=plat, label="cc"),
+            _require(env.get("CXX") or "c++", env, backend_spec=s, platform=plat, label="c++"),
+        ]
 
     notes = found.notes
     launcher = _launcher(compiler_cache_choice(settings), env, found.build_root, s, plat)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Final, Protocol
 
 from skippy.build.backends import SERVER_TARGET, Backend, parse_backend, spec
+from skippy.build.backends.base import BuildRoot
 from skippy.build.builder import (
     PROVENANCE_DEFINES,
     BuildOptions,
@@ -247,11 +248,18 @@ def root_gate(plan: BuildPlan, report: BuildReport, env: Mapping[str, str], cons
     return init
 
 
-def where(report: BuildReport, settings: Settings, console: Console) -> None:
-    """Where the binaries are, and one line to run them (also in ``invoke status --json``)."""
+def where(report: BuildReport, settings: Settings, console: Console, inside: BuildRoot | None = None) -> None:
+    """Where the binaries are, and one line to run them (also in ``invoke status --json``);
+    binaries built ``inside`` a root file system run only there, and the line says how."""
     server = report.binaries[SERVER_TARGET]
     for name, path in report.binaries.items():
         console.info(f"{name}: {settings.relative(path)}")
+    if inside is not None:
+        console.info(
+            f"run: inside the root only (they link its libraries): {inside.chroot} {inside.path} {server} "
+            f"--model <model.gguf> --port 8080, with /proc, /dev and {report.build_dir} mounted there"
+        )
+        return
     console.info(f"run: {settings.relative(server)} --model <model.gguf> --port 8080  (then http://127.0.0.1:8080)")
     rpc = next((p for n, p in report.binaries.items() if n != SERVER_TARGET), None)
     if rpc is not None:
@@ -324,7 +332,7 @@ def run_build_session(
     artifact_gate(b, plan, report, console)
     if plan.build_root is not None:
         root_gate(plan, report, settings.env, console)
-    where(report, settings, console)
+    where(report, settings, console, plan.build_root)
     spot = None
     if args.spot_check and plan.build_root is not None:
         console.warn(f"spot check not run: {ROOT_SPOT_CHECK}")

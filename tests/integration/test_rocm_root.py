@@ -185,6 +185,8 @@ def test_auto_takes_the_debian_root_without_a_system_rocm(host: Host) -> None:
         assert isinstance(other, Toolchain) and other.launcher is None
         assert any(note in line for line in other.notes), other.notes
     assert tc.tool_versions()["deb:hipcc"]["version"] == "7.0.2-1"
+    # the root compiles with its own compilers (the pinned packages' versions): the host's are not its tools
+    assert "cc" not in tc.tool_versions() and "c++" not in tc.tool_versions()
     with pytest.raises(ToolchainMissing, match="needs `hipconfig`"):
         _probe(host, SKIPPY_ROCM_TOOLKIT="system")
     # a complete system ROCm wins under auto
@@ -383,7 +385,7 @@ else:
 """
 
 
-def _session(host: Host, tmp_path: Path, **env: str) -> tuple[Settings, Callable[[], object], list[SpotCheckRequest]]:
+def _session(host: Host, tmp_path: Path, **env: str) -> tuple[Settings, Callable[..., object], list[SpotCheckRequest]]:
     """A build-rocm session whose every program is a stand-in (the root's, mount's, chroot's)."""
     env = _mount_env(tmp_path, **env)
     _script(host.bin, "chroot", _FAKE_SESSION_CHROOT.format(python=sys.executable))
@@ -400,11 +402,11 @@ def _session(host: Host, tmp_path: Path, **env: str) -> tuple[Settings, Callable
     path = f"{host.bin}:{env['PATH']}"
     settings = Settings.from_table(host.root, table, {**env, "PATH": path, "ROOT_LOG": str(host.root / "root.log")})
 
-    def run() -> object:
+    def run(out: io.StringIO | None = None) -> object:
         return run_build_session(
             "rocm",
             settings,
-            Console(env={}, stream=io.StringIO()),
+            Console(env={}, stream=out or io.StringIO()),
             SessionArgs(cmake_args=("-DAMDGPU_TARGETS=gfx1100",)),
             prepare_fn=lambda _s, _c: Prepared(),
             spot_check_fn=lambda _s, request, _c: checked.append(request),
@@ -429,10 +431,15 @@ def _steps(tmp_path: Path) -> list[str]:
 
 def test_a_build_session_runs_inside_the_root_with_its_own_cache_server(host: Host, tmp_path: Path) -> None:
     settings, run, checked = _session(host, tmp_path)
-    outcome = run()
+    out = io.StringIO()
+    outcome = run(out)
     assert isinstance(outcome, SessionOutcome)
     build = outcome.build
     assert build is not None and build.toolkit is not None
+    # the binaries run only inside the root: the line that says how to run them says so
+    run_lines = [line for line in out.getvalue().splitlines() if line.lstrip().startswith("run:")]
+    assert len(run_lines) == 1 and "inside the root only" in run_lines[0], run_lines
+    assert f"chroot {outcome_root_path(settings)} {build.binaries['llama-server']} --model" in run_lines[0]
     assert build.toolkit.startswith("rocm debian-root sid hip 6.4.3-1 ")
     assert build.compiled == 2
     # the cache's figures were read inside the root, from its local directory
@@ -474,6 +481,12 @@ def test_a_build_session_runs_inside_the_root_with_its_own_cache_server(host: Ho
         assert f" {server_var}={inside_env[server_var]} " in call
         assert f"SCCACHE_DIR={settings.cache_dir / 'sccache'} " in call
         assert "SCCACHE_BASEDIRS=" in call
+
+
+def outcome_root_path(settings: Settings) -> Path:
+    """The one root the stand-in mmdebstrap made under ``settings``' cache."""
+    (root,) = (settings.cache_dir / "rocm-root").glob("sid-*/root")
+    return root
 
 
 def outcome_root_tag(settings: Settings) -> str:

@@ -10,7 +10,7 @@ import pytest
 from skippy.build.backends import Backend
 from skippy.build.backends.base import Tool
 from skippy.build.backends.cuda import DEFAULT_CUDA_ARCHITECTURES
-from skippy.build.backends.rocm import DEFAULT_AMDGPU_TARGETS
+from skippy.build.backends.rocm import DEFAULT_AMDGPU_TARGETS, ROOT_DEFAULT_AMDGPU_TARGETS
 from skippy.build.builder import BuildOptions, BuildPlan, plan_build, requested_defines, split_cmake_args
 from skippy.build.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError, SettingsError
@@ -235,6 +235,11 @@ def test_rocm_plan(tmp_path: Path) -> None:
     assert p.env["HIP_PATH"] == "/opt/rocm"
     default = plan(tmp_path, "rocm")
     assert defines(default)["AMDGPU_TARGETS"] == DEFAULT_AMDGPU_TARGETS
+    # the Debian root looks for no GPU: one target, unless one is given
+    in_root = plan(tmp_path, "rocm", tc={"rocm_toolkit": "debian-root"})
+    assert defines(in_root)["AMDGPU_TARGETS"] == ROOT_DEFAULT_AMDGPU_TARGETS == "gfx1100"
+    given_in_root = plan(tmp_path, "rocm", args=("-DAMDGPU_TARGETS=gfx90a;gfx942",), tc={"rocm_toolkit": "debian-root"})
+    assert defines(given_in_root)["AMDGPU_TARGETS"] == "gfx90a;gfx942"
     given = plan(tmp_path, "rocm", args=("-DAMDGPU_TARGETS=gfx90a",), tc={"amdgpu_targets": "gfx1100"})
     assert defines(given)["AMDGPU_TARGETS"] == "gfx90a"
     gpu_targets = plan(tmp_path, "rocm", args=("-DGPU_TARGETS=gfx942",))

@@ -34,6 +34,11 @@ from skippy.core.errors import ToolchainMissing
 #: [tool.skippy.build] amdgpu_targets.
 DEFAULT_AMDGPU_TARGETS: Final = "gfx908;gfx90a;gfx942;gfx1030;gfx1100;gfx1101;gfx1102"
 
+#: the Debian root's default: one target (RDNA3), as the root exists to compile-check the
+#: tree on machines without ROCm (seven targets make every HIP compile several times
+#: heavier); a given value still wins
+ROOT_DEFAULT_AMDGPU_TARGETS: Final = "gfx1100"
+
 
 def parse_amdgpu_targets(text: str) -> str | None:
     """gfx names from ``rocminfo`` (``Name: gfx1100``) or ``amdgpu-arch`` (one a line)."""
@@ -61,7 +66,7 @@ def _debian_root(ctx: ProbeContext, why: str) -> Found:
         "(chroot)"
     )
     if "AMDGPU_TARGETS" not in ctx.given and "GPU_TARGETS" not in ctx.given:
-        notes.append("no AMD GPU looked for in the Debian root; using the default AMDGPU targets")
+        notes.append(f"no AMD GPU looked for in the Debian root; AMDGPU_TARGETS={ROOT_DEFAULT_AMDGPU_TARGETS}")
     tools = (Tool("rocm-root", str(root.path), root.label), *root.pinned_tools())
     return Found(tools=tools, facts=MappingProxyType(facts), notes=tuple(notes), build_root=root.build_root(chroot))
 
@@ -122,6 +127,9 @@ class _Rocm(BackendSpec):
             pass  # the user's value is applied (and credited as "given") by plan_build
         elif plan.facts.get("amdgpu_targets"):
             out.append(Choice("AMDGPU_TARGETS", plan.facts["amdgpu_targets"], source="detected (rocminfo/amdgpu-arch)"))
+        elif plan.facts.get("rocm_toolkit") == "debian-root":
+            source = "default for the Debian root (no GPU looked for)"
+            out.append(Choice("AMDGPU_TARGETS", ROOT_DEFAULT_AMDGPU_TARGETS, source=source))
         else:
             out.append(Choice("AMDGPU_TARGETS", DEFAULT_AMDGPU_TARGETS, source="default (no GPU visible)"))
         if plan.facts.get("hip_compiler"):
