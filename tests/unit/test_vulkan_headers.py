@@ -1,4 +1,5 @@
-"""The pure parts of taking newer Vulkan headers from the system's Debian mirror."""
+"""The pure parts of taking newer Vulkan headers (and the ROCm root) from the system's
+Debian mirror."""
 
 from __future__ import annotations
 
@@ -6,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from skippy.build.backends.debian import debian_mirror, present_keyring, sources_line, system_mirror
 from skippy.build.backends.vulkan_headers import (
     HeaderPin,
     apt_options,
-    debian_mirror,
     parse_header_pin,
     resolve_headers_choice,
-    sources_line,
 )
 from skippy.core.errors import SettingsError
 
@@ -73,3 +73,13 @@ def test_apt_is_confined_to_its_own_state(tmp_path: Path) -> None:
     line = sources_line("http://mirror.example/debian", "trixie", Path("/k.gpg"))
     assert line == "deb [signed-by=/k.gpg] http://mirror.example/debian trixie main\n"
     assert sources_line("http://m/d", "trixie", None) == "deb http://m/d trixie main\n"
+
+
+def test_no_apt_means_no_mirror_and_a_missing_keyring_is_none(tmp_path: Path) -> None:
+    # no apt-get on PATH: no mirror (each caller then says what to do), not a crash
+    assert system_mirror({"PATH": str(tmp_path)}) is None
+    assert present_keyring(tmp_path / "absent.gpg") is None
+    assert present_keyring(None) is None
+    keyring = tmp_path / "k.gpg"
+    keyring.write_bytes(b"")
+    assert present_keyring(keyring) == keyring

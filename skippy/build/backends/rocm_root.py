@@ -40,7 +40,7 @@ from types import MappingProxyType
 from typing import Final
 
 from skippy.build.backends.base import BuildRoot, Tool, resolve_choice
-from skippy.build.backends.vulkan_headers import DEBIAN_KEYRING, debian_mirror, sources_line
+from skippy.build.backends.debian import DEBIAN_KEYRING, present_keyring, sources_line, system_mirror
 from skippy.build.chroot import remove_tree
 from skippy.core import proc
 from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
@@ -287,8 +287,7 @@ def _can_make(ctx: RootContext) -> str:
 def _mirror(pin: RootPin, ctx: RootContext) -> str:
     if pin.snapshot:
         return pin.snapshot
-    indextargets = proc.run(["apt-get", "indextargets"], env=ctx.env, timeout=60, check=False)
-    mirror = debian_mirror(indextargets.stdout) if indextargets.ok else None
+    mirror = system_mirror(ctx.env)
     if mirror is None:
         raise ToolchainMissing(
             "the ROCm Debian root needs a Debian mirror, and the system's apt names none",
@@ -310,7 +309,7 @@ def _remove_leftovers(home: Path) -> None:
 def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
     chroot = _can_make(ctx)
     mirror = _mirror(pin, ctx)
-    keyring = ctx.keyring if ctx.keyring is not None and ctx.keyring.is_file() else None
+    keyring = present_keyring(ctx.keyring)
     _remove_leftovers(home)
     started = time.monotonic()
     ctx.log(f"making the ROCm Debian root ({pin.suite}: {', '.join(pin.packages)}) with mmdebstrap; minutes")

@@ -13,9 +13,9 @@ with ``dpkg-deb -x`` once, and hands back the include directory for
 the headers are newer.
 
 A ``complete.json`` written last marks a finished unpacking: a directory without it
-(an interrupted run) is redone.  The pure parts (the pin, the choice, the mirror
-from ``apt-get indextargets``, the apt options) are separate functions for the unit
-tests.
+(an interrupted run) is redone.  The pure parts (the pin, the choice, the apt options;
+the mirror and the sources line in :mod:`skippy.build.backends.debian`) are separate
+functions for the unit tests.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Final
 
 from skippy.build.backends.base import resolve_choice
+from skippy.build.backends.debian import DEBIAN_KEYRING, present_keyring, sources_line, system_mirror
 from skippy.core import proc
 from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
 from skippy.core.files import made_once
@@ -44,8 +45,6 @@ MARKER: Final = "complete.json"
 MARKER_SCHEMA: Final = 1
 #: seconds apt may take for the suite's index (about 10 MB) and the package (about 2 MB)
 APT_TIMEOUT: Final = 600.0
-#: the archive keyring Debian's own sources name (Signed-By) when the system has it
-DEBIAN_KEYRING: Final = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 
 
 def _bad_pin(problem: str) -> SettingsError:
@@ -89,27 +88,6 @@ def resolve_headers_choice(table: Mapping[str, object], env: Mapping[str, str]) 
     return resolve_choice(
         table, env, key="vulkan_headers", env_var=HEADERS_ENV, choices=HEADERS_CHOICES, what="Vulkan headers choice"
     )
-
-
-def debian_mirror(indextargets: str) -> str | None:
-    """The Debian mirror the system's apt uses, from ``apt-get indextargets``: the site of a
-    Debian ``main`` index that is not the security archive; None when there is none."""
-    for block in indextargets.split("\n\n"):
-        fields: dict[str, str] = {}
-        for line in block.splitlines():
-            key, sep, value = line.partition(":")
-            if sep:
-                fields[key.strip()] = value.strip()
-        debian_main = fields.get("Origin") == "Debian" and fields.get("Component") == "main"
-        security = "security" in fields.get("Release", "") or "security" in fields.get("Label", "").lower()
-        if debian_main and not security and fields.get("Site"):
-            return fields["Site"]
-    return None
-
-
-def sources_line(mirror: str, suite: str, keyring: Path | None) -> str:
-    signed_by = f"[signed-by={keyring}] " if keyring is not None else ""
-    return f"deb {signed_by}{mirror} {suite} main\n"
 
 
 def apt_options(state: Path) -> list[str]:
@@ -208,8 +186,7 @@ def _apt(argv: list[str], ctx: FetchContext, *, cwd: Path | None = None, what: s
 
 def _fetch_locked(home: Path, pin: HeaderPin, ctx: FetchContext) -> DebianHeaders:
     started = time.monotonic()
-    indextargets = proc.run(["apt-get", "indextargets"], env=ctx.env, timeout=60, what="apt-get indextargets")
-    mirror = debian_mirror(indextargets.stdout)
+    mirror = system_mirror(ctx.env)
     if mirror is None:
         raise ToolchainMissing(
             "the Vulkan backend needs newer Vulkan headers, and apt has no Debian mirror to take them from",
@@ -217,7 +194,7 @@ def _fetch_locked(home: Path, pin: HeaderPin, ctx: FetchContext) -> DebianHeader
             next_step="install Vulkan headers that define VK_EXT_layer_settings and pass -DVulkan_INCLUDE_DIR=<dir> "
             f"(or set {HEADERS_ENV}=system)",
         )
-    keyring = ctx.keyring if ctx.keyring is not None and ctx.keyring.is_file() else None
+    keyring = present_keyring(ctx.keyring)
     ctx.log(f"fetching Vulkan headers: {pin.label} from the system's Debian mirror")
     with tempfile.TemporaryDirectory(prefix="apt-", dir=home.parent) as tmp:
         state = Path(tmp)
