@@ -37,6 +37,7 @@ from skippy.build.cachestats import (
     sccache_languages,
     stop_cache_server,
 )
+from skippy.build.chroot import remove_tree
 from skippy.build.configure import (
     ConfigureDecision,
     cache_mismatches,
@@ -44,7 +45,7 @@ from skippy.build.configure import (
     parse_cmake_cache,
     parse_unused_variables,
 )
-from skippy.build.localtree import MODE_PREPARED
+from skippy.build.localtree import MODE_LOCAL, MODE_PREPARED
 from skippy.build.noise import NoiseFilter
 from skippy.build.plan import (
     COMMON_TABLE_KEYS,
@@ -144,6 +145,30 @@ def newest_builds(build_root: Path) -> dict[str, dict[str, Any]]:
             "built": int(_built_at(path)),
         }
     return found
+
+
+#: build dirs of the workdir as it stood (``--workdir-as-is``) kept per backend and flags
+KEEP_LOCAL_BUILDS: Final = 3
+
+
+def prune_local_builds(build_dir: Path, *, keep: int = KEEP_LOCAL_BUILDS) -> list[Path]:
+    """After a build of the workdir as it stood into ``build_dir``
+    (``<backend>-<flags>-local-<state>``): the older build dirs of other states of the same
+    backend and flags are removed, the newest ``keep`` (``build_dir`` one of them) kept.
+    Only dirs whose stamp says ``local`` are touched: never a prepared tree's build dir, nor
+    another flags' or backend's; a dir with something mounted inside is refused."""
+    prefix = build_dir.name.rsplit("-", 1)[0] + "-"
+    older = [
+        stamp
+        for stamp in build_dir.parent.glob(f"{prefix}*/{STAMP_NAME}")
+        if stamp.parent != build_dir and (read_stamp(stamp) or {}).get("mode") == MODE_LOCAL
+    ]
+    older.sort(key=_built_at, reverse=True)
+    removed = []
+    for stamp in older[max(keep - 1, 0) :]:
+        remove_tree(stamp.parent)
+        removed.append(stamp.parent)
+    return removed
 
 
 def _wipe_cache(build_dir: Path) -> None:
@@ -361,6 +386,7 @@ __all__ = [
     "COMPILE_LINE",
     "DEFINE_ARG",
     "GENERATOR",
+    "KEEP_LOCAL_BUILDS",
     "PROVENANCE_DEFINES",
     "STAMP_NAME",
     "STAMP_SCHEMA",
@@ -381,6 +407,7 @@ __all__ = [
     "parse_cmake_cache",
     "parse_unused_variables",
     "plan_build",
+    "prune_local_builds",
     "read_stamp",
     "requested_defines",
     "sccache_counts",

@@ -17,12 +17,14 @@ from typing import Final, Protocol
 from skippy.build.backends import SERVER_TARGET, Backend, parse_backend, spec
 from skippy.build.backends.base import BuildRoot
 from skippy.build.builder import (
+    KEEP_LOCAL_BUILDS,
     PROVENANCE_DEFINES,
     BuildOptions,
     BuildPlan,
     BuildReport,
     execute_plan,
     plan_build,
+    prune_local_builds,
     requested_defines,
 )
 from skippy.build.chroot import mounted
@@ -268,6 +270,23 @@ def where(report: BuildReport, settings: Settings, console: Console, inside: Bui
         )
 
 
+def _gates_and_where(
+    plan: BuildPlan, report: BuildReport, settings: Settings, console: Console, *, local: bool
+) -> None:
+    """After a build: the artifact gate (and the root's), older local build dirs pruned, where."""
+    artifact_gate(plan.backend, plan, report, console)
+    if plan.build_root is not None:
+        root_gate(plan, report, settings.env, console)
+    if local:
+        removed = prune_local_builds(report.build_dir)
+        if removed:
+            console.info(
+                f"removed {len(removed)} older build dir(s) of the workdir as it stood "
+                f"({', '.join(p.name for p in removed)}); the newest {KEEP_LOCAL_BUILDS} are kept"
+            )
+    where(report, settings, console, plan.build_root)
+
+
 def run_build_session(
     backend: Backend,
     settings: Settings,
@@ -329,10 +348,7 @@ def run_build_session(
         f"{b}: built {', '.join(report.binaries)} of {what} in {report.total_seconds:.1f} s "
         f"({report.compiled} compile steps) in {settings.relative(report.build_dir)}"
     )
-    artifact_gate(b, plan, report, console)
-    if plan.build_root is not None:
-        root_gate(plan, report, settings.env, console)
-    where(report, settings, console, plan.build_root)
+    _gates_and_where(plan, report, settings, console, local=local is not None)
     spot = None
     if args.spot_check and plan.build_root is not None:
         console.warn(f"spot check not run: {ROOT_SPOT_CHECK}")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import STAMP_NAME, BuildPlan, newest_builds, plan_build
+from skippy.build.builder import STAMP_NAME, BuildPlan, newest_builds, plan_build, prune_local_builds
 from skippy.build.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, local_dir_name, state_key, untracked_digest
 from skippy.build.noise import UI_NOTE, NoiseFilter
 from skippy.check.provenance import expected_queue_digest, stale_next_step
@@ -165,6 +165,31 @@ def test_the_newest_build_of_a_backend_carries_its_mode(tmp_path: Path) -> None:
     os.utime(tmp_path / "cpu-1" / "bin" / "llama-server", (3_000, 3_000))
     newest = newest_builds(tmp_path)["cpu"]
     assert (newest["mode"], newest["build_dir"]) == ("prepared", str(tmp_path / "cpu-1"))
+
+
+def test_older_local_build_dirs_are_pruned_the_newest_kept(tmp_path: Path) -> None:
+    def built(name: str, when: int, **stamp: str) -> Path:
+        d = tmp_path / name
+        (d / "bin").mkdir(parents=True)
+        (d / STAMP_NAME).write_text(json.dumps({"backend": "cpu", "patched_sha": SHA, **stamp}))
+        (d / "bin" / "llama-server").write_bytes(b"")
+        for path in (d / STAMP_NAME, d / "bin" / "llama-server"):
+            os.utime(path, (when, when))
+        return d
+
+    prepared = built("cpu-1", 100)
+    states = [built(f"cpu-1-local-{i:012x}", 1_000 + i, mode="local") for i in range(5)]
+    other_flags = built("cpu-2-local-000000000000", 10, mode="local")
+    other_backend = built("vulkan-1-local-000000000000", 10, mode="local")
+    unstamped = tmp_path / "cpu-1-local-ffffffffffff"  # a configure that never wrote its stamp
+    unstamped.mkdir()
+    # the build just made is the oldest by time stamps (a rebuild of an old state): it stays
+    current = states[0]
+    removed = prune_local_builds(current, keep=3)
+    assert sorted(removed) == sorted(states[1:3])
+    for kept in (current, states[3], states[4], prepared, other_flags, other_backend, unstamped):
+        assert kept.is_dir(), kept
+    assert prune_local_builds(current, keep=3) == []  # nothing more to remove
 
 
 # --- known noise -------------------------------------------------------------------
