@@ -36,6 +36,7 @@ from skippy.core import proc
 from skippy.core.errors import NetworkError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from skippy.queue.prepare import PrepareReport, Target, prepare
 from tests.e2e.needs import cannot_run
 
 pytestmark = pytest.mark.e2e
@@ -63,6 +64,15 @@ def root_toolchain(root_settings: Settings) -> Toolchain:
         cannot_run(f"cannot make the ROCm Debian root: {exc.what}")
     print(f"probe (the root made when not cached): {time.monotonic() - started:.1f} s", *toolchain.notes)
     return toolchain
+
+
+@pytest.fixture(scope="module")
+def prepared(root_settings: Settings) -> PrepareReport:
+    """The pinned tree, prepared (the queue applied) in the project's workdir."""
+    try:
+        return prepare(root_settings, Target.pinned(), console=Console(env={}, stream=io.StringIO()))
+    except NetworkError as exc:
+        cannot_run(f"cannot fetch the pinned sources: {exc.what}")
 
 
 def _nice(argv: tuple[str, ...]) -> list[str]:
@@ -99,15 +109,9 @@ def test_the_root_holds_debians_rocm_and_no_gpu_kernels(root_toolchain: Toolchai
 
 
 def test_the_patched_tree_configures_with_hip_inside_the_root_and_compiles_a_few_objects(
-    root_toolchain: Toolchain, root_settings: Settings
+    root_toolchain: Toolchain, root_settings: Settings, prepared: PrepareReport
 ) -> None:
-    from skippy.queue.prepare import Target, prepare
-
     console = Console(env={}, stream=io.StringIO())
-    try:
-        prepared = prepare(root_settings, Target.pinned(), console=console)
-    except NetworkError as exc:
-        cannot_run(f"cannot fetch the pinned sources: {exc.what}")
     tree = inspect_tree(prepared.workdir)
     check_tree_needs(tree, root_toolchain)
     plan = plan_build(
@@ -127,13 +131,7 @@ def test_the_patched_tree_configures_with_hip_inside_the_root_and_compiles_a_few
         report = execute_plan(plan, console, build=False)
         configured = time.monotonic() - started
         ninja = (*plan.runner, inside.ninja.path)
-        listed = proc.run([*ninja, "-C", str(plan.build_dir), "-t", "targets", "all"], env=plan.env).stdout
-        objects = sorted(
-            name
-            for name in parse_ninja_targets(listed)
-            if "ggml-hip.dir" in name and name.endswith(tuple(f"/{src}.o" for src in HIP_OBJECTS))
-        )
-        assert len(objects) == len(HIP_OBJECTS), objects
+        objects = _hip_objects(plan, ninja)
         for name in objects:
             (plan.build_dir / name).unlink(missing_ok=True)
         compiling = time.monotonic()
@@ -159,6 +157,18 @@ def test_the_patched_tree_configures_with_hip_inside_the_root_and_compiles_a_few
         assert f"amdgcn-amd-amdhsa--{TARGETS}".encode() in (plan.build_dir / name).read_bytes(), name
 
 
+def _hip_objects(plan: BuildPlan, ninja: tuple[str, ...]) -> list[str]:
+    """The Ninja targets of :data:`HIP_OBJECTS` in ``plan``'s configured build dir."""
+    listed = proc.run([*ninja, "-C", str(plan.build_dir), "-t", "targets", "all"], env=plan.env).stdout
+    objects = sorted(
+        name
+        for name in parse_ninja_targets(listed)
+        if "ggml-hip.dir" in name and name.endswith(tuple(f"/{src}.o" for src in HIP_OBJECTS))
+    )
+    assert len(objects) == len(HIP_OBJECTS), objects
+    return objects
+
+
 def _servers_in(root: Path) -> list[int]:
     """Processes running a program of ``root`` (a compiler cache server left inside)."""
     found = []
@@ -181,13 +191,7 @@ def _objects_through_the_cache(plan: BuildPlan, console: Console, env: dict[str,
     with mounted(inside, plan.root_binds, env=env):
         execute_plan(plan, console, build=False)
         ninja = (*plan.runner, inside.ninja.path)
-        listed = proc.run([*ninja, "-C", str(plan.build_dir), "-t", "targets", "all"], env=plan.env).stdout
-        objects = sorted(
-            name
-            for name in parse_ninja_targets(listed)
-            if "ggml-hip.dir" in name and name.endswith(tuple(f"/{src}.o" for src in HIP_OBJECTS))
-        )
-        assert len(objects) == len(HIP_OBJECTS), objects
+        objects = _hip_objects(plan, ninja)
         assert plan.launcher is not None
         with claimed_server(plan.launcher_argv, (plan.env,), console, stop_after=True):
             probe = CacheProbe(plan, console)
@@ -207,15 +211,9 @@ def _objects_through_the_cache(plan: BuildPlan, console: Console, env: dict[str,
 
 
 def test_hip_objects_from_the_cache_inside_the_root_are_all_hits_in_a_fresh_build_dir(
-    root_toolchain: Toolchain, root_settings: Settings, tmp_path: Path
+    root_toolchain: Toolchain, root_settings: Settings, prepared: PrepareReport, tmp_path: Path
 ) -> None:
-    from skippy.queue.prepare import Target, prepare
-
     console = Console(env={}, stream=io.StringIO())
-    try:
-        prepared = prepare(root_settings, Target.pinned(), console=console)
-    except NetworkError as exc:
-        cannot_run(f"cannot fetch the pinned sources: {exc.what}")
     assert root_toolchain.launcher is not None
     tree = inspect_tree(prepared.workdir)
     # an empty compiler cache of its own (the first build misses), shared by two build roots

@@ -149,17 +149,20 @@ def test_status_names_the_mode_of_the_newest_build(tmp_path: Path) -> None:
     assert build_mode_text({"mode": "prepared", "patched_sha": SHA}, s) == f"prepared, patched {SHA[:12]}"
 
 
-def test_the_newest_build_of_a_backend_carries_its_mode(tmp_path: Path) -> None:
-    def built(name: str, when: int, **stamp: str) -> None:
-        d = tmp_path / name
-        (d / "bin").mkdir(parents=True)
-        (d / STAMP_NAME).write_text(json.dumps({"backend": "cpu", "patched_sha": SHA, **stamp}))
-        (d / "bin" / "llama-server").write_bytes(b"")
-        for path in (d / STAMP_NAME, d / "bin" / "llama-server"):
-            os.utime(path, (when, when))
+def _built(root: Path, name: str, when: int, **stamp: str) -> Path:
+    """A build dir with its stamp and llama-server, both dated ``when``."""
+    d = root / name
+    (d / "bin").mkdir(parents=True)
+    (d / STAMP_NAME).write_text(json.dumps({"backend": name.split("-", 1)[0], "patched_sha": SHA, **stamp}))
+    (d / "bin" / "llama-server").write_bytes(b"")
+    for path in (d / STAMP_NAME, d / "bin" / "llama-server"):
+        os.utime(path, (when, when))
+    return d
 
-    built("cpu-1", 1_000)
-    built("cpu-1-local-abc", 2_000, mode="local")
+
+def test_the_newest_build_of_a_backend_carries_its_mode(tmp_path: Path) -> None:
+    _built(tmp_path, "cpu-1", 1_000)
+    _built(tmp_path, "cpu-1-local-abc", 2_000, mode="local")
     assert newest_builds(tmp_path)["cpu"]["mode"] == "local"
     # a later build of the prepared tree relinks its server: it is the newest again
     os.utime(tmp_path / "cpu-1" / "bin" / "llama-server", (3_000, 3_000))
@@ -168,19 +171,10 @@ def test_the_newest_build_of_a_backend_carries_its_mode(tmp_path: Path) -> None:
 
 
 def test_older_local_build_dirs_are_pruned_the_newest_kept(tmp_path: Path) -> None:
-    def built(name: str, when: int, **stamp: str) -> Path:
-        d = tmp_path / name
-        (d / "bin").mkdir(parents=True)
-        (d / STAMP_NAME).write_text(json.dumps({"backend": "cpu", "patched_sha": SHA, **stamp}))
-        (d / "bin" / "llama-server").write_bytes(b"")
-        for path in (d / STAMP_NAME, d / "bin" / "llama-server"):
-            os.utime(path, (when, when))
-        return d
-
-    prepared = built("cpu-1", 100)
-    states = [built(f"cpu-1-local-{i:012x}", 1_000 + i, mode="local") for i in range(5)]
-    other_flags = built("cpu-2-local-000000000000", 10, mode="local")
-    other_backend = built("vulkan-1-local-000000000000", 10, mode="local")
+    prepared = _built(tmp_path, "cpu-1", 100)
+    states = [_built(tmp_path, f"cpu-1-local-{i:012x}", 1_000 + i, mode="local") for i in range(5)]
+    other_flags = _built(tmp_path, "cpu-2-local-000000000000", 10, mode="local")
+    other_backend = _built(tmp_path, "vulkan-1-local-000000000000", 10, mode="local")
     unstamped = tmp_path / "cpu-1-local-ffffffffffff"  # a configure that never wrote its stamp
     unstamped.mkdir()
     # the build just made is the oldest by time stamps (a rebuild of an old state): it stays
