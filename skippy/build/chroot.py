@@ -2,7 +2,9 @@
 
 A :class:`~skippy.build.backends.base.BuildRoot` (the ROCm toolkit from Debian's
 packages, :mod:`skippy.build.backends.rocm_root`) runs cmake and ninja under
-``chroot``.  Around them :func:`mounted` mounts ``/proc`` (a fresh proc file system)
+``chroot`` or in a user namespace (``bwrap``).  With the namespace runner the binds are
+in the command line itself and nothing is mounted on the host: :func:`mounted` only makes
+the work folders.  With ``chroot``, around the commands :func:`mounted` mounts ``/proc`` (a fresh proc file system)
 and ``/dev`` (bound) inside the root, and binds the work folders (the source tree,
 the build dir) at the same paths, so every path in the plan means the same inside and
 out; it unmounts them again, in reverse order, whatever happens (an error, Ctrl-C, a
@@ -12,11 +14,12 @@ reads the kernel's mount table, and :func:`remove_tree` refuses a folder that ha
 mount inside it (``shutil.rmtree`` would delete the host's ``/dev`` through a bind).
 
 The compiler cache runs inside too: :func:`install_launcher` copies the host's sccache
-(a static-enough binary: it links only an old glibc) into the root once, by content.
+(a static-enough binary: it links only an old glibc) once, by content, into the root
+(chroot) or into the root's launcher folder beside it, bound read-only (namespace: the
+root itself may not be writable by the user).
 
-``chroot`` and ``mount`` need root.  The rootless route (an unprivileged user
-namespace: ``mmdebstrap --mode=unshare`` and ``unshare --map-root-user``) is not
-implemented or tested.
+``chroot`` and ``mount`` need root; the namespace runner needs only ``bwrap`` and
+unprivileged user namespaces.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from skippy.build.backends.base import BuildRoot, Tool
+from skippy.build.backends.base import NAMESPACE_LAUNCHERS, BuildRoot, Tool
 from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError
 
@@ -188,8 +191,14 @@ def mounted(
 ) -> Iterator[None]:
     """Inside: ``/proc``, ``/dev`` and ``binds`` are mounted in ``root`` (nothing when None).
     Everything mounted is unmounted on the way out, also on an error, Ctrl-C or SIGTERM
-    (which raises :class:`Terminated` while the mounts are up)."""
+    (which raises :class:`Terminated` while the mounts are up).  A namespace runner binds
+    in its own command line: the folders are only made (``bwrap`` binds existing ones)."""
     if root is None:
+        yield
+        return
+    if root.namespace:
+        for folder in (*binds, *root.binds):
+            Path(folder).mkdir(parents=True, exist_ok=True)
         yield
         return
     made: list[Mount] = []
@@ -234,10 +243,12 @@ def _file_digest(path: Path) -> str:
 
 
 def install_launcher(root: BuildRoot, tool: Tool) -> Tool:
-    """``tool`` (a compiler cache on the host) copied into ``root`` once, named by its content;
-    the returned tool's path is the one inside the root."""
+    """``tool`` (a compiler cache on the host) copied for ``root`` once, named by its content:
+    into the root (chroot), or into its launcher folder (namespace, bound read-only at
+    ``/skippy``); the returned tool's path is the one inside the root."""
     source = Path(os.path.realpath(tool.path))
-    inside = LAUNCHER_HOME / f"{tool.name}-{_file_digest(source)}" / tool.name
+    home = NAMESPACE_LAUNCHERS if root.launchers is not None else LAUNCHER_HOME
+    inside = home / f"{tool.name}-{_file_digest(source)}" / tool.name
     target = root.host_path(inside)
     if not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -104,7 +104,8 @@ class BuildPlan:
     #: ``vulkan headers debian 1.4.309``): in the build report; it also names the build dir
     toolkit: str | None = None
     #: set when configure and build run inside a root file system (their argv start with
-    #: ``runner``; :func:`skippy.build.chroot.mounted` binds the work folders in around them)
+    #: ``runner``; :func:`skippy.build.chroot.mounted` binds the work folders in around them
+    #: for chroot, a namespace runner's binds are in ``runner`` itself)
     build_root: BuildRoot | None = None
 
     @property
@@ -126,13 +127,9 @@ class BuildPlan:
     def root_binds(self) -> tuple[Path, ...]:
         """The host folders a build inside a root binds at their own paths: the source tree,
         the build dir, and the compiler cache's directory and server socket folder."""
-        folders = [self.source_dir, self.build_dir]
-        if self.build_root is not None and self.launcher is not None:
-            if "SCCACHE_DIR" in self.env_overrides:
-                folders.append(Path(self.env_overrides["SCCACHE_DIR"]))
-            if "SCCACHE_SERVER_UDS" in self.env_overrides:
-                folders.append(Path(self.env_overrides["SCCACHE_SERVER_UDS"]).parent)
-        return tuple(folders)
+        if self.build_root is None:
+            return (self.source_dir, self.build_dir)
+        return root_binds(self.source_dir, self.build_dir, self.launcher, self.env_overrides)
 
     def host_path(self, path: str) -> Path:
         """Where a tool path CMake recorded is on this host (inside the root when there is one)."""
@@ -276,9 +273,11 @@ def _launcher_setup(
     for lang in (lang for lang in s.languages if lang in tree.languages or lang in ("C", "CXX")):
         out.put(f"CMAKE_{lang}_COMPILER_LAUNCHER", launcher.path, path=True, source=launcher.name)
     if toolchain.build_root is not None:
-        # inside a root: a server of the root's own, with the local directory (bound in)
+        # inside a root: a server of the root's own, with the local directory (bound in); a
+        # namespace runner's server sees only the folders bound when it started: they name it
         setup.storage = local_storage("inside the root: local directory only")
-        setup.env_overrides.update(root_launcher_env(settings.cache_dir, toolchain.build_root.server_tag))
+        tagged = toolchain.build_root.with_binds((tree.source_dir, settings.build_root))
+        setup.env_overrides.update(root_launcher_env(settings.cache_dir, tagged.server_tag))
         return setup
     storage = select_storage(_build_table(settings).get("cache_storage"), settings.env)
     setup.storage = storage
@@ -394,6 +393,9 @@ def plan_build(
         toolchain, source_dir, build_dir, defines=defines, extra_args=extra_args, jobs=jobs, targets=targets
     )
     inside = _root_with_cache(toolchain.build_root, setup.env_overrides)
+    if inside is not None and inside.namespace:
+        # binds in the command line: the source tree, the build root, the cache and its socket
+        inside = inside.with_binds(root_binds(source_dir, build_root, toolchain.launcher, setup.env_overrides))
     if inside is not None:
         configure_argv, build_argv = inside.wrap(configure_argv), inside.wrap(build_argv)
     stamp = {
@@ -434,6 +436,19 @@ def plan_build(
         toolkit=toolchain.facts.get("toolkit"),
         build_root=inside,
     )
+
+
+def root_binds(source_dir: Path, build: Path, launcher: Tool | None, overrides: Mapping[str, str]) -> tuple[Path, ...]:
+    """The host folders a build inside a root needs at their own paths: the source tree,
+    ``build`` (the build dir, or the folder of build dirs), and the compiler cache's
+    directory and server socket folder."""
+    folders = [source_dir, build]
+    if launcher is not None:
+        if "SCCACHE_DIR" in overrides:
+            folders.append(Path(overrides["SCCACHE_DIR"]))
+        if "SCCACHE_SERVER_UDS" in overrides:
+            folders.append(Path(overrides["SCCACHE_SERVER_UDS"]).parent)
+    return tuple(folders)
 
 
 #: the compiler cache's variables a build inside a root passes in (``env -i`` drops the rest)

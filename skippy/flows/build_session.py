@@ -241,8 +241,9 @@ def root_gate(plan: BuildPlan, report: BuildReport, env: Mapping[str, str], cons
             f"{server.name} does not run inside {inside.label} (`{server.name} --version` exit code "
             f"{result.returncode})",
             untouched=f"the source tree; the build is kept in {plan.build_dir}",
-            next_step=f"run it by hand: {' '.join(plan.runner)} {server} --version (with /proc, /dev and the "
-            "build dir mounted in the root) and read what it says",
+            next_step=f"run it by hand: {' '.join(plan.runner)} {server} --version"
+            + ("" if inside.namespace else " (with /proc, /dev and the build dir mounted in the root)")
+            + " and read what it says",
             details=result.tail(),
         )
     init = next((line.strip() for line in text.splitlines() if "ggml_cuda_init" in line), "no ggml_cuda_init line")
@@ -256,9 +257,15 @@ def where(report: BuildReport, settings: Settings, console: Console, inside: Bui
     server = report.binaries[SERVER_TARGET]
     for name, path in report.binaries.items():
         console.info(f"{name}: {settings.relative(path)}")
+    if inside is not None and inside.namespace:
+        console.info(
+            f"run: inside the root only (they link its libraries): {' '.join(inside.prefix)} {server} "
+            "--model <model.gguf> --port 8080 (the model's folder bound in too: --ro-bind DIR DIR before the --)"
+        )
+        return
     if inside is not None:
         console.info(
-            f"run: inside the root only (they link its libraries): {inside.chroot} {inside.path} {server} "
+            f"run: inside the root only (they link its libraries): {inside.program} {inside.path} {server} "
             f"--model <model.gguf> --port 8080, with /proc, /dev and {report.build_dir} mounted there"
         )
         return

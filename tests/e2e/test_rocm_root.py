@@ -124,7 +124,7 @@ def test_the_patched_tree_configures_with_hip_inside_the_root_and_compiles_a_few
     )
     inside = plan.build_root
     assert inside is not None
-    assert plan.configure_argv[:2] == (inside.chroot, str(inside.path))
+    assert plan.configure_argv[:2] == (inside.program, str(inside.path))
     assert plan.stamp["tools"]["deb:hipcc"]["version"] == root_toolchain.tool_versions()["deb:hipcc"]["version"]
     started = time.monotonic()
     with mounted(inside, plan.root_binds, env=root_settings.env):

@@ -11,12 +11,22 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from skippy.build.backends import rocm_root
 from skippy.build.backends.base import BuildRoot, Tool
-from skippy.build.backends.rocm_root import MARKER, RootContext, finished, make_root, parse_root_pin, root_home
+from skippy.build.backends.rocm_root import (
+    MARKER,
+    RootContext,
+    finished,
+    make_root,
+    parse_root_pin,
+    root_home,
+    runner_program,
+)
 from skippy.build.builder import BuildPlan, BuildReport, plan_build
 from skippy.build.cache import launcher_env, root_launcher_env
 from skippy.build.chroot import mounted
@@ -147,15 +157,91 @@ def test_a_package_missing_after_mmdebstrap_is_refused(host: Host) -> None:
 
 def test_not_root_or_no_mmdebstrap_name_the_way_out(host: Host) -> None:
     with pytest.raises(ToolchainMissing) as info:
-        make_root(PIN, _ctx(host, uid=1000))
-    assert "needs root" in info.value.what
-    assert "SKIPPY_ROCM_TOOLKIT=system" in (info.value.next_step or "")
-    assert "--mode=unshare" in (info.value.next_step or "")
+        runner_program(replace(_ctx(host, uid=1000), runner="chroot"))
+    assert "chroot runner needs root" in info.value.what
+    assert "SKIPPY_ROOT_RUNNER=namespace" in (info.value.next_step or "")
     (host.bin / "mmdebstrap").unlink()
     with pytest.raises(ToolchainMissing) as none:
         make_root(PIN, RootContext(cache_dir=host.root / "cache", env={"PATH": str(host.bin)}, uid=0))
     assert none.value.next_step == "apt-get install mmdebstrap, then run the build again"
     assert _calls(host) == []
+
+
+# a stand-in bwrap: records its arguments; answers dpkg-query -W inside the root; the namespace check
+_FAKE_BWRAP = """#!/bin/sh
+printf "%s\\n" "bwrap $*" >> "$ROOT_LOG"
+[ -n "$BWRAP_FAIL" ] && { echo "bwrap: setting up uid map: Permission denied" >&2; exit 1; }
+case "$*" in
+  *dpkg-query*)
+    for p in hipcc libamdhip64-dev libhipblas-dev librocblas-dev cmake ninja-build; do
+      printf '%s\\t%s\\n' "$p" 6.4.3-1
+    done ;;
+esac
+exit 0
+"""
+
+# mmdebstrap's own way into files of the subordinate ids: run the command given
+_FAKE_UNSHARE_HELPER = """[ "$1" = "--unshare-helper" ] && {
+  shift; printf "%s\\n" "helper $*" >> "$ROOT_LOG"; exec "$@"
+}
+"""
+
+
+def _rootless(host: Host, tmp_path: Path, subuid: str = "1000:100000:65536\n") -> RootContext:
+    """Not root: the namespace runner, uidmap's programs and a subordinate range (files of the test)."""
+    text = (host.bin / "mmdebstrap").read_text(encoding="utf-8")
+    _script(host.bin, "mmdebstrap", text.replace("\n", "\n" + _FAKE_UNSHARE_HELPER, 1))
+    for name, body in (("bwrap", _FAKE_BWRAP), ("newuidmap", "#!/bin/sh\n"), ("newgidmap", "#!/bin/sh\n")):
+        _script(host.bin, name, body)
+    subid = (tmp_path / "subuid", tmp_path / "subgid")
+    for path in subid:
+        path.write_text(subuid, encoding="utf-8")
+    return replace(_ctx(host, uid=1000), runner="namespace", subid_files=subid)
+
+
+def test_without_root_the_root_is_made_in_unshare_mode_and_read_in_a_namespace(
+    host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx = _rootless(host, tmp_path)
+    home = root_home(ctx.cache_dir, PIN)
+    # a half-made root of an earlier run, of files the user cannot delete (the subordinate ids')
+    stale = home.with_name(home.name + ".partial-killed")
+    (stale / "root" / "usr").mkdir(parents=True)
+    monkeypatch.setattr(rocm_root, "remove_tree", lambda _folder: None)
+    root = make_root(PIN, ctx)
+    assert not stale.exists(), "removed through mmdebstrap --unshare-helper"
+    calls = _calls(host)
+    assert calls[0].startswith("bwrap --unshare-user --uid 0 --gid 0 --ro-bind / / -- true"), "the namespace check"
+    assert calls[1] == f"helper rm -rf -- {stale}"
+    assert "--mode=unshare" in calls[2].split() and "--mode=root" not in calls[2]
+    query = calls[3]
+    assert query.startswith("bwrap --unshare-user --uid 0 --gid 0 ") and query.endswith(
+        "dpkg-query -W -f=${Package}\\t${Version}\\n"
+    )
+    partial_root = query.split("--ro-bind ", 1)[1].split()[0].rsplit("/", 1)[0]
+    assert ".partial-" in partial_root and f"--ro-bind {partial_root}/usr /usr" in query
+    assert root.versions["hipcc"] == "6.4.3-1" and not root.reused
+    assert home.stat().st_mode & 0o777 == 0o755, "other users (their namespace runner) can reach the root"
+    # no subordinate range: the way to get one, and nothing was made
+    other = _rootless(host, tmp_path, subuid="someone:100000:65536\n")
+    with pytest.raises(ToolchainMissing) as info:
+        make_root(PIN, replace(other, cache_dir=tmp_path / "cache2"))
+    assert "usermod --add-subuids" in (info.value.next_step or "")
+    assert not (tmp_path / "cache2" / "rocm-root" / PIN.dirname).exists()
+
+
+def test_a_namespace_the_kernel_refuses_and_a_missing_bwrap_say_what_to_do(host: Host, tmp_path: Path) -> None:
+    ctx = _rootless(host, tmp_path)
+    with pytest.raises(ToolchainMissing) as info:
+        runner_program(replace(ctx, env={**ctx.env, "BWRAP_FAIL": "1"}))
+    err = info.value
+    assert "cannot make a user namespace here" in err.what
+    assert "user.max_user_namespaces" in (err.next_step or "") and "SKIPPY_ROOT_RUNNER=chroot" in (err.next_step or "")
+    assert "setting up uid map: Permission denied" in (err.details or "")
+    (host.bin / "bwrap").unlink()
+    with pytest.raises(ToolchainMissing) as none:
+        runner_program(replace(ctx, env={"PATH": str(host.bin)}))
+    assert none.value.next_step == "apt-get install bubblewrap, then run the build again"
 
 
 def _probe(host: Host, **env: str) -> object:
@@ -218,7 +304,7 @@ def _build_root(tmp_path: Path) -> BuildRoot:
     path = tmp_path / "rootfs"
     path.mkdir()
     tool = Tool("cmake", "/usr/bin/cmake", "4")
-    return BuildRoot(path=path, chroot="chroot", env={"PATH": "/usr/bin"}, cmake=tool, ninja=tool, label="test")
+    return BuildRoot(path=path, program="chroot", env={"PATH": "/usr/bin"}, cmake=tool, ninja=tool, label="test")
 
 
 def _mount_env(tmp_path: Path, **env: str) -> dict[str, str]:
@@ -297,7 +383,7 @@ def _gate_plan(tmp_path: Path, env: dict[str, str]) -> tuple[BuildPlan, BuildRep
     (tmp_path / "rootfs").mkdir()
     inside = BuildRoot(
         path=tmp_path / "rootfs",
-        chroot=str(tmp_path / "bin" / "chroot"),
+        program=str(tmp_path / "bin" / "chroot"),
         env={"PATH": "/usr/bin"},
         cmake=tool,
         ninja=Tool("ninja", "/usr/bin/ninja", "1"),
@@ -496,7 +582,7 @@ def outcome_root_tag(settings: Settings) -> str:
 
 
 def _root_at(path: Path) -> BuildRoot:
-    return BuildRoot(path=path, chroot="chroot", env={}, cmake=_tool(), ninja=_tool(), label="x")
+    return BuildRoot(path=path, program="chroot", env={}, cmake=_tool(), ninja=_tool(), label="x")
 
 
 def test_a_failed_build_inside_the_root_stops_its_cache_server_before_unmounting(host: Host, tmp_path: Path) -> None:
@@ -537,7 +623,7 @@ from pathlib import Path
 from skippy.build.backends.base import BuildRoot, Tool
 from skippy.build.chroot import mounted
 tool = Tool("cmake", "/usr/bin/cmake", "4")
-root = BuildRoot(path=Path(sys.argv[1]), chroot="chroot", env={}, cmake=tool, ninja=tool, label="test")
+root = BuildRoot(path=Path(sys.argv[1]), program="chroot", env={}, cmake=tool, ninja=tool, label="test")
 env = {"PATH": sys.argv[2], "MOUNT_LOG": sys.argv[3]}
 try:
     with mounted(root, (Path(sys.argv[4]),), env=env):

