@@ -12,9 +12,15 @@ later runs reuse it.  Heavy steps run under ``nice``.
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -139,7 +145,7 @@ def test_the_patched_tree_configures_with_hip_inside_the_root_and_compiles_a_few
         with claimed_server(plan.launcher_argv, (plan.env,), console, stop_after=True):
             proc.run(_nice((*ninja, "-C", str(plan.build_dir), "-j", "2", *objects)), env=plan.env, timeout=1800)
         compiled = time.monotonic() - compiling
-        assert _servers_in(inside.path) == [], "no compiler cache server was left running inside the root"
+        assert _servers_in(plan) == [], "no compiler cache server was left running inside the root"
     print(f"configure: {configured:.1f} s ({report.configure_reason}); {len(objects)} HIP objects: {compiled:.1f} s")
     assert mounts_under(inside.path) == [], "everything mounted for the build was unmounted"
     assert report.toolkit == root_toolchain.facts["toolkit"]
@@ -169,21 +175,27 @@ def _hip_objects(plan: BuildPlan, ninja: tuple[str, ...]) -> list[str]:
     return objects
 
 
-def _servers_in(root: Path) -> list[int]:
-    """Processes running a program of ``root`` (a compiler cache server left inside)."""
+def _servers_in(plan: BuildPlan) -> list[int]:
+    """Processes running a program of ``plan``'s root (a compiler cache server left inside): by
+    their real path under a chroot root, by the launcher's path inside for a namespace runner
+    (the kernel names a program by its path in the process's own mount namespace)."""
+    inside = plan.build_root
+    assert inside is not None
     found = []
-    real = os.path.realpath(root)  # the kernel names a program by its real path
+    real = os.path.realpath(inside.path)
+    launcher = plan.launcher.path if plan.launcher is not None and inside.namespace else None
     for entry in Path("/proc").iterdir():
         try:
-            exe = str((entry / "exe").readlink())
+            exe = str((entry / "exe").readlink()) if launcher is None else ""
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode()
         except OSError:
             continue
-        if entry.name.isdigit() and exe.startswith(real + "/"):
+        if entry.name.isdigit() and (exe.startswith(real + "/") or (launcher is not None and argv0 == launcher)):
             found.append(int(entry.name))
     return found
 
 
-def _objects_through_the_cache(plan: BuildPlan, console: Console, env: dict[str, str]) -> tuple[CacheStats, float]:
+def _objects_through_the_cache(plan: BuildPlan, console: Console, env: Mapping[str, str]) -> tuple[CacheStats, float]:
     """Configure ``plan``'s build dir inside the root, then compile the few HIP objects there
     through the compiler cache; the cache's figures read as the build report reads them."""
     inside = plan.build_root
@@ -201,8 +213,8 @@ def _objects_through_the_cache(plan: BuildPlan, console: Console, env: dict[str,
             proc.run(argv, env=build_env, timeout=1800)
             took = time.monotonic() - started
             stats = probe.after()
-            assert _servers_in(inside.path), "the cache server runs inside the root (a program of the root)"
-        assert _servers_in(inside.path) == [], "the root's cache server was stopped before the unmounts"
+            assert _servers_in(plan), "the cache server runs inside the root (a program of the root)"
+        assert _servers_in(plan) == [], "the root's cache server was stopped before the unmounts"
     assert mounts_under(inside.path) == [], "everything mounted for the build was unmounted"
     for name in objects:
         assert f"amdgcn-amd-amdhsa--{TARGETS}".encode() in (plan.build_dir / name).read_bytes(), name
@@ -246,3 +258,108 @@ def test_hip_objects_from_the_cache_inside_the_root_are_all_hits_in_a_fresh_buil
     assert (cold.hits, cold.misses) == (0, len(HIP_OBJECTS)), cold.render()
     assert (warm.hits, warm.misses) == (len(HIP_OBJECTS), 0), warm.render()
     assert warm.storage == "local directory"
+
+
+# --- the namespace runner, as an unprivileged user ------------------------------------------------
+
+NOBODY = 65534
+
+
+def namespace_flow(work: Path, project: Path, root_home: Path) -> dict[str, object]:
+    """As the user running it (``nobody``): the root made by root, reached through a link in a
+    cache of this user's own, its namespace runner (``bwrap``); the tree configured with
+    GGML_HIP=ON and the few HIP objects compiled, twice (two build roots, one cache)."""
+    env = {"PATH": os.environ.get("PATH", os.defpath), "SKIPPY_ROCM_TOOLKIT": "debian-root"}
+    project_settings = Settings.load(project, env)
+    cache_dir = work / "cache"
+    (cache_dir / "rocm-root").mkdir(parents=True, exist_ok=True)
+    (cache_dir / "rocm-root" / root_home.name).symlink_to(root_home)
+    table = {**project_settings.raw, "cache_dir": str(cache_dir), "workdir": str(project_settings.workdir)}
+    settings = Settings.from_table(project, {**table, "build_root": str(work / "first")}, env)
+    toolchain = probe_toolchain("rocm", settings, given={"AMDGPU_TARGETS": TARGETS})
+    assert toolchain.build_root is not None and toolchain.build_root.namespace, toolchain.notes
+    tree = inspect_tree(project_settings.workdir)
+    console = Console(env={}, stream=io.StringIO())
+    out: dict[str, object] = {"uid": os.geteuid(), "notes": list(toolchain.notes), "builds": []}
+    for name in ("first", "fresh"):
+        settings = Settings.from_table(project, {**table, "build_root": str(work / name)}, env)
+        plan = plan_build(
+            "rocm",
+            settings,
+            tree=tree,
+            toolchain=toolchain,
+            patched_sha="0" * 40,
+            options=BuildOptions(cmake_args=(f"-DAMDGPU_TARGETS={TARGETS}",)),
+        )
+        stats, took = _objects_through_the_cache(plan, console, settings.env)
+        cache = parse_cmake_cache((plan.build_dir / "CMakeCache.txt").read_text(encoding="utf-8"))
+        objects = sorted(plan.build_dir.rglob("*.cu.o"))
+        out["builds"].append(  # type: ignore[attr-defined]
+            {
+                "argv0": plan.configure_argv[0],
+                "hits": stats.hits,
+                "misses": stats.misses,
+                "seconds": round(took, 1),
+                "ggml_hip": cache["GGML_HIP"],
+                "cmake_command": cache["CMAKE_COMMAND"],
+                "objects": len(objects),
+                "owners": sorted({o.stat().st_uid for o in objects}),
+            }
+        )
+    return out
+
+
+def _python_for(as_user: list[str]) -> str:
+    """A Python of this version the other user can run and name (skippy starts children
+    through ``sys.executable``; the venv's may point under a folder only root can read)."""
+    check = "import os, sys; sys.exit(0 if os.access(sys.executable, os.X_OK) else 1)"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (sys.executable, f"/usr/bin/{version}", shutil.which(version)):
+        if candidate and subprocess.run([*as_user, candidate, "-c", check], check=False, timeout=60).returncode == 0:
+            return candidate
+    cannot_run(f"no {version} that an unprivileged user can run")
+
+
+def test_nobody_compiles_hip_objects_in_the_root_through_the_namespace_runner(
+    root_toolchain: Toolchain, root_settings: Settings, prepared: PrepareReport
+) -> None:
+    """The rootless route with the real toolkit: the root's hipcc, cmake and ninja in a user
+    namespace made by ``nobody`` (no capability of any kind), the tree and the root read-only
+    to it, its own build dirs and compiler cache."""
+    if shutil.which("bwrap") is None:
+        cannot_run("bwrap is not installed (apt-get install bubblewrap)")
+    if shutil.which("setpriv") is None:
+        cannot_run("setpriv (util-linux) is not installed")
+    inside = root_toolchain.build_root
+    assert inside is not None
+    work = Path(tempfile.mkdtemp(prefix="skippy-rocm-ns-"))
+    try:
+        os.chown(work, NOBODY, NOBODY)
+        work.chmod(0o755)
+        as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        repo = Path(__file__).resolve().parents[2]
+        site = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
+        env = {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "PYTHONPATH": os.pathsep.join([str(repo), *sorted(site)]),
+            "HOME": str(work),
+        }
+        code = f"import json, sys; from pathlib import Path; from {__name__} import namespace_flow; "
+        code += "print(json.dumps(namespace_flow(*map(Path, sys.argv[1:]))))"
+        argv = [*_nice(tuple(as_nobody)), _python_for(as_nobody), "-c", code]
+        argv += [str(work), str(root_settings.root), str(inside.path.parent)]
+        run = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, check=False, timeout=1800)
+        assert run.returncode == 0, run.stderr[-4000:]
+        seen = json.loads(run.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("as nobody:", json.dumps(seen["builds"]))
+    assert seen["uid"] == NOBODY
+    assert any("bwrap, an unprivileged user namespace" in note for note in seen["notes"]), seen["notes"]
+    first, fresh = seen["builds"]
+    for build in (first, fresh):
+        assert build["argv0"].endswith("bwrap")
+        assert build["ggml_hip"] == "ON" and build["cmake_command"] == "/usr/bin/cmake"
+        assert build["objects"] == len(HIP_OBJECTS) and build["owners"] == [NOBODY]
+    assert (first["hits"], first["misses"]) == (0, len(HIP_OBJECTS)), first
+    assert (fresh["hits"], fresh["misses"]) == (len(HIP_OBJECTS), 0), fresh

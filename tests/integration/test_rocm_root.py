@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -126,6 +127,10 @@ def test_the_root_is_made_once_and_reused(host: Host) -> None:
     again = make_root(PIN, _ctx(host))
     assert again.reused and again.versions == root.versions
     assert len(_calls(host)) == 2, "reused: no second mmdebstrap"
+    # a root of ours an older skippy left 0700 is opened to the other users' namespace runner
+    home.chmod(0o700)
+    assert make_root(PIN, replace(_ctx(host), uid=os.geteuid())).reused
+    assert home.stat().st_mode & 0o777 == 0o755
     # another pin is another root; a marker of another pin is not this root
     other = parse_root_pin({"suite": "sid", "packages": [*PACKAGES, "git"]})
     assert finished(home, other) is None

@@ -366,13 +366,23 @@ def make_root(pin: RootPin, ctx: RootContext) -> DebianRoot:
             untouched=f"{home}: nothing was changed",
             next_step=f"have its owner run chmod 755 {home}, or set [tool.skippy] cache_dir to a folder of your own",
         )
-    return made_once(
+    root = made_once(
         home,
         done=lambda: finished(home, pin),
         make=lambda: _make_locked(home, pin, ctx),
         what="making the ROCm Debian root",
         timeout=ctx.lock_timeout,
     )
+    _readable_by_all(home, ctx)
+    return root
+
+
+def _readable_by_all(home: Path, ctx: RootContext) -> None:
+    """A root of ours made 0700 (mkdtemp's mode, before roots were made 0755) opened to the
+    other users, whose namespace runner reads it."""
+    info = home.stat()
+    if info.st_uid == ctx.uid and info.st_mode & 0o055 != 0o055:
+        home.chmod(0o755)
 
 
 def _subid_ranges(ctx: RootContext) -> list[Path]:
