@@ -351,11 +351,19 @@ def bench_rocm(settings: Settings, console: Console) -> dict[str, Any]:
         for entry in first.cache_dir.iterdir():
             if not (second.cache_dir / entry.name).exists() and not entry.name.endswith((".lock", ".sock")):
                 (second.cache_dir / entry.name).symlink_to(entry.resolve())
-        warm, warm_s = _build("rocm", second, options=BuildOptions(cmake_args=ROCM_BENCH_ARGS))
+        # the same session as the cold build (the same flags: its LLAMA_BUILD_* values reach most
+        # compile lines, so a build planned another way would miss on them, not on the cache)
+        started = time.perf_counter()
+        warm = run_build_session("rocm", second, _quiet(), args).build
+        warm_s = time.perf_counter() - started
+        assert warm is not None
         result.update(
             fresh_dir_s=round(warm_s, 2),
+            fresh_dir_build_s=round(warm.build_seconds, 2),
             fresh_dir_hits=warm.cache.hits if warm.cache else None,
             fresh_dir_misses=warm.cache.misses if warm.cache else None,
+            fresh_dir_cache=None if warm.cache is None else warm.cache.as_dict(),
+            same_build_dir_name=warm.build_dir.name == cold.build_dir.name,
         )
     else:
         result["fresh_dir"] = "not built: no compiler cache was found (a fresh dir would recompile everything)"
