@@ -160,9 +160,8 @@ def test_the_namespace_runner_builds_as_an_unprivileged_user(work: Path) -> None
     os.chown(work, NOBODY, NOBODY)
     as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
     python = _python_for(as_nobody)
-    code = (
-        "import json, sys; from pathlib import Path; from {0} import flow; print(json.dumps(flow(Path(sys.argv[1]))))"
-    )
+    code = f"import json, sys; from pathlib import Path; from {__name__} import flow; "
+    code += "print(json.dumps(flow(Path(sys.argv[1]))))"
     site = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
     env = {
         "PATH": os.environ.get("PATH", os.defpath),
