@@ -7,9 +7,15 @@ could not run its e2e tests must not go green.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
+import sys
+import sysconfig
 from collections.abc import Generator, Mapping
-from typing import Final, NoReturn
+from pathlib import Path
+from typing import Any, Final, NoReturn
 
 import pytest
 
@@ -39,3 +45,40 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         reason = str(reason).removeprefix("Skipped: ")
         report.outcome = "failed"
         report.longrepr = f"skipped on CI (CI={ENV_AT_START.get('CI')}), and CI must not skip: {reason}"
+
+
+#: the unprivileged user the rootless tests run as, and how they switch to it (util-linux)
+NOBODY: Final = 65534
+AS_NOBODY: Final = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups")
+REPO: Final = Path(__file__).resolve().parents[2]
+
+
+def _python_for(as_user: tuple[str, ...]) -> str:
+    """A Python of this version the other user can run and name (the venv's may point under a
+    folder only its owner can read: skippy starts children through ``sys.executable``)."""
+    check = "import os, sys; sys.exit(0 if os.access(sys.executable, os.X_OK) else 1)"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (sys.executable, f"/usr/bin/{version}", shutil.which(version)):
+        if candidate and subprocess.run([*as_user, candidate, "-c", check], check=False, timeout=60).returncode == 0:
+            return candidate
+    cannot_run(f"no {version} that an unprivileged user can run")
+
+
+def run_as_nobody(module: str, function: str, *args: str, home: Path, timeout: float, nice: bool = False) -> Any:
+    """``module.function(*map(Path, args))`` run by ``nobody`` (this checkout and the venv's
+    packages importable); what it returned, through JSON.  Root only (callers skip otherwise)."""
+    if shutil.which("setpriv") is None:
+        cannot_run("setpriv (util-linux) is not installed")
+    code = f"import json, sys; from pathlib import Path; from {module} import {function}; "
+    code += f"print(json.dumps({function}(*map(Path, sys.argv[1:]))))"
+    site = sorted({sysconfig.get_paths()[key] for key in ("purelib", "platlib")})
+    env = {
+        "PATH": os.environ.get("PATH", os.defpath),
+        "PYTHONPATH": os.pathsep.join([str(REPO), *site]),
+        "HOME": str(home),
+    }
+    prefix = ["nice", "-n", "10"] if nice and shutil.which("nice") else []
+    argv = [*prefix, *AS_NOBODY, _python_for(AS_NOBODY), "-c", code, *args]
+    run = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=timeout)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])

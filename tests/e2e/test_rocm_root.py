@@ -15,9 +15,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
-import sysconfig
 import tempfile
 import time
 from collections.abc import Mapping
@@ -43,7 +40,7 @@ from skippy.core.errors import NetworkError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue.prepare import PrepareReport, Target, prepare
-from tests.e2e.needs import cannot_run
+from tests.e2e.needs import NOBODY, cannot_run, run_as_nobody
 
 pytestmark = pytest.mark.e2e
 
@@ -262,8 +259,6 @@ def test_hip_objects_from_the_cache_inside_the_root_are_all_hits_in_a_fresh_buil
 
 # --- the namespace runner, as an unprivileged user ------------------------------------------------
 
-NOBODY = 65534
-
 
 def namespace_flow(work: Path, project: Path, root_home: Path) -> dict[str, object]:
     """As the user running it (``nobody``): the root made by root, reached through a link in a
@@ -309,17 +304,6 @@ def namespace_flow(work: Path, project: Path, root_home: Path) -> dict[str, obje
     return out
 
 
-def _python_for(as_user: list[str]) -> str:
-    """A Python of this version the other user can run and name (skippy starts children
-    through ``sys.executable``; the venv's may point under a folder only root can read)."""
-    check = "import os, sys; sys.exit(0 if os.access(sys.executable, os.X_OK) else 1)"
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    for candidate in (sys.executable, f"/usr/bin/{version}", shutil.which(version)):
-        if candidate and subprocess.run([*as_user, candidate, "-c", check], check=False, timeout=60).returncode == 0:
-            return candidate
-    cannot_run(f"no {version} that an unprivileged user can run")
-
-
 def test_nobody_compiles_hip_objects_in_the_root_through_the_namespace_runner(
     root_toolchain: Toolchain, root_settings: Settings, prepared: PrepareReport
 ) -> None:
@@ -328,29 +312,22 @@ def test_nobody_compiles_hip_objects_in_the_root_through_the_namespace_runner(
     to it, its own build dirs and compiler cache."""
     if shutil.which("bwrap") is None:
         cannot_run("bwrap is not installed (apt-get install bubblewrap)")
-    if shutil.which("setpriv") is None:
-        cannot_run("setpriv (util-linux) is not installed")
     inside = root_toolchain.build_root
     assert inside is not None
     work = Path(tempfile.mkdtemp(prefix="skippy-rocm-ns-"))
     try:
         os.chown(work, NOBODY, NOBODY)
         work.chmod(0o755)
-        as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-        repo = Path(__file__).resolve().parents[2]
-        site = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
-        env = {
-            "PATH": os.environ.get("PATH", os.defpath),
-            "PYTHONPATH": os.pathsep.join([str(repo), *sorted(site)]),
-            "HOME": str(work),
-        }
-        code = f"import json, sys; from pathlib import Path; from {__name__} import namespace_flow; "
-        code += "print(json.dumps(namespace_flow(*map(Path, sys.argv[1:]))))"
-        argv = [*_nice(tuple(as_nobody)), _python_for(as_nobody), "-c", code]
-        argv += [str(work), str(root_settings.root), str(inside.path.parent)]
-        run = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, check=False, timeout=1800)
-        assert run.returncode == 0, run.stderr[-4000:]
-        seen = json.loads(run.stdout.strip().splitlines()[-1])
+        seen = run_as_nobody(
+            __name__,
+            "namespace_flow",
+            str(work),
+            str(root_settings.root),
+            str(inside.path.parent),
+            home=work,
+            timeout=1800,
+            nice=True,
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("as nobody:", json.dumps(seen["builds"]))

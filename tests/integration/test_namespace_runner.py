@@ -9,12 +9,10 @@ root) again as ``nobody``: the rootless route, without privilege of any kind."""
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,13 +28,11 @@ from skippy.build.toolchain import Toolchain, inspect_tree, tool_version
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from tests.e2e.needs import cannot_run
+from tests.e2e.needs import NOBODY, cannot_run, run_as_nobody
 
 pytestmark = pytest.mark.integration
 
 PROBE = Path(__file__).parent / "cmake_probe"
-REPO = Path(__file__).resolve().parents[2]
-NOBODY = 65534
 
 
 def flow(work: Path) -> dict[str, Any]:
@@ -113,17 +109,6 @@ def _needs_bwrap() -> None:
         cannot_run("bwrap is not installed (.ci/run installs Debian's bubblewrap)")
 
 
-def _python_for(as_user: list[str]) -> str:
-    """A Python of this version the other user can run and name (the venv's may live under a
-    folder only its owner can read: skippy starts children through ``sys.executable``)."""
-    check = "import os, sys; sys.exit(0 if os.access(sys.executable, os.X_OK) else 1)"
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    for candidate in (sys.executable, f"/usr/bin/{version}", shutil.which(version)):
-        if candidate and subprocess.run([*as_user, candidate, "-c", check], check=False, timeout=60).returncode == 0:
-            return candidate
-    cannot_run(f"no {version} that an unprivileged user can run")
-
-
 def _check(seen: dict[str, Any], work: Path, uid: int) -> None:
     assert seen["uid"] == uid
     assert seen["launcher"].startswith("/skippy/sccache-"), "the copy, bound read-only beside the root"
@@ -155,21 +140,6 @@ def test_the_namespace_runner_builds_as_an_unprivileged_user(work: Path) -> None
     _needs_bwrap()
     if os.geteuid() != 0:
         pytest.skip("runs as root only (it switches to nobody); as any other user the test above is this one")
-    if shutil.which("setpriv") is None:
-        cannot_run("setpriv (util-linux) is not installed")
     os.chown(work, NOBODY, NOBODY)
-    as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    python = _python_for(as_nobody)
-    code = f"import json, sys; from pathlib import Path; from {__name__} import flow; "
-    code += "print(json.dumps(flow(Path(sys.argv[1]))))"
-    site = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
-    env = {
-        "PATH": os.environ.get("PATH", os.defpath),
-        "PYTHONPATH": os.pathsep.join([str(REPO), *sorted(site)]),
-        "HOME": str(work),
-    }
-    argv = [*as_nobody, python, "-c", code, str(work)]
-    run = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    seen = run_as_nobody(__name__, "flow", str(work), home=work, timeout=600)
     _check(seen, work, NOBODY)
