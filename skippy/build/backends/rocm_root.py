@@ -448,7 +448,9 @@ def _mirror(pin: RootPin, ctx: RootContext) -> str:
 
 def _remove(folder: Path, ctx: RootContext) -> None:
     """A half-made root removed; one made by ``--mode=unshare`` belongs to the user's
-    subordinate ids, so what the user cannot delete goes through ``mmdebstrap --unshare-helper``."""
+    subordinate ids, so what the user cannot delete goes through ``mmdebstrap --unshare-helper``
+    (which in turn cannot unlink from the user's own folders: the user removes what is left).
+    Measured: the user's ``rm`` alone leaves the root's files; helper, then user, removes all."""
     remove_tree(folder)
     if folder.exists() and ctx.uid != 0:
         proc.run(
@@ -456,6 +458,14 @@ def _remove(folder: Path, ctx: RootContext) -> None:
             env=ctx.env,
             check=False,
             timeout=600,
+        )
+        remove_tree(folder)
+    if folder.exists():
+        raise ToolchainMissing(
+            f"could not remove the half-made ROCm Debian root {folder}",
+            untouched="the system; nothing was downloaded or built",
+            next_step=f"remove it (mmdebstrap --unshare-helper rm -rf -- {folder}; then rm -rf {folder}), and run "
+            "the build again",
         )
 
 
@@ -478,6 +488,9 @@ def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
         f"making the ROCm Debian root ({pin.suite}: {', '.join(pin.packages)}) with mmdebstrap --mode={mode}; minutes"
     )
     partial = Path(tempfile.mkdtemp(prefix=f"{home.name}.partial-", dir=home.parent))
+    # 0755 from the start: mmdebstrap --mode=unshare makes the root as the user's subordinate
+    # root, which mkdtemp's 0700 keeps out (and other users' namespace runners later)
+    partial.chmod(0o755)
     target = partial / "root"
     try:
         proc.run(
@@ -506,7 +519,6 @@ def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
             next_step=f"check the package names in [tool.skippy.build.{PIN_TABLE}]",
         )
     (partial / MARKER).write_text(json.dumps(_marker_payload(pin, versions), indent=2) + "\n", encoding="utf-8")
-    partial.chmod(0o755)  # mkdtemp's 0700 would keep every other user (and their namespace runner) out
     partial.rename(home)
     took = time.monotonic() - started
     ctx.log(f"made the ROCm Debian root in {took:.0f} s: {home / 'root'}")
