@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -84,3 +84,20 @@ def run_as_nobody(module: str, function: str, *args: str, home: Path, timeout: f
     run = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False, timeout=timeout)
     assert run.returncode == 0, run.stderr[-4000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def processes(match: Callable[[str, str], bool]) -> list[int]:
+    """The pids of the running processes whose program path and argv[0] ``match`` (a compiler
+    cache server left running inside a root or a namespace); ones that end meanwhile are skipped."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            exe = str((entry / "exe").readlink())
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode()
+        except OSError:
+            continue
+        if match(exe, argv0):
+            found.append(int(entry.name))
+    return found

@@ -40,7 +40,7 @@ from skippy.core.errors import NetworkError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue.prepare import PrepareReport, Target, prepare
-from tests.e2e.needs import NOBODY, cannot_run, run_as_nobody
+from tests.e2e.needs import NOBODY, cannot_run, processes, run_as_nobody
 
 pytestmark = pytest.mark.e2e
 
@@ -178,18 +178,11 @@ def _servers_in(plan: BuildPlan) -> list[int]:
     (the kernel names a program by its path in the process's own mount namespace)."""
     inside = plan.build_root
     assert inside is not None
-    found = []
-    real = os.path.realpath(inside.path)
-    launcher = plan.launcher.path if plan.launcher is not None and inside.namespace else None
-    for entry in Path("/proc").iterdir():
-        try:
-            exe = str((entry / "exe").readlink()) if launcher is None else ""
-            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode()
-        except OSError:
-            continue
-        if entry.name.isdigit() and (exe.startswith(real + "/") or (launcher is not None and argv0 == launcher)):
-            found.append(int(entry.name))
-    return found
+    real = os.path.realpath(inside.path) + "/"
+    if plan.launcher is not None and inside.namespace:
+        launcher = plan.launcher.path
+        return processes(lambda _exe, argv0: argv0 == launcher)
+    return processes(lambda exe, _argv0: exe.startswith(real))
 
 
 def _objects_through_the_cache(plan: BuildPlan, console: Console, env: Mapping[str, str]) -> tuple[CacheStats, float]:

@@ -28,7 +28,7 @@ from skippy.build.toolchain import Toolchain, inspect_tree, tool_version
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from tests.e2e.needs import NOBODY, cannot_run, run_as_nobody
+from tests.e2e.needs import NOBODY, cannot_run, processes, run_as_nobody
 
 pytestmark = pytest.mark.integration
 
@@ -76,23 +76,10 @@ def flow(work: Path) -> dict[str, Any]:
                 "misses": report.cache.misses if report.cache else None,
                 "mounts": mounts,
                 "socket": plan.env_overrides.get("SCCACHE_SERVER_UDS"),
-                "servers_left": _running(launcher.path),
+                "servers_left": processes(lambda _exe, argv0: argv0 == launcher.path),
             }
         )
     return out
-
-
-def _running(program: str) -> list[int]:
-    """Processes whose argv[0] is ``program`` (a cache server left running in a namespace)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode()
-        except OSError:
-            continue
-        if entry.name.isdigit() and argv0 == program:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture

@@ -266,12 +266,11 @@ def runner_root(
     namespace = runner == "namespace"
     if namespace and launchers is not None:
         launchers.mkdir(parents=True, exist_ok=True)
-    tool = Tool("cmake", "/usr/bin/cmake", "")
     return BuildRoot(
         path=path,
         program=program,
         env=INSIDE_ENV,
-        cmake=cmake or tool,
+        cmake=cmake or Tool("cmake", "/usr/bin/cmake", ""),
         ninja=ninja or Tool("ninja", "/usr/bin/ninja", ""),
         label=label or str(path),
         runner=runner,
