@@ -187,7 +187,7 @@ exit 0
 
 # mmdebstrap's own way into files of the subordinate ids: run the command given
 _FAKE_UNSHARE_HELPER = """[ "$1" = "--unshare-helper" ] && {
-  shift; printf "%s\\n" "helper $*" >> "$ROOT_LOG"; exec "$@"
+  shift; printf "%s\\n" "helper $*" >> "$ROOT_LOG"; [ -n "$HELPER_FAIL" ] && exit 25; exec "$@"
 }
 """
 
@@ -233,6 +233,42 @@ def test_without_root_the_root_is_made_in_unshare_mode_and_read_in_a_namespace(
         make_root(PIN, replace(other, cache_dir=tmp_path / "cache2"))
     assert "usermod --add-subuids" in (info.value.next_step or "")
     assert not (tmp_path / "cache2" / "rocm-root" / PIN.dirname).exists()
+
+
+def test_a_half_made_root_that_cannot_be_removed_is_named_with_the_commands(
+    host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctx = _rootless(host, tmp_path)
+    ctx = replace(ctx, env={**ctx.env, "HELPER_FAIL": "1"})
+    home = root_home(ctx.cache_dir, PIN)
+    stale = home.with_name(home.name + ".partial-killed")
+    (stale / "root" / "usr").mkdir(parents=True)
+    monkeypatch.setattr(rocm_root, "remove_tree", lambda _folder: None)
+    with pytest.raises(ToolchainMissing) as info:
+        make_root(PIN, ctx)
+    err = info.value
+    assert err.what == f"could not remove the half-made ROCm Debian root {stale}"
+    assert f"mmdebstrap --unshare-helper rm -rf -- {stale}" in (err.next_step or "")
+    assert stale.is_dir() and not home.exists()
+    assert not any("--mode=unshare" in call for call in _calls(host)), "nothing was made over it"
+
+
+def test_a_root_of_another_user_that_cannot_be_read_is_left_as_it_is(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = make_root(PIN, _ctx(host))
+    home = made.path.parent
+    marker = (home / MARKER).read_bytes()
+    real_access = os.access
+    monkeypatch.setattr(
+        rocm_root.os, "access", lambda path, mode: False if Path(path) == home else real_access(path, mode)
+    )
+    with pytest.raises(ToolchainMissing) as info:
+        make_root(PIN, replace(_ctx(host), uid=1000))
+    err = info.value
+    assert err.what == f"the ROCm Debian root {home} belongs to another user and cannot be read"
+    assert f"chmod 755 {home}" in (err.next_step or "") and "cache_dir" in (err.next_step or "")
+    assert (home / MARKER).read_bytes() == marker and (home / "root" / "usr" / "bin" / "cmake").exists()
 
 
 def test_a_namespace_the_kernel_refuses_and_a_missing_bwrap_say_what_to_do(host: Host, tmp_path: Path) -> None:
