@@ -260,9 +260,7 @@ def test_a_root_of_another_user_that_cannot_be_read_is_left_as_it_is(
     home = made.path.parent
     marker = (home / MARKER).read_bytes()
     real_access = os.access
-    monkeypatch.setattr(
-        rocm_root.os, "access", lambda path, mode: False if Path(path) == home else real_access(path, mode)
-    )
+    monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == home else real_access(path, mode))
     with pytest.raises(ToolchainMissing) as info:
         make_root(PIN, replace(_ctx(host), uid=1000))
     err = info.value
