@@ -25,6 +25,7 @@ from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue.guard import locked
+from skippy.queue.mail import untag
 from skippy.queue.model import LANES, Lane, Patch, Queue, queue_digest
 from skippy.queue.prepare import apply_queue_aside, resolve_target
 from skippy.queue.target import Target
@@ -110,13 +111,19 @@ def export_range(repo: Repo, rev_range: str, out_dir: Path) -> list[Path]:
         "--",
         what="git format-patch",
     )
-    return [Path(line.strip()) for line in result.stdout.splitlines() if line.strip()]
+    files = [Path(line.strip()) for line in result.stdout.splitlines() if line.strip()]
+    for path in files:  # the workdir's commits carry their Skippy-Patch trailer: the queue does not
+        data = path.read_bytes()
+        stripped = untag(data)
+        if stripped != data:
+            path.write_bytes(stripped)
+    return files
 
 
 def export_commit(repo: Repo, commit: str) -> bytes:
     """The mailbox patch of one commit, exported like the lanes."""
     result = repo.git(*export_config_args(), "format-patch", *EXPORT_ARGS, "--stdout", "-1", commit, "--")
-    return result.stdout.encode("utf-8")
+    return untag(result.stdout.encode("utf-8"))
 
 
 # --------------------------------------------------------------------------- the pinned store

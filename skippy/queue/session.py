@@ -23,6 +23,7 @@ from skippy.core.ui import Console
 from skippy.queue import workdir as wd
 from skippy.queue.am_output import failed_paths, failing_hunks, stopped_failures, unmerged_paths, without_am_hints
 from skippy.queue.guard import guarded
+from skippy.queue.mail import tagged
 from skippy.queue.model import Patch, Queue, load_queue
 from skippy.queue.run import PrepareReport, Run
 from skippy.queue.upstream import Resolved
@@ -100,7 +101,8 @@ def run_session(
     """
     for index in range(start, len(queue.patches)):
         patch = queue.patches[index]
-        result = repo.git(*AM_ARGS, str(patch.path), env=AM_ENV, check=False)
+        with tagged(git_dir, [patch]) as mails:
+            result = repo.git(*AM_ARGS, *map(str, mails), env=AM_ENV, check=False)
         if not result.ok:
             stopped = dataclasses.replace(entry, stopped_at=index, stopped_patch=patch.label)
             wd.write_journal(git_dir, stopped)

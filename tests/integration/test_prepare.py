@@ -31,7 +31,7 @@ from tests.gitfixtures import git, hermetic_git_env
 pytestmark = pytest.mark.integration
 
 #: the patched commit of `queued_project` (fixture upstream + queue are deterministic)
-EXPECTED_PATCHED = "06580f4f96c2c545ebd8f7d056974682af63514a"
+EXPECTED_PATCHED = "aba18d109e82b6f0a69317f97f15fac1aed5440d"
 
 QUIET = Console(quiet=True)
 
@@ -73,6 +73,14 @@ def test_cold_prepare_applies_three_lanes_deterministically(queued_project: Proj
         "gemma3: runtime adaptation",
         "core: add provenance",
         "core: add a hook point",
+    ]
+    # every commit names the lane and patch file it came from (the queue's files do not)
+    trailers = run_git(wdir, "log", "--format=%(trailers:key=Skippy-Patch,valueonly)", f"{report.upstream_sha}..HEAD")
+    assert trailers.split() == [
+        "generated/0001-family-llama.patch",
+        "model_support/0001-gemma3-runtime-adaptation.patch",
+        "core/0002-core-add-provenance.patch",
+        "core/0001-core-add-a-hook-point.patch",
     ]
     model = (wdir / "src/llama-model.cpp").read_text()
     assert "HOOK" in model
@@ -323,7 +331,7 @@ def test_refuses_commits_on_top(queued_project: Project) -> None:
     wdir = prepared(queued_project)
     (wdir / "README.md").write_text("fix\n")
     run_git(wdir, "commit", "--quiet", "-am", "my fix")
-    assert_refused(queued_project, "1 commit(s) on top of the recorded patched commit 06580f4f96c2")
+    assert_refused(queued_project, "1 commit(s) on top of the recorded patched commit aba18d109e82")
 
 
 def test_refuses_moved_head(queued_project: Project) -> None:

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 QUIET = Console(quiet=True)
 
 #: the patched commit of `queued_project` at its pin (same constant as test_prepare)
-EXPECTED_PATCHED = "06580f4f96c2c545ebd8f7d056974682af63514a"
+EXPECTED_PATCHED = "aba18d109e82b6f0a69317f97f15fac1aed5440d"
 
 
 def run_git(path: Path, *args: str) -> str:
