@@ -37,17 +37,20 @@ def regenerate_main(
         from skippy.core.errors import SettingsError
         from skippy.maintain.regenerate import regenerate
 
-        if not core_head or not model_support_head:
+        if bool(core_head) != bool(model_support_head):
+            flags = ("--core-head", "--model-support-head")
+            given, missing = flags if core_head else flags[::-1]
             raise SettingsError(
-                "regenerate needs --core-head and --model-support-head",
-                untouched="everything",
-                next_step="invoke regenerate --core-head my-core --model-support-head my-models",
+                f"regenerate got {given} without {missing}: name both branches, or neither",
+                untouched="everything: the queue was not changed",
+                next_step="`invoke regenerate` (the lanes from the prepared workdir's history), or "
+                "`invoke regenerate --core-head BRANCH --model-support-head BRANCH`",
             )
         settings = load(root, env)
         report = regenerate(
             settings,
-            core_head=core_head,
-            model_support_head=model_support_head,
+            core_head=core_head or None,
+            model_support_head=model_support_head or None,
             checkout=_path(checkout),
             console=console,
             offline=offline,

@@ -195,12 +195,14 @@ COMMANDS: Final[tuple[Command, ...]] = (
     ),
     Command(
         "regenerate",
-        "Rebuild the core and model_support lanes from branches on the pin (verified; backup restored on failure).",
+        "Write the core and model_support lanes back from the prepared workdir's commits (their Skippy-Patch "
+        "trailers say which lane), or from two branches (verified; backup restored on failure).",
         "skippy.cli.maintain:regenerate_main",
         (
             Option(
                 "core_head",
-                "branch or commit whose commits since the pin become the core lane",
+                "branch or commit whose commits since the pin become the core lane (default: read from the "
+                "workdir's history)",
                 kind="text",
                 metavar="REF",
             ),

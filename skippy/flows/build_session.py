@@ -167,6 +167,19 @@ def _default_prepare(settings: Settings, console: Console) -> _Prepared:
     return prepare(settings, Target.pinned(), console=console)
 
 
+def _prepare(prepare_fn: PrepareFn, settings: Settings, console: Console, backend: str) -> _Prepared:
+    """``prepare_fn``, its refusal of local work naming this backend's ``--workdir-as-is`` build."""
+    from skippy.core.errors import DirtyWorkdirError
+    from skippy.queue.recover import AS_IS_BUILD
+
+    try:
+        return prepare_fn(settings, console)
+    except DirtyWorkdirError as exc:
+        if exc.next_step:
+            exc.next_step = exc.next_step.replace(AS_IS_BUILD, f"nox -s build-{backend} -- --workdir-as-is")
+        raise
+
+
 def _default_spot_check(settings: Settings, request: SpotCheckRequest, console: Console) -> object:
     from skippy.check.report import Provenance
     from skippy.check.spotcheck import spot_check
@@ -324,7 +337,7 @@ def run_build_session(
     for note in toolchain.notes:
         console.info(note)
     local = local_tree(settings, console) if args.workdir_as_is else None
-    prepared: _Prepared = local if local is not None else prepare_fn(settings, console)
+    prepared: _Prepared = local if local is not None else _prepare(prepare_fn, settings, console, str(b))
     tree = inspect_tree(prepared.workdir)
     try:
         check_tree_needs(tree, toolchain)

@@ -37,6 +37,7 @@ import errno
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -46,6 +47,7 @@ from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import rangediff
+from skippy.maintain.history import Lanes, lanes_of
 from skippy.queue import workdir as wd
 from skippy.queue.model import Lane, load_queue, unknown_entries
 from skippy.queue.replay import Store, export_range, pinned_store, replay, sub_queue
@@ -64,9 +66,20 @@ class RegenerateReport:
     entries: tuple[rangediff.Entry, ...]
     generated: str  # "kept" | "regenerated" | "none"
     counts: dict[str, int]
+    #: the workdir history the lanes were read from (no heads given)
+    history: Lanes | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "from_history": None
+            if self.history is None
+            else {
+                "commits": [
+                    {"sha": c.sha, "subject": c.subject, "lane": c.lane.value, "patch": c.label}
+                    for c in self.history.commits
+                ],
+                "reordered": self.history.reordered,
+            },
             "upstream_sha": self.upstream_sha,
             "core_head": self.core_head,
             "model_support_head": self.model_support_head,
@@ -79,8 +92,17 @@ class RegenerateReport:
         }
 
     def render(self) -> str:
+        read = []
+        if self.history is not None:
+            new = len(self.history.new())
+            read.append(
+                f"read from the workdir's history: {len(self.history.commits)} commit(s) on {self.upstream_sha[:12]}"
+                + (f", {new} new" if new else "")
+                + (" (put in lane order aside)" if self.history.reordered else "")
+            )
         return "\n".join(
             [
+                *read,
                 rangediff.render(self.entries),
                 f"lanes: {self.counts['core']} core, {self.counts['model_support']} model_support, "
                 f"{self.counts['generated']} generated (generated lane {self.generated})",
@@ -273,31 +295,34 @@ def _scratch(settings: Settings) -> contextlib.AbstractContextManager[Path]:
 def regenerate(
     settings: Settings,
     *,
-    core_head: str,
-    model_support_head: str,
+    core_head: str | None = None,
+    model_support_head: str | None = None,
     console: Console,
     checkout: Path | None = None,
     offline: bool = False,
 ) -> RegenerateReport:
+    """Rebuild the core and model_support lanes from ``core_head`` and ``model_support_head``, or,
+    without them, from the history of the prepared workdir (or ``checkout``) read through the
+    ``Skippy-Patch`` trailers (:mod:`skippy.maintain.history`)."""
     patch_dir = settings.patch_dir
-    rerun = f"invoke regenerate --core-head {core_head} --model-support-head {model_support_head}"
-    strays = unknown_entries(patch_dir) if patch_dir.is_dir() else []
-    if strays:
-        raise QueueError(
-            f"the patch dir {settings.relative(patch_dir)} holds {len(strays)} "
-            f"{'entry that belongs' if len(strays) == 1 else 'entries that belong'} to no lane",
-            details="\n".join(v.render(patch_dir) for v in strays),
-            untouched="everything: the queue was not changed",
-            next_step=f"rename or move the entries named above, then re-run `{rerun}`",
-        )
+    if core_head and model_support_head:
+        rerun = f"invoke regenerate --core-head {core_head} --model-support-head {model_support_head}"
+    else:
+        rerun = "invoke regenerate" + (f" --checkout {checkout}" if checkout is not None else "")
+    _refuse_strays(settings, rerun)
     try:
         old_items = loose_items(patch_dir)
-        with pinned_store(settings, console=console, checkout=checkout, offline=offline) as store:
+        from_history = not (core_head and model_support_head)
+        opened = (
+            prepared_store(settings, console=console)
+            if from_history and checkout is None
+            else pinned_store(settings, console=console, checkout=checkout, offline=offline)
+        )
+        with opened as store:
             repo = store.repo
             if store.shared:
                 refuse_uncommitted(settings, repo, rerun)
-            core = _commit(repo, core_head, "--core-head")
-            ms = _commit(repo, model_support_head, "--model-support-head")
+            core, ms, history = _heads(settings, store, core_head, model_support_head, rerun, console=console)
             _check_range(repo, store.base, core, "core lane")
             _check_range(repo, core, ms, "model_support lane")
             backups = settings.cache_dir / "backups"
@@ -330,8 +355,88 @@ def regenerate(
     new_items = [rangediff.Item(p.lane.value, p.name, p.data) for p in queue.patches]
     counts = {lane.value: len(queue.lane(lane)) for lane in Lane}
     return RegenerateReport(
-        store.upstream_sha, core, ms, patched, backup, rangediff.range_diff(old_items, new_items), generated, counts
+        store.upstream_sha,
+        core,
+        ms,
+        patched,
+        backup,
+        rangediff.range_diff(old_items, new_items),
+        generated,
+        counts,
+        history=history,
     )
+
+
+def _refuse_strays(settings: Settings, rerun: str) -> None:
+    patch_dir = settings.patch_dir
+    strays = unknown_entries(patch_dir) if patch_dir.is_dir() else []
+    if strays:
+        raise QueueError(
+            f"the patch dir {settings.relative(patch_dir)} holds {len(strays)} "
+            f"{'entry that belongs' if len(strays) == 1 else 'entries that belong'} to no lane",
+            details="\n".join(v.render(patch_dir) for v in strays),
+            untouched="everything: the queue was not changed",
+            next_step=f"rename or move the entries named above, then re-run `{rerun}`",
+        )
+
+
+@contextlib.contextmanager
+def prepared_store(settings: Settings, *, console: Console) -> Iterator[Store]:
+    """The workdir as a store whose base is the one it was prepared on (its stamp): the pin, or the
+    commit a conflict session was resolved against.  Held under the prepare lock."""
+    from skippy.queue.guard import locked
+
+    rel = settings.relative(settings.workdir)
+    git_dir = wd.git_dir_of(settings.workdir)
+    stamp = wd.read_stamp(git_dir) if git_dir is not None else None
+    if git_dir is None or stamp is None:
+        raise WorkdirError(
+            f"{rel} holds no prepared tree to regenerate the lanes from"
+            + (" (no skippy stamp)" if git_dir is not None else " (no git checkout)"),
+            untouched="everything: the queue was not changed",
+            next_step="`invoke prepare`, commit your changes in "
+            f"{rel}, then `invoke regenerate`; or name branches of another checkout: "
+            "`invoke regenerate --core-head BRANCH --model-support-head BRANCH --checkout PATH`",
+        )
+    with locked(settings, console):
+        repo = Repo(settings.workdir, settings.env, echo=console.command)
+        yield Store(repo, stamp.upstream_sha, stamp.base_commit, stamp.source, shared=True)
+
+
+def _heads(
+    settings: Settings, store: Store, core_head: str | None, ms_head: str | None, rerun: str, *, console: Console
+) -> tuple[str, str, Lanes | None]:
+    """The two heads to export: the branches given, or the lanes read from the history."""
+    if core_head and ms_head:
+        return _commit(store.repo, core_head, "--core-head"), _commit(store.repo, ms_head, "--model-support-head"), None
+    history = _history(settings, store, rerun, console=console)
+    return history.core_head, history.model_support_head, history
+
+
+def _history(settings: Settings, store: Store, rerun: str, *, console: Console) -> Lanes:
+    """The lanes of ``store.base..HEAD`` read from the trailers; new commits named on the console."""
+    repo = store.repo
+    head = repo.head()
+    if head is None:
+        raise WorkdirError(
+            f"{settings.relative(repo.path)} has no HEAD",
+            untouched="everything: the queue was not changed",
+            next_step="`invoke prepare`, then commit your changes and re-run `invoke regenerate`",
+        )
+    if not repo.is_ancestor(store.base, head):
+        raise QueueError(
+            f"HEAD {head[:12]} does not descend from the prepared base {store.base[:12]} "
+            f"(upstream {store.upstream_sha[:12]})",
+            untouched="everything: the queue was not changed",
+            next_step=f"rebase your commits onto it (`git -C {settings.relative(repo.path)} rebase "
+            f"{store.base[:12]}`), then re-run `{rerun}`",
+        )
+    lanes = lanes_of(repo, repo.git_dir(), store.base, head, rerun=rerun)
+    for commit in lanes.new():
+        console.info(f"new commit {commit.sha[:12]} ({commit.subject}): {commit.lane.value} lane")
+    if lanes.reordered:
+        console.info("the core and model_support commits were put in lane order aside (the workdir is untouched)")
+    return lanes
 
 
 def _put_back(settings: Settings, backup: Path, exc: BaseException, rerun: str) -> BaseException:

@@ -73,6 +73,15 @@ def stopped_failures(repo: Repo) -> tuple[str, ...]:
     return failed_paths(check.stdout + check.stderr)
 
 
+def stopped_patch_paths(repo: Repo) -> tuple[str, ...]:
+    """The paths the patch ``git am`` is stopped at changes (empty when no ``git am`` is stopped)."""
+    diff = repo.git("am", "--show-current-patch=diff", check=False)
+    if not diff.ok:
+        return ()
+    sections = re.split(r"(?m)^(?=diff --git )", diff.stdout.split("\n-- \n", 1)[0])
+    return tuple(_section_path(s) for s in sections if s.startswith("diff --git "))
+
+
 def _section_path(section: str) -> str:
     first = section.splitlines()[0] if section else ""
     return first.removeprefix("diff --git a/").partition(" b/")[0]

@@ -11,8 +11,8 @@ from pathlib import Path
 from skippy.core.errors import ConflictError
 from skippy.core.git import AM_ARGS, AM_ENV, Repo
 from skippy.queue import workdir as wd
-from skippy.queue.mail import tagged
 from skippy.queue.am_output import failed_paths, unmerged_paths, without_am_hints
+from skippy.queue.mail import tagged
 from skippy.queue.model import LANES, Lane, Patch, Queue
 from skippy.queue.run import Run
 from skippy.queue.upstream import Resolved
@@ -25,11 +25,13 @@ def apply_lanes(run: Run, queue: Queue, repo: Repo, git_dir: Path, where: str) -
         patches = queue.lane(lane)
         if not patches:
             continue
-        with run.console.step(
-            f"git am --3way: {lane.value} lane ({len(patches)} patch{'es' if len(patches) != 1 else ''}) in {where}"
+        with (
+            run.console.step(
+                f"git am --3way: {lane.value} lane ({len(patches)} patch{'es' if len(patches) != 1 else ''}) in {where}"
+            ),
+            tagged(git_dir, patches) as mails,
         ):
-            with tagged(git_dir, patches) as mails:
-                result = repo.git(*AM_ARGS, *map(str, mails), env=AM_ENV, check=False)
+            result = repo.git(*AM_ARGS, *map(str, mails), env=AM_ENV, check=False)
         if not result.ok:
             raise failed_lane(run, repo, git_dir, lane=lane, patches=patches, output=result.tail())
     head = repo.head()

@@ -51,7 +51,7 @@ def tag(data: bytes, label: str) -> bytes:
     if parts is None:
         return data
     lines, start, end = parts
-    body = [line for line in lines[start:end]]
+    body = list(lines[start:end])
     while body and not body[-1].strip(b"\r"):
         body.pop()
     eol = b"\r" if lines[end].endswith(b"\r") else b""

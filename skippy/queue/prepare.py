@@ -129,6 +129,7 @@ def prepare(
             offline=offline,
             interactive=(not settings.on_ci) if interactive is None else interactive,
             sleep=sleep,
+            rerun=rerun_command(target, offline=offline),
         )
         rel = settings.relative(settings.workdir)
         with guarded(
@@ -154,17 +155,62 @@ def converge(run: Run, queue: Queue, target: Target, pin: str | None) -> Prepare
     recorded = wd.read_stamp(git_dir)
     recognized = recognize(run, queue, repo, git_dir) if recorded is None else None
     work = wd.local_work(repo, git_dir, recorded or recognized, run.settings.tolerated_untracked)
-    refuse_or_discard(run, repo, git_dir, work)
+    committed = work.committed_only and not run.force and not is_shallow_or_partial(repo)
+    if not committed:
+        refuse_or_discard(run, repo, git_dir, work)
     if is_shallow_or_partial(repo):
         return reclone(run, queue, target, pin)
     at = resolve(run, repo, target, pin)
     recorded = wd.read_stamp(git_dir) or recognized
     head = repo.head()
+    if committed:
+        return adopt_or_refuse(run, queue, repo, git_dir, at, work=work)
     if recorded is not None and decide(recorded, at, queue.digest, head) == "noop":
         if recorded is recognized:
             wd.write_stamp(git_dir, recorded)
         return run.report("noop", recorded, changed=0)
     return apply_and_switch(run, queue, repo, git_dir, at, head=head, since=recorded)
+
+
+def adopt_or_refuse(
+    run: Run, queue: Queue, repo: Repo, git_dir: Path, at: Resolved, *, work: wd.LocalWork
+) -> PrepareReport:
+    """Commits in the workdir that the queue does not (yet) name: when the queue applied on the
+    target gives HEAD's tree exactly (the maintainer regenerated the lanes from them), the workdir
+    *is* the prepared tree: HEAD moves to the queue's own commit, which rewrites no file.  Else
+    they are local work, refused with how HEAD's tree differs from the queue's."""
+    head = repo.head()
+    assert head is not None
+    try:
+        patched = apply_aside(run, queue, repo, git_dir, at.base)
+    except ConflictError as exc:
+        refuse_or_discard(
+            run, repo, git_dir, work, differs=f"the queue does not apply on {at.upstream_sha[:12]}: {exc.what}"
+        )
+        raise
+    differ = repo.out("diff", "--no-renames", "--name-status", patched, head)
+    if differ:
+        lines = differ.splitlines()
+        shown = "\n".join(f"  {line}" for line in lines[:20]) + (
+            f"\n  ... and {len(lines) - 20} more" if len(lines) > 20 else ""
+        )
+        refuse_or_discard(
+            run,
+            repo,
+            git_dir,
+            work,
+            differs=f"HEAD's tree differs from the queue on {at.upstream_sha[:12]} in {len(lines)} file(s) "
+            f"(queue -> HEAD):\n{shown}",
+        )
+    old = head[:12]
+    changed = switch(run, queue, repo, git_dir, head=head, patched=patched, at=at)
+    note = (
+        f"HEAD {old} has the tree the queue gives on {at.upstream_sha[:12]}: the workdir is the prepared "
+        f"tree (HEAD is now the queue's commit {patched[:12]}; no file was rewritten)"
+    )
+    run.console.info(note)
+    run.notes.append(note)
+    return run.report("adopted", stamp(git_dir, queue, at, patched), changed=changed)
 
 
 def decide(recorded: wd.Stamp | None, at: Resolved, queue_digest: str, head: str | None) -> Decision:

@@ -181,13 +181,43 @@ def recognize(run: Run, queue: Queue, repo: Repo, git_dir: Path) -> wd.Stamp | N
     )
 
 
-def refuse_or_discard(run: Run, repo: Repo, git_dir: Path, work: wd.LocalWork) -> None:
+#: the build of the workdir as it stands, named in every refusal of local work
+AS_IS_BUILD = "nox -s build-cpu -- --workdir-as-is"
+
+
+def keep_or_discard(run: Run, work: wd.LocalWork) -> str:
+    """The next commands for local work: carry it into the queue, build it as it is, or discard it."""
+    rel = run.rel(run.workdir)
+    if work.in_progress:
+        keep = (
+            f"finish or abort the {work.in_progress.removeprefix('a ').removeprefix('an ')} in {rel} "
+            f"(`git -C {rel} status` says how), carry its commits into the queue with `invoke regenerate`, "
+            f"then re-run `{run.rerun}`"
+        )
+    elif work.modified or work.untracked:
+        keep = (
+            f"keep it: commit it (`git -C {rel} add -A && git -C {rel} commit`; a new commit joins the lane "
+            f"of the commit before it), then `invoke regenerate` and `{run.rerun}`"
+        )
+    else:
+        keep = (
+            "carry it into the queue: `invoke regenerate` (reads each commit's lane from its Skippy-Patch "
+            f"trailer), then `{run.rerun}` (accepts the workdir when the queue gives its tree)"
+        )
+    return (
+        f"{keep}; build it as it stands: `{AS_IS_BUILD}`; discard it: `{run.rerun} --force` "
+        "(saves everything under a backup ref first)"
+    )
+
+
+def refuse_or_discard(run: Run, repo: Repo, git_dir: Path, work: wd.LocalWork, *, differs: str | None = None) -> None:
     """Local work: refused, naming it and how to keep or discard it; with ``force`` saved under a
-    backup ref, then discarded (an ``am``/rebase/merge in progress aborted, the stamp cleared)."""
+    backup ref, then discarded (an ``am``/rebase/merge in progress aborted, the stamp cleared).
+    ``differs``: how HEAD's tree differs from the queue's (when that was computed)."""
     if work.empty:
         return
     rel = run.rel(run.workdir)
-    findings = "\n".join(f"- {f}" for f in work.findings())
+    findings = "\n".join(f"- {f}" for f in work.findings()) + (f"\n\n{differs}" if differs else "")
     if not run.force:
         raise DirtyWorkdirError(
             f"{rel} holds work that `prepare` would lose",
@@ -195,9 +225,7 @@ def refuse_or_discard(run: Run, repo: Repo, git_dir: Path, work: wd.LocalWork) -
             untouched=f"{rel}: nothing was changed"
             if run.recovered is None
             else f"{rel}: your work was not changed (this run only {run.recovered})",
-            next_step="keep it: commit it on a branch on top of the patched commit and carry it into "
-            "the queue (`invoke regenerate`, or `git format-patch` into the patch dir); "
-            "discard it: `invoke prepare --force` (saves everything under a backup ref first)",
+            next_step=keep_or_discard(run, work),
         )
     run.backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --force")
     run.console.warn(

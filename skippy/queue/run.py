@@ -37,6 +37,8 @@ class Run:
     recovered: str | None = None
     #: files whose local content ``force`` reverted or removed (saved under ``backup_ref`` first)
     reverted: list[str] = field(default_factory=list)
+    #: the command that re-runs this prepare (named in the next steps of a refusal)
+    rerun: str = "invoke prepare"
 
     @property
     def workdir(self) -> Path:

@@ -21,7 +21,14 @@ from skippy.core.git import AM_ARGS, AM_ENV, FALLBACK_DATE, Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
-from skippy.queue.am_output import failed_paths, failing_hunks, stopped_failures, unmerged_paths, without_am_hints
+from skippy.queue.am_output import (
+    failed_paths,
+    failing_hunks,
+    stopped_failures,
+    stopped_patch_paths,
+    unmerged_paths,
+    without_am_hints,
+)
 from skippy.queue.guard import guarded
 from skippy.queue.mail import tagged
 from skippy.queue.model import Patch, Queue, load_queue
@@ -56,9 +63,23 @@ def session_commands(rel_workdir: str, unmerged: Sequence[str], failed: Sequence
     )
 
 
+#: what a session whose ``git am`` was ended by hand can still do
+ENDED_BY_HAND = (
+    "`invoke prepare --abort` goes back to the checkout the session started from (your edits are kept "
+    "or saved under a backup ref)"
+)
+
+
+def am_running(repo: Repo) -> bool:
+    """Whether a ``git am`` is stopped in ``repo`` (a session's ``git am`` may have been ended by hand)."""
+    return (repo.git_dir() / "rebase-apply" / "applying").exists()
+
+
 def next_commands(repo: Repo, rel_workdir: str) -> str:
     """:func:`session_commands` of the session stopped in ``repo``, read from the tree as it is now
     (the same words for the stop itself, for prepare refusing while it lasts, and for status)."""
+    if not am_running(repo):
+        return f"the session's `git am` was ended outside skippy: {ENDED_BY_HAND}, then `invoke prepare`"
     unmerged = unmerged_paths(repo)
     return session_commands(rel_workdir, unmerged, () if unmerged else stopped_failures(repo))
 
@@ -153,6 +174,16 @@ def on_conflict(
     )
 
 
+def conflict_markers(repo: Repo) -> dict[str, str]:
+    """Staged files that still hold conflict markers (``git diff --cached --check``): path -> git's lines."""
+    out = repo.git("diff", "--cached", "--check", check=False).stdout
+    found: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        if "leftover conflict marker" in line:
+            found.setdefault(line.split(":", 1)[0], []).append(line.strip())
+    return {path: "\n".join(lines) for path, lines in found.items()}
+
+
 def _author_date(git_dir: Path) -> str | None:
     script = git_dir / "rebase-apply" / "author-script"
     with contextlib.suppress(OSError):
@@ -209,6 +240,13 @@ def resume(settings: Settings, action: Action, *, console: Console) -> PrepareRe
                 next_step="`invoke prepare --abort`, then `invoke prepare` with the new queue",
             )
         assert entry.stopped_at is not None
+        if not am_running(repo):
+            raise ConflictError(
+                f"the conflict session stopped at {entry.stopped_patch} has no `git am` in progress any more "
+                f"(ended by hand: `git am --abort` or `--quit`?): there is nothing to {action}",
+                untouched=f"{rel}: nothing was changed",
+                next_step=ENDED_BY_HAND,
+            )
         current = queue.patches[entry.stopped_at]
         saved: list[str] = []
         if action == "skip":
@@ -218,11 +256,7 @@ def resume(settings: Settings, action: Action, *, console: Console) -> PrepareRe
             _continue(settings, repo, git_dir, current)
             entry = dataclasses.replace(entry, resolved=(*entry.resolved, f"{current.label} (resolved)"))
         stamp = _finish(settings, repo, git_dir, queue, entry, console=console)
-    carry = (
-        f"the resolution lives only in {rel} until it is in the queue: re-export the resolved patch "
-        f"(`git -C {rel} format-patch --zero-commit --no-signature -1 <commit>` over the patch file) "
-        "or regenerate the lanes from this checkout (`invoke regenerate`)"
-    )
+    carry = carry_note(settings, stamp, action)
     console.info(carry)
     return PrepareReport(
         "resumed",
@@ -233,6 +267,27 @@ def resume(settings: Settings, action: Action, *, console: Console) -> PrepareRe
         stamp.source,
         time.monotonic() - started,
         notes=(*entry.resolved, *saved, carry),
+    )
+
+
+def carry_note(settings: Settings, stamp: wd.Stamp, action: Action) -> str:
+    """How a finished session reaches the queue: regenerate, then prepare accepts the tree as it is."""
+    from skippy.queue.target import read_pin
+
+    rel = settings.relative(settings.workdir)
+    done = "the resolution lives" if action == "continue" else "leaving the patch out lives"
+    try:
+        pinned = read_pin(settings) == stamp.upstream_sha
+    except SettingsError:
+        pinned = False
+    then = (
+        "`invoke prepare` (it takes this tree as prepared)"
+        if pinned
+        else f"`invoke pin-bump --sha {stamp.upstream_sha}` (moves the pin here: this tree is taken as prepared)"
+    )
+    return (
+        f"{done} only in {rel} until it is in the queue (`invoke status` calls it local work): "
+        f"`invoke regenerate` writes the lanes back from {rel}'s commits, then {then}"
     )
 
 
@@ -258,6 +313,15 @@ def _continue(settings: Settings, repo: Repo, git_dir: Path, current: Patch) -> 
             f"{current.label} still has unresolved conflicts in {', '.join(unmerged)}",
             untouched=f"{rel}: the session is as you left it",
             next_step=f"edit them, `git -C {rel} add {' '.join(unmerged)}`, then `invoke prepare --continue`",
+        )
+    markers = conflict_markers(repo)
+    if markers:
+        raise ConflictError(
+            f"{current.label}: conflict markers are staged in {', '.join(markers)}",
+            details="\n".join(markers.values()),
+            untouched=f"{rel}: the session is as you left it (nothing was committed)",
+            next_step=f"remove the <<<<<<< ======= >>>>>>> lines from {', '.join(markers)}, "
+            f"`git -C {rel} add {' '.join(markers)}`, then `invoke prepare --continue`",
         )
     date = _author_date(git_dir) or FALLBACK_DATE
     result = repo.git("am", "--continue", env={"GIT_COMMITTER_DATE": date}, check=False)
@@ -306,9 +370,9 @@ def _abort_session(
     """Back to the checkout the session started from, losing nothing.
 
     Uncommitted changes (a half-done resolution, an unrelated edit, new files) are saved under a
-    backup ref first.  ``git am --abort`` keeps edits to files the session did not touch, and the
-    move back keeps them too when the previous checkout has the same version of those files, as a
-    plain ``git checkout`` does; only files that differ there are reset, and they are in the backup.
+    backup ref first.  The stopped patch's own files go back, as ``git am --abort`` does; every other
+    edit is kept: carried over to the previous checkout's version of its file (``git apply`` of your
+    change), and only where it does not apply there is the file reset (yours is in the backup).
     """
     rel = settings.relative(settings.workdir)
     back = entry.from_commit or entry.base
@@ -325,16 +389,20 @@ def _abort_session(
         backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --abort")
         console.warn(f"uncommitted changes in {rel} saved under {backup_ref} before the abort")
         notes.append(f"uncommitted changes saved under {backup_ref}")
+    patch_paths = set(stopped_patch_paths(repo))
+    edits = _edits(repo, [p for p in work.modified if p not in patch_paths])
     repo.git("am", "--abort", check=False)
     if wd.in_progress(git_dir) is not None:
         repo.git("am", "--quit", check=False)
+    carried: list[str] = []
     if not repo.git("checkout", "--detach", "--quiet", back, check=False).ok:
-        # edits to files that differ in the previous checkout: they go (they are in the backup)
+        # edits to files that differ in the previous checkout: carried over where they apply
         if backup_ref is None:
             backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --abort")
         repo.git("checkout", "--force", "--detach", "--quiet", back)
+        carried = _carry_edits(repo, edits)
     if backup_ref is not None:
-        notes += _restore_notes(repo, rel, backup_ref, dirty, console=console)
+        notes += _restore_notes(repo, rel, backup_ref, dirty, carried, console=console)
     wd.drop_journal(git_dir)
     stamp = wd.read_stamp(git_dir)
     if stamp is None or stamp.patched_sha != back:
@@ -353,11 +421,35 @@ def _abort_session(
     )
 
 
-def _restore_notes(repo: Repo, rel: str, backup_ref: str, dirty: list[str], *, console: Console) -> list[str]:
-    """What the abort reset (it is in ``backup_ref``) and what it kept as it was."""
-    reset = wd.differ_from(repo, backup_ref, dirty)
-    kept = sorted(set(dirty) - set(reset))
+def _edits(repo: Repo, paths: list[str]) -> dict[str, str]:
+    """Each path's uncommitted change against HEAD, as a patch ``git apply`` takes."""
+    edits: dict[str, str] = {}
+    for path in paths:
+        diff = repo.git("diff", "--binary", "--full-index", "HEAD", "--", path, check=False)
+        if diff.ok and diff.stdout.strip():
+            edits[path] = diff.stdout
+    return edits
+
+
+def _carry_edits(repo: Repo, edits: dict[str, str]) -> list[str]:
+    """Apply each saved edit to the work tree as it is now; the paths whose edit applied."""
+    carried = []
+    for path, diff in edits.items():
+        if repo.git("apply", "--whitespace=nowarn", input=diff, check=False).ok:
+            carried.append(path)
+    return carried
+
+
+def _restore_notes(
+    repo: Repo, rel: str, backup_ref: str, dirty: list[str], carried: list[str], *, console: Console
+) -> list[str]:
+    """What the abort reset (it is in ``backup_ref``), what it kept as it was, and the edits it
+    carried over to the previous checkout's version of their file."""
+    reset = [p for p in wd.differ_from(repo, backup_ref, dirty) if p not in carried]
+    kept = sorted(set(dirty) - set(reset) - set(carried))
     notes: list[str] = []
+    if carried:
+        notes.append(f"your edits carried over to the previous checkout's version of: {', '.join(carried)}")
     if reset:
         notes.append(
             f"back at the previous checkout's version (yours is in {backup_ref}): {', '.join(reset)}; "

@@ -12,7 +12,7 @@ from skippy.core.settings import Settings
 from skippy.queue import workdir as wd
 from skippy.queue.am_output import unmerged_paths
 from skippy.queue.model import load_queue
-from skippy.queue.session import next_commands
+from skippy.queue.session import am_running, next_commands
 from skippy.queue.target import read_pin
 
 
@@ -130,6 +130,11 @@ def _queue_state(settings: Settings) -> tuple[str | None, int, str | None]:
 def _interrupted(repo: Repo, journal: wd.Journal) -> str:
     if journal.op != "session":
         return f"a prepare was interrupted ({journal.op})"
+    if not am_running(repo):
+        return (
+            f"a conflict session stopped at {journal.stopped_patch}, its `git am` ended outside skippy "
+            "(nothing to continue)"
+        )
     unmerged = unmerged_paths(repo)
     return f"a conflict session is stopped at {journal.stopped_patch}: " + (
         f"conflicts in {', '.join(unmerged)}"
@@ -161,7 +166,7 @@ def _would(pin: str | None, digest: str | None, stamp: wd.Stamp | None, work: wd
             "temporary worktree): if so carry on from it, else refuse (local commits)"
         )
     if not work.empty:
-        return "refuse: local work present (commit it into the queue, or use --force: it is backed up first)"
+        return _would_with_work(work)
     if stamp is None:
         return f"check out {pin[:12] if pin else 'the pin'} and apply the queue"
     if pin and stamp.upstream_sha != pin:
@@ -169,3 +174,12 @@ def _would(pin: str | None, digest: str | None, stamp: wd.Stamp | None, work: wd
     if stamp.queue_digest != digest:
         return "re-apply the changed queue (only files whose content changes are rewritten)"
     return f"move HEAD back to the patched commit {stamp.patched_sha[:12]}"
+
+
+def _would_with_work(work: wd.LocalWork) -> str:
+    if work.committed_only:
+        return (
+            "apply the queue aside: when it gives HEAD's tree (after `invoke regenerate`), take the workdir "
+            "as prepared (no file rewritten); else refuse: the commits are not in the queue"
+        )
+    return "refuse: local work present (commit it into the queue, or use --force: it is backed up first)"

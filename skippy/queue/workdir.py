@@ -131,10 +131,17 @@ class LocalWork:
     in_progress_marker: str | None = None
     head_problem: str | None = None
     tolerated: tuple[str, ...] = field(default=(), compare=False)
+    #: conflict resolutions finished with ``--continue`` that the queue does not hold yet
+    unqueued: str | None = None
 
     @property
     def empty(self) -> bool:
-        return not (self.modified or self.untracked or self.in_progress or self.head_problem)
+        return not (self.modified or self.untracked or self.in_progress or self.head_problem or self.unqueued)
+
+    @property
+    def committed_only(self) -> bool:
+        """Only commits (no uncommitted change, no operation in progress): the queue may reproduce them."""
+        return bool(self.head_problem or self.unqueued) and not (self.modified or self.untracked or self.in_progress)
 
     def findings(self) -> list[str]:
         out: list[str] = []
@@ -146,6 +153,8 @@ class LocalWork:
             out.append(f"{len(self.untracked)} untracked file(s): {_listing(self.untracked)}")
         if self.head_problem:
             out.append(self.head_problem)
+        if self.unqueued:
+            out.append(self.unqueued)
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -154,6 +163,7 @@ class LocalWork:
             "untracked": list(self.untracked),
             "in_progress": self.in_progress,
             "head_problem": self.head_problem,
+            "unqueued_resolution": self.unqueued,
         }
 
 
@@ -387,8 +397,14 @@ def local_work(repo: Repo, git_dir: Path, stamp: Stamp | None, tolerated: tuple[
     progress = in_progress(git_dir)
     head = repo.head()
     head_problem: str | None = None
+    unqueued: str | None = None
     if head is not None:
         if stamp is not None:
+            if head == stamp.patched_sha and stamp.resolved:
+                unqueued = (
+                    f"the conflict resolution(s) of {', '.join(stamp.resolved)} on upstream "
+                    f"{stamp.upstream_sha[:12]} are committed here but not in the queue"
+                )
             if head != stamp.patched_sha:
                 if repo.has_commit(stamp.patched_sha) and repo.is_ancestor(stamp.patched_sha, head):
                     count = repo.commit_count(f"{stamp.patched_sha}..{head}")
@@ -404,6 +420,7 @@ def local_work(repo: Repo, git_dir: Path, stamp: Stamp | None, tolerated: tuple[
         in_progress_marker=progress[0] if progress else None,
         head_problem=head_problem,
         tolerated=tuple(ignored_ok),
+        unqueued=unqueued,
     )
 
 

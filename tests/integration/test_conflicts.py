@@ -173,7 +173,10 @@ def test_session_continue_finishes_and_stamps(project: Project) -> None:
     run_git(wdir, "add", "src/llama-model.cpp")
     report = resume(settings, "continue", console=QUIET)
     assert report.action == "resumed"
-    assert any("re-export the resolved patch" in n for n in report.notes)
+    assert any(
+        "`invoke regenerate` writes the lanes back" in n and f"invoke pin-bump --sha {shas['c3']}" in n
+        for n in report.notes
+    )
     assert run_git(wdir, "log", "--format=%s", f"{shas['c3']}..HEAD").splitlines() == [
         "generated: b",
         "core: edit line 5",

@@ -175,7 +175,9 @@ def test_empty_queue(project: Project) -> None:
 def snapshot_all(project: Project) -> dict[str, tuple[int, bytes]]:
     """Work tree, index, refs and stamps (git may freshen object mtimes: that is not user state)."""
     state = tree_state(project.workdir) if project.workdir.exists() else {}
-    state = {k: v for k, v in state.items() if not k.startswith((".git/objects/", ".git/logs/"))}
+    # FETCH_HEAD: a refusal of local commits first asks whether the queue on the target gives HEAD's
+    # tree (prepare then takes the workdir as prepared), which may fetch the target
+    state = {k: v for k, v in state.items() if not k.startswith((".git/objects/", ".git/logs/", ".git/FETCH_HEAD"))}
     queue = tree_state(project.root / "queue")
     return {**{"wd/" + k: v for k, v in state.items()}, **{"queue/" + k: v for k, v in queue.items()}}
 

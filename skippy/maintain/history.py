@@ -1,0 +1,145 @@
+"""The lanes of a workdir's history, read from the ``Skippy-Patch`` trailers (no branch names).
+
+prepare writes ``Skippy-Patch: <lane>/<file>`` into every commit it applies
+(:mod:`skippy.queue.mail`).  A maintainer then works with plain git moves on the
+workdir's HEAD: ``git commit --fixup=<commit>`` + ``git rebase -i --autosquash``
+(the squashed commit keeps its trailer), a new commit anywhere (it has no trailer:
+it joins the lane of the commit before it; after a generated commit, or as the
+first commit, see :func:`lane_of_new`).  :func:`lanes_of` turns ``base..HEAD`` into
+a core head and a model-support head for :func:`skippy.maintain.regenerate.regenerate`:
+directly when the commits are already in lane order, else by replaying the core and
+model-support commits in lane order in a temporary worktree (the generated commits are
+left out: the generated lane is regenerated from its inputs).
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from skippy.core.errors import QueueError
+from skippy.core.git import Repo
+from skippy.queue import workdir as wd
+from skippy.queue.mail import label_of
+from skippy.queue.model import LANES, Lane
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    subject: str
+    #: the lane and patch file its trailer names, or None for a new commit
+    label: str | None
+    lane: Lane
+
+
+@dataclass(frozen=True)
+class Lanes:
+    commits: tuple[Commit, ...]
+    core_head: str
+    model_support_head: str
+    #: True when the core and model-support commits were replayed in lane order aside
+    reordered: bool
+
+    def count(self, lane: Lane) -> int:
+        return sum(1 for c in self.commits if c.lane is lane)
+
+    def new(self) -> tuple[Commit, ...]:
+        return tuple(c for c in self.commits if c.label is None)
+
+
+def lane_of_new(previous: Lane | None) -> Lane:
+    """The lane of a commit without trailer: the lane of the commit before it; the core lane for
+    the first commit; model_support after a generated commit (the generated lane is never written
+    by hand)."""
+    if previous is None:
+        return Lane.CORE
+    return Lane.MODEL_SUPPORT if previous is Lane.GENERATED else previous
+
+
+def read_commits(repo: Repo, base: str, head: str, *, rerun: str) -> tuple[Commit, ...]:
+    """``base..head`` oldest first, each with its lane; a merge or an unknown lane is refused."""
+    merges = repo.out("rev-list", "--merges", f"{base}..{head}").split()
+    if merges:
+        raise QueueError(
+            f"{len(merges)} merge commit(s) between the prepared base {base[:12]} and HEAD "
+            f"({', '.join(m[:12] for m in merges)}): every commit must be one patch",
+            untouched="everything: the queue was not changed",
+            next_step=f"linearize them (`git -C {repo.path} rebase {base[:12]}`), then re-run `{rerun}`",
+        )
+    out = repo.out("log", "--reverse", "--format=%H%x1f%s%x1f%B%x1e", f"{base}..{head}")
+    commits: list[Commit] = []
+    previous: Lane | None = None
+    known = {lane.value: lane for lane in LANES}
+    for record in out.split("\x1e"):
+        if not record.strip():
+            continue
+        sha, subject, body = record.strip("\n").split("\x1f", 2)
+        label = label_of(body)
+        if label is None:
+            lane = lane_of_new(previous)
+        else:
+            lane_name = label.split("/", 1)[0]
+            if lane_name not in known or "/" not in label:
+                raise QueueError(
+                    f"commit {sha[:12]} ({subject}) names an unknown lane in its trailer: Skippy-Patch: {label}",
+                    untouched="everything: the queue was not changed",
+                    next_step=f"reword it (`git -C {repo.path} rebase -i {base[:12]}`, `reword`) to "
+                    "`Skippy-Patch: core/<file>` or `model_support/<file>`, or drop the line, then re-run "
+                    f"`{rerun}`",
+                )
+            lane = known[lane_name]
+        commits.append(Commit(sha, subject, label, lane))
+        previous = lane
+    return tuple(commits)
+
+
+def lanes_of(repo: Repo, git_dir: Path, base: str, head: str, *, rerun: str) -> Lanes:
+    """The core and model-support heads that ``base..head`` stands for (see the module docstring)."""
+    commits = read_commits(repo, base, head, rerun=rerun)
+    hand = [c for c in commits if c.lane is not Lane.GENERATED]
+    order = [LANES.index(c.lane) for c in hand]
+    in_order = order == sorted(order)
+    last_hand = max((i for i, c in enumerate(commits) if c.lane is not Lane.GENERATED), default=-1)
+    first_generated = min((i for i, c in enumerate(commits) if c.lane is Lane.GENERATED), default=len(commits))
+    if in_order and last_hand < first_generated:
+        core = next((c.sha for c in reversed(hand) if c.lane is Lane.CORE), base)
+        ms = hand[-1].sha if hand else base
+        return Lanes(commits, core, ms, reordered=False)
+    core, ms = _replay_in_lane_order(repo, git_dir, base, hand, rerun=rerun)
+    return Lanes(commits, core, ms, reordered=True)
+
+
+def _replay_in_lane_order(repo: Repo, git_dir: Path, base: str, hand: list[Commit], *, rerun: str) -> tuple[str, str]:
+    """Cherry-pick the core commits, then the model-support ones, on ``base`` in a temporary
+    worktree (the workdir's checkout is not touched); the two heads."""
+    aside = wd.skippy_dir(git_dir) / "aside" / f"lanes-{uuid.uuid4().hex[:8]}"
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    repo.git("worktree", "add", "--detach", "--quiet", str(aside), base)
+    try:
+        work = Repo(aside, repo.env, echo=repo.echo)
+        core = base
+        for lane in (Lane.CORE, Lane.MODEL_SUPPORT):
+            for commit in (c for c in hand if c.lane is lane):
+                result = work.git("cherry-pick", "--allow-empty", "--keep-redundant-commits", commit.sha, check=False)
+                if not result.ok:
+                    work.git("cherry-pick", "--abort", check=False)
+                    raise QueueError(
+                        f"commit {commit.sha[:12]} ({commit.subject}) of the {lane.value} lane does not apply "
+                        "in lane order (core commits first, then model_support): it depends on a commit of "
+                        "a later lane",
+                        details=result.tail(),
+                        untouched="everything: the queue and the workdir were not changed",
+                        next_step=f"move it with `git -C {repo.path} rebase -i {base[:12]}` (core commits "
+                        "first, then model_support; the generated commits are regenerated), then re-run "
+                        f"`{rerun}`",
+                    )
+            if lane is Lane.CORE:
+                core = work.out("rev-parse", "HEAD")
+        return core, work.out("rev-parse", "HEAD")
+    finally:
+        repo.git("worktree", "remove", "--force", str(aside), check=False)
+        shutil.rmtree(aside, ignore_errors=True)
+        repo.git("worktree", "prune", check=False)
