@@ -42,6 +42,7 @@ from skippy.build.configure import (
     ConfigureDecision,
     cache_mismatches,
     decide_configure,
+    missing_path_define,
     parse_cmake_cache,
     parse_unused_variables,
 )
@@ -236,13 +237,28 @@ def _configure(plan: BuildPlan, decision: ConfigureDecision, console: Console, b
         try:
             result = proc.run(plan.configure_argv, env=plan.env, on_line=console.info, echo=console.command)
         except CommandError as exc:
-            raise _build_error(
-                exc,
-                "CMake configure failed",
-                plan,
-                f"read the CMake error above, fix it, and rerun `nox -s build-{plan.backend}`",
-            ) from None
+            raise _configure_error(exc, plan) from None
         _check_configured(plan, result.stdout + "\n" + result.stderr)
+
+
+def _configure_error(exc: CommandError, plan: BuildPlan) -> BuildError:
+    """A failed configure; when CMake names the path of a -D value that does not exist, that
+    setting is the cause and its fix the next step (not the tree's CMake code)."""
+    rerun = f"nox -s build-{plan.backend}"
+    bad = missing_path_define(plan, exc.output_tail)
+    if bad is None:
+        return _build_error(
+            exc, "CMake configure failed", plan, f"read the CMake error above, fix it, and rerun `{rerun}`"
+        )
+    name, value = bad
+    return BuildError(
+        f"CMake configure failed ({plan.backend}): exit code {exc.returncode}: -D{name}={value} names a path "
+        "that does not exist",
+        untouched=f"the source tree; the build dir {plan.build_dir} is kept for inspection",
+        next_step=f"give -D{name} a path that exists (or drop it: it was given on the command line, in "
+        f"[tool.skippy.build] or the environment), then rerun `{rerun}`",
+        details=exc.details,
+    )
 
 
 def _write_stamp(plan: BuildPlan) -> None:

@@ -58,7 +58,7 @@ def _raise_terminated(_signum: int, _frame: object) -> None:
 
 
 @contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
+def sigterm_unwinds() -> Iterator[None]:
     """SIGTERM raises :class:`Terminated` inside (main thread only); the previous handler after."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -181,6 +181,20 @@ def _unmount_all(made: list[Mount], env: Mapping[str, str], log: Callable[[str],
     return failures
 
 
+def unmount_under(folder: Path, env: Mapping[str, str]) -> tuple[list[Path], list[str]]:
+    """Unmount whatever is mounted at or below ``folder`` (deepest first; lazily when busy):
+    ``(unmounted, failures)`` -- what a process killed while it worked in there left mounted."""
+    done: list[Path] = []
+    failures: list[str] = []
+    for point in mounts_under(folder):
+        problem = _unmount(point, env)
+        if problem:
+            failures.append(problem)
+        else:
+            done.append(point)
+    return done, failures
+
+
 @contextlib.contextmanager
 def mounted(
     root: BuildRoot | None,
@@ -202,7 +216,7 @@ def mounted(
         yield
         return
     made: list[Mount] = []
-    with _sigterm_unwinds():
+    with sigterm_unwinds():
         try:
             for mount in plan_mounts(root.path, binds):
                 _mount(root, mount, env)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,3 +121,25 @@ def cache_mismatches(expectations: Mapping[str, str], cache: Mapping[str, str]) 
         if actual is None or _normalize(actual) != _normalize(wanted):
             out[name] = (wanted, "<unset>" if actual is None else actual)
     return out
+
+
+_DEFINE_ARG = re.compile(r"^-D([^:=]+)(?::[^=]*)?=(.*)$")
+
+
+def missing_path_define(plan: BuildPlan, output: str) -> tuple[str, str] | None:
+    """The ``(name, value)`` of a ``-D`` argument of the configure command whose value is a path
+    that does not exist and that CMake's ``output`` names: the cause of a failed configure that
+    is the setting's, not the tree's.  None when no such argument is to blame."""
+    for arg in plan.configure_argv:
+        match = _DEFINE_ARG.match(arg)
+        if match is None:
+            continue
+        name, value = match.group(1), match.group(2).strip()
+        if "/" not in value or value not in output:
+            continue
+        candidates = (
+            [plan.host_path(value)] if value.startswith("/") else [plan.build_dir / value, plan.source_dir / value]
+        )
+        if not any(c.exists() for c in candidates):
+            return name, value
+    return None

@@ -127,21 +127,64 @@ def check_model(
                 answer, result.reason = None, f"fingerprint: {exc.reason}"
         result.exit_code = server.exit_code
         log = server.log_lines()
-        if answer is None and attempt + 1 < options.bind_attempts and any(_BIND_FAILURE.search(x) for x in log):
+        unbound = [x for x in log if _BIND_FAILURE.search(x)] if answer is None else []
+        if unbound and attempt + 1 < options.bind_attempts:
             continue  # someone took the port between our probe and the bind: try another
-        if answer is None:
-            result.log_lines = log[-LOG_TAIL:]
-        judge(result, log, answer)
-        if result.ok and leak_check and (why := leak_reason(result.content)):
-            result.verdict, result.reason = "fail", why
-        if result.ok and device_prefix:
-            why, shown = device_reason(log, device_prefix)
-            result.compute.device = shown
-            if why:
-                result.verdict, result.reason = "fail", why
-                result.log_lines = [line for line in log if "load_tensors" in line][-LOG_TAIL:]
-        return result
+        if unbound:
+            return _port_taken(result, argv, unbound, options.bind_attempts)
+        return _judged(result, log, answer, leak_check=leak_check, device_prefix=device_prefix)
     return result  # pragma: no cover - the loop always returns
+
+
+def _judged(
+    result: ModelResult, log: list[str], answer: Answer | None, *, leak_check: bool, device_prefix: str | None
+) -> ModelResult:
+    """The verdict from the answer and the log: failure lines, a template leak, the device."""
+    if answer is None:
+        result.log_lines = log[-LOG_TAIL:]
+    judge(result, log, answer)
+    if result.ok and leak_check and (why := leak_reason(result.content)):
+        result.verdict, result.reason = "fail", why
+    if result.ok and device_prefix:
+        why, shown = device_reason(log, device_prefix)
+        result.compute.device = shown
+        if why:
+            result.verdict, result.reason = "fail", why
+            result.log_lines = [line for line in log if "load_tensors" in line][-LOG_TAIL:]
+    return result
+
+
+def _port_taken(result: ModelResult, argv: Sequence[str], lines: Sequence[str], attempts: int) -> ModelResult:
+    """The server could not bind its port: another process holds it (no fault of the build)."""
+    # the last --port wins (one given with --server-arg comes after ours)
+    port = next(argv[i + 1] for i in range(len(argv) - 2, -1, -1) if argv[i] == "--port")
+    result.verdict = "fail"
+    result.reason = (
+        f"port {port} on {HOST} is in use by another process: {Path(argv[0]).name} could not bind it "
+        f"({attempts} attempt(s))"
+    )
+    result.log_lines = list(lines[-LOG_TAIL:])
+    result.next_step = (
+        f"find what holds {HOST}:{port} (`ss -ltnp 'sport = :{port}'`), stop it, and rerun nox -s spot-check"
+    )
+    if str(port) != str(result.port):
+        result.next_step = (
+            f"drop `--server-arg --port {port}` (the spot check picks a free port itself) or free that port "
+            f"(`ss -ltnp 'sport = :{port}'` names its holder), and rerun nox -s spot-check"
+        )
+    return result
+
+
+def failure_next_step(report: SpotCheckReport, build_cmd: str) -> str:
+    """The next step of a failed spot check, fitting each failure's cause: a failure with a way
+    out of its own (a port taken, a model not found) gives that; the rest point at the build."""
+    steps: list[str] = []
+    for result in report.failed:
+        if result.next_step and result.next_step not in steps:
+            steps.append(f"{result.model}: {result.next_step}" if len(report.failed) > 1 else result.next_step)
+    if any(not r.next_step for r in report.failed):
+        steps.append(f"read the log(s) above, fix the patch, rebuild ({build_cmd}) and rerun nox -s spot-check")
+    return "; ".join(steps)
 
 
 def spot_check(
@@ -216,7 +259,7 @@ def spot_check(
             try:
                 resolved = resolve_model(ref, settings, console)
             except SkippyError as exc:
-                result = ModelResult(model=ref.label, path=None, reason=exc.what)
+                result = ModelResult(model=ref.label, path=None, reason=exc.what, next_step=exc.next_step)
                 if exc.next_step:
                     result.reason += f" (next: {exc.next_step})"
                 report.results.append(result)
@@ -241,10 +284,7 @@ def spot_check(
             console.info(describe(result, settings))
     console.summary(report.markdown())
     if not report.ok:
-        raise ModelCheckFailed(
-            report,
-            next_step=f"read the log(s) above, fix the patch, rebuild ({build_cmd}) and rerun nox -s spot-check",
-        )
+        raise ModelCheckFailed(report, next_step=failure_next_step(report, build_cmd))
     return report
 
 

@@ -18,21 +18,32 @@ T = TypeVar("T")
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temp file beside ``path``, fsync it, then rename it into place.
+    """:func:`write_bytes_atomic` of ``text`` in UTF-8 (newlines as given)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
 
-    The file keeps its mode (a new one gets the umask's, as ``open`` would), not mkstemp's 0600."""
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temp file beside ``path``, fsync it, then rename it into place.
+
+    A regular file keeps its mode (a new one gets the umask's, as ``open`` would), not mkstemp's
+    0600.  A symlink at ``path`` is replaced by the new file (the rename replaces the link itself),
+    never written through, and the mode of what it points to is not taken either."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        mode = stat.S_IMODE(path.stat().st_mode)
+        info = path.lstat()
     except FileNotFoundError:
+        info = None
+    if info is not None and stat.S_ISREG(info.st_mode):
+        mode = stat.S_IMODE(info.st_mode)
+    else:
         mask = os.umask(0o022)
         os.umask(mask)
         mode = 0o666 & ~mask
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+        with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), mode)
-            fh.write(text)
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         Path(tmp).replace(path)

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from skippy.core.errors import QueueError
+from skippy.core.files import write_bytes_atomic
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -373,14 +374,26 @@ def lane_files_on_disk(folder: Path) -> dict[str, bytes]:
     }
 
 
-def write_lane(folder: Path, lane: GeneratedLane) -> None:
-    """Replace the lane's patches, series and inputs manifest (the spec stays)."""
+def write_lane(folder: Path, lane: GeneratedLane) -> list[str]:
+    """Replace the lane's patches, series and inputs manifest (the spec stays); the names of the
+    files that were symlinks (each replaced by a regular file, never written through: its target,
+    wherever it is, is left as it was)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name in lane_files_on_disk(folder):
+    written = {*lane.files, INPUTS_NAME}
+    links = sorted(name for name in written if (folder / name).is_symlink())
+    # stale patches go, and the links among the names (a dangling one is not is_file(): the write
+    # would create its target)
+    dangling = {p.name for p in folder.iterdir() if p.is_symlink() and _lane_file(p.name)}
+    for name in {*lane_files_on_disk(folder), *dangling, *links}:
         (folder / name).unlink()
     for name, data in lane.files.items():
-        (folder / name).write_bytes(data)
-    (folder / INPUTS_NAME).write_text(lane.manifest, encoding="utf-8")
+        write_bytes_atomic(folder / name, data)
+    write_bytes_atomic(folder / INPUTS_NAME, lane.manifest.encode("utf-8"))
+    return links
+
+
+def _lane_file(name: str) -> bool:
+    return name.endswith(".patch") or name == SERIES_NAME
 
 
 @dataclass(frozen=True)
@@ -459,7 +472,11 @@ def run_generate(
         if not drift.ok:
             raise drift_error(settings, drift)
         return lane, drift
-    write_lane(folder, lane)
+    for name in write_lane(folder, lane):
+        console.warn(
+            f"{settings.relative(folder / name)} was a symlink: replaced by a regular file "
+            "(what it pointed to is left as it was)"
+        )
     return lane, drift
 
 

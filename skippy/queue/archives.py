@@ -222,8 +222,14 @@ def import_archive(
     archive = fetch_verified(spec.url, spec.sha256, cache, ctx, fetcher=fetcher, lock_timeout=settings.lock_timeout)
     with console.step(f"importing upstream {upstream_sha[:12]} from {archive.name}"):
         with owned_scratch(scratch_root, "archive-", console=console) as tmp:
-            unpacked = safe_unpack(archive, tmp / "tree", spec.folder)
-            sha = commit_folder(repo, unpacked, import_message(spec), scratch=tmp / "scratch")
+            try:
+                unpacked = safe_unpack(archive, tmp / "tree", spec.folder)
+                sha = commit_folder(repo, unpacked, import_message(spec), scratch=tmp / "scratch")
+            except OSError as exc:
+                if exc.filename is not None or exc.errno is None:
+                    raise
+                # a write that names no file (tar's copy into the tree): the scratch folder is where
+                raise OSError(exc.errno, exc.strerror, str(tmp)) from exc
         repo.git(
             "update-ref",
             "-m",

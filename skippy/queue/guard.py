@@ -52,7 +52,15 @@ def disk_error(
         path = settings.workdir / path
     inside = path == settings.workdir or settings.workdir in path.parents
     fix = settings.workdir if inside else path.parent
-    if problem.full:
+    fs = wd.file_system_of(path) if problem.full else None
+    if fs is not None:
+        # the file system that is full, named by its mount point (the workdir, the cache's scratch
+        # folder or a path git names may each sit on another one; the path may be gone by now)
+        next_step = (
+            f"free space on the file system mounted at {fs.mount_point} (it holds {settings.relative(path)}; "
+            f"`df -h {fs.mount_point}` shows it: {fs.describe()} now), then re-run `{rerun}`"
+        )
+    elif problem.full:
         next_step = (
             f"free space on the file system that holds {settings.relative(fix)} "
             f"(`df -h {settings.relative(fix)}` shows it), then re-run `{rerun}`"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skippy.core.errors import SkippyError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -28,6 +29,8 @@ class Run:
     force: bool = False
     #: set by the clone step when the upstream does not answer and the source archive stands in
     offline: bool = False
+    #: why the run went offline when ``--offline`` was not given (the clone's network error)
+    unreachable: SkippyError | None = None
     #: on a conflict, leave the failed ``git am`` stopped in the workdir (default: not on CI)
     interactive: bool = False
     sleep: Callable[[float], None] = time.sleep

@@ -11,6 +11,7 @@ from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.queue import workdir as wd
 from skippy.queue.am_output import unmerged_paths
+from skippy.queue.damage import refuse_damaged_git_dir
 from skippy.queue.model import load_queue
 from skippy.queue.session import am_running, next_commands
 from skippy.queue.target import read_pin
@@ -92,6 +93,7 @@ def compute_status(settings: Settings) -> Status:
         if exists:
             would = f"refuse: {rel} exists but is not a git checkout skippy can manage"
         return Status(rel, pin, digest, count, queue_error, exists, None, None, None, None, would, False)
+    refuse_damaged_git_dir(settings, git_dir)
     repo = Repo(settings.workdir, settings.env)
     stamp = wd.read_stamp(git_dir)
     journal = wd.read_journal(git_dir)

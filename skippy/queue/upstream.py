@@ -94,6 +94,7 @@ def clone_or_init(run: Run, partial: Path) -> None:
         shutil.rmtree(partial, ignore_errors=True)
         init_empty(run, partial)
         run.offline = True
+        run.unreachable = exc
 
 
 def fetch(run: Run, repo: Repo) -> None:
@@ -129,6 +130,17 @@ def resolve(run: Run, repo: Repo, target: Target, pin: str | None) -> Resolved:
 
 
 def _resolve_latest(run: Run, repo: Repo) -> Resolved:
+    if run.unreachable is not None:
+        # offline because the clone found no upstream, not because --offline was given
+        url = run.settings.upstream_url
+        raise NetworkError(
+            f"--latest needs the upstream, and {url} did not answer ({run.unreachable.what}); "
+            "a source archive stands in for a pinned commit only, never for the latest one",
+            details=run.unreachable.details,
+            untouched=f"{run.rel(run.workdir)}: nothing was cloned or changed",
+            next_step="check the network and LLAMA_UPSTREAM_URL / [tool.skippy] upstream_url, then re-run "
+            "with --latest; `invoke prepare --pinned` prepares the pin from its source archive meanwhile",
+        )
     if run.offline:
         raise SettingsError(
             "--latest needs the upstream: it cannot run --offline",

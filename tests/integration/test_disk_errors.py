@@ -158,7 +158,8 @@ def test_full_disk_during_fetch_is_named_not_a_network_failure(prepared: Project
     assert_clean_error(
         result,
         "error: No space left on device while writing in .deps/llama.cpp (git fetch)",
-        "next: free space on the file system that holds .deps/llama.cpp",
+        # the full file system by its mount point (here the tmpfs on the workdir, in the namespace)
+        f"next: free space on the file system mounted at {prepared.workdir} (it holds .deps/llama.cpp;",
         f"then re-run `invoke prepare --sha {new}`",
     )
     for wrong in ("could not fetch", "attempt", "no archive mapped", "network"):
@@ -221,3 +222,12 @@ def test_unreachable_upstream_for_an_unmapped_sha_names_the_network(prepared: Pr
         after.pop(own, None)
         before.pop(own, None)
     assert after == before
+
+
+def test_disk_problem_reads_a_checkout_that_filled_the_disk() -> None:
+    """git checkout says only "unable to write file" and its own words for ENOSPC."""
+    out = "error: unable to write file big.bin\nfatal: sha1 file '/w/.git/index.lock' write error. Out of diskspace"
+    problem = wd.disk_problem(out)
+    assert problem is not None and problem.full
+    assert (problem.cause, problem.path) == ("No space left on device", "/w/.git/index.lock")
+    assert wd.disk_problem("Applying: say write error. Out of diskspace here") is None

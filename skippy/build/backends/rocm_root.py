@@ -40,6 +40,7 @@ import json
 import os
 import pwd
 import re
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -50,9 +51,16 @@ from typing import Final
 
 from skippy.build.backends.base import ROOT_RUNNERS, BuildRoot, Tool, read_layout, resolve_choice
 from skippy.build.backends.debian import DEBIAN_KEYRING, present_keyring, sources_line, system_mirror
-from skippy.build.chroot import remove_tree
+from skippy.build.chroot import Terminated, remove_tree, sigterm_unwinds, unmount_under
 from skippy.core import proc
-from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
+from skippy.core.errors import (
+    CommandError,
+    Interrupted,
+    NetworkError,
+    SettingsError,
+    SkippyError,
+    ToolchainMissing,
+)
 from skippy.core.files import made_once
 
 #: ``[tool.skippy.build] rocm_toolkit`` / ``SKIPPY_ROCM_TOOLKIT`` values
@@ -476,6 +484,34 @@ def _remove_leftovers(home: Path, ctx: RootContext) -> None:
         _remove(home, ctx)
 
 
+def _interrupted(partial: Path, ctx: RootContext, *, terminated: bool) -> Interrupted:
+    """mmdebstrap was stopped by Ctrl-C or SIGTERM: unmount what it left mounted in the half-made
+    root and remove that root, and say what was cleaned (or what is left, with the commands)."""
+    rerun = "run the build again (nox -s build-rocm)"
+    unmounted, failures = unmount_under(partial, ctx.env)
+    cleaned = [f"unmounted {len(unmounted)} mount(s) it left ({', '.join(map(str, unmounted))})"] if unmounted else []
+    left, next_step = None, rerun
+    if failures:
+        left = f"{partial}, with mount(s) that would not come off: " + "; ".join(failures)
+        next_step = "; ".join(f"umount --lazy {line.split(':', 1)[0]}" for line in failures) + f", then {rerun}"
+    else:
+        try:
+            _remove(partial, ctx)
+            cleaned.append(f"removed the half-made root {partial}")
+        except SkippyError as exc:
+            left, next_step = f"{partial} ({exc.what})", f"{exc.next_step}" if exc.next_step else rerun
+    what = f"{'SIGTERM' if terminated else 'Ctrl-C (SIGINT)'} while mmdebstrap made the ROCm Debian root: "
+    what += "mmdebstrap was stopped" + "".join(f", {step}" for step in cleaned)
+    error = Interrupted(
+        what + (f"; left: {left}" if left else ""),
+        untouched="the system and the finished roots in the cache" + ("" if left else "; nothing half-made is left"),
+        next_step=next_step,
+    )
+    if terminated:
+        error.exit_code = 128 + signal.SIGTERM  # what the shell reports for a process SIGTERM ended
+    return error
+
+
 def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
     mode = _can_make(ctx)
     program = runner_program(ctx)
@@ -492,13 +528,17 @@ def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
     partial.chmod(0o755)
     target = partial / "root"
     try:
-        proc.run(
-            mmdebstrap_argv(pin, mirror, target, keyring, mode=mode),
-            env=ctx.env,
-            timeout=MMDEBSTRAP_TIMEOUT,
-            on_line=None,
-            what=f"mmdebstrap --mode={mode} (the ROCm Debian root)",
-        )
+        # SIGTERM unwinds as Ctrl-C does: mmdebstrap is stopped and what it left is cleaned up
+        with sigterm_unwinds():
+            proc.run(
+                mmdebstrap_argv(pin, mirror, target, keyring, mode=mode),
+                env=ctx.env,
+                timeout=MMDEBSTRAP_TIMEOUT,
+                on_line=None,
+                what=f"mmdebstrap --mode={mode} (the ROCm Debian root)",
+            )
+    except (KeyboardInterrupt, Terminated) as exc:
+        raise _interrupted(partial, ctx, terminated=isinstance(exc, Terminated)) from None
     except CommandError as exc:
         raise NetworkError(
             f"mmdebstrap could not make the ROCm Debian root ({pin.suite})",
