@@ -67,12 +67,12 @@ def read_small_text(path: Path, limit: int) -> str:
         raise
     if not stat.S_ISREG(info.st_mode):
         raise NotSmallFile(path, f"{path_kind(path)}, not a regular file")
-    too_big = f"larger than {limit} bytes: not a pin or settings file"
+    too_big = f"over the {limit}-byte limit of the small text files skippy reads"
     if info.st_size > limit:
         raise NotSmallFile(path, f"{info.st_size} bytes, {too_big}")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     with os.fdopen(fd, "rb") as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
-        raise NotSmallFile(path, too_big)
+        raise NotSmallFile(path, f"a file that grew {too_big}")
     return data.decode("utf-8")

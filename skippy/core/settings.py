@@ -7,6 +7,7 @@ entry points pass ``os.environ``; tests pass a dict).
 
 from __future__ import annotations
 
+import stat
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -118,6 +119,11 @@ class Settings:
             raw=dict(table),
         )
         check_workdir(settings, from_env=bool(env.get("LLAMA_WORKDIR")))
+        for key in ("pin_file", "pin_mirror"):
+            pin: Path | None = getattr(settings, key)
+            why = pin_file_problem(pin) if pin is not None else None
+            if why is not None:
+                raise refuse_pin_file(settings, key, why)
         return settings
 
     @property
@@ -159,12 +165,50 @@ class Settings:
             return str(path)
 
 
+#: the largest pin file (or pin mirror) read: a pin is one line
+PIN_FILE_LIMIT = 64 * 1024
+
+
+def source(settings: Settings, key: str) -> str:
+    """Where a path setting came from, for messages: ``LLAMA_PIN_FILE=...`` or ``[tool.skippy] pin_file = ...``."""
+    var = next((v for v, k in ENV_OVERRIDES.items() if k == key), None)
+    if var and settings.env.get(var):
+        return f"{var}={settings.env[var]}"
+    return f"[tool.skippy] {key} = {getattr(settings, key)}"
+
+
+def pin_file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a pin file (``stat`` only, nothing opened), or None when it can
+    (a missing one can: ``prepare --latest`` needs none)."""
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        info = path.stat()
+    except OSError:
+        return path_kind(path)
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path_kind(path)}, not a regular file"
+    if info.st_size > PIN_FILE_LIMIT:
+        return f"{info.st_size} bytes, over the {PIN_FILE_LIMIT}-byte limit of a pin file"
+    return None
+
+
+def refuse_pin_file(settings: Settings, key: str, why: str) -> SettingsError:
+    var = next(v for v, k in ENV_OVERRIDES.items() if k == key) if key == "pin_file" else None
+    unset = f"unset {var}, or " if var and settings.env.get(var) else ""
+    return SettingsError(
+        f"{source(settings, key)}: refused as the {key.replace('_', ' ')}: it is {why}",
+        untouched="everything: nothing was read or written",
+        next_step=f"{unset}set {key} under [tool.skippy] in {settings.root / 'pyproject.toml'} to a small regular "
+        "file holding one 40-hex upstream commit, then re-run `invoke status`",
+    )
+
+
 def check_workdir(settings: Settings, *, from_env: bool) -> None:
     """Refuse a workdir skippy must never replace with llama.cpp: one that is (or holds) the
     project root, the patch dir, the pin file, ``$HOME`` or ``/``, or that exists and is not a
     directory.  Called when the settings are made, before any lock or work."""
     workdir = settings.workdir
-    source = f"LLAMA_WORKDIR={settings.env['LLAMA_WORKDIR']}" if from_env else f"[tool.skippy] workdir = {workdir}"
     resolved = workdir.resolve()
     guarded: list[tuple[str, Path]] = [
         ("the file system root", Path("/")),
@@ -192,7 +236,7 @@ def check_workdir(settings: Settings, *, from_env: bool) -> None:
         return
     default = settings.root / ".deps" / "llama.cpp"
     raise SettingsError(
-        f"{source}: refused as the workdir: {why}",
+        f"{source(settings, 'workdir')}: refused as the workdir: {why}",
         untouched="everything: nothing was locked, read or written",
         next_step=(
             f"unset LLAMA_WORKDIR, or give it a directory of its own: LLAMA_WORKDIR={default} invoke status"

@@ -103,3 +103,61 @@ def test_the_prepare_lock_is_in_the_cache_dir_one_per_workdir(queued_project: Pr
     assert prepare_main(queued_project.env, root=queued_project.root) == 0
     assert lock.exists()
     assert not (queued_project.workdir.parent / "llama.cpp.lock").exists()
+
+
+# --- item 6: the pin file ---------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("which", ["/dev/zero", "link to /dev/zero", "directory", "fifo", "big"])
+def test_a_pin_file_that_is_not_a_small_regular_file_is_refused_without_reading_it(
+    queued_project: Project, capsys: pytest.CaptureFixture[str], tmp_path: Path, which: str
+) -> None:
+    odd = tmp_path / "odd-pin"
+    if which == "link to /dev/zero":
+        odd.symlink_to("/dev/zero")
+    elif which == "directory":
+        odd.mkdir()
+    elif which == "fifo":
+        os.mkfifo(odd)
+    elif which == "big":
+        odd.write_bytes(b"#" * (64 * 1024 + 1))
+    pin = "/dev/zero" if which == "/dev/zero" else str(odd)
+    kind = {
+        "/dev/zero": "a character device, not a regular file",
+        "link to /dev/zero": "a symbolic link to /dev/zero, a character device, not a regular file",
+        "directory": "a directory, not a regular file",
+        "fifo": "a FIFO (named pipe), not a regular file",
+        "big": "65537 bytes, over the 65536-byte limit of a pin file",
+    }[which]
+    tree = state([queued_project.root.parent], skip=[odd])
+    for main, options in ((status_main, {}), (prepare_main, {}), (prepare_main, {"latest": True})):
+        code, report, err = call(capsys, main, queued_project, {"LLAMA_PIN_FILE": pin}, **options)
+        assert code == 2, err
+        assert report["error"] == "SettingsError"
+        assert report["what"] == f"LLAMA_PIN_FILE={pin}: refused as the pin file: it is {kind}"
+        assert report["untouched"] == "everything: nothing was read or written"
+        assert report["next"] == (
+            f"unset LLAMA_PIN_FILE, or set pin_file under [tool.skippy] in {queued_project.root}/pyproject.toml "
+            "to a small regular file holding one 40-hex upstream commit, then re-run `invoke status`"
+        )
+        assert "Traceback" not in err
+    assert state([queued_project.root.parent], skip=[odd]) == tree
+
+
+@pytest.mark.timeout(60)
+def test_read_pin_itself_never_opens_a_fifo_nor_reads_past_the_limit(queued_project: Project) -> None:
+    """The file may change after the settings were checked: reading it is bounded too."""
+    from skippy.core.errors import SettingsError
+    from skippy.queue.target import read_pin
+
+    settings = queued_project.settings()
+    pin = settings.pin_file
+    pin.unlink()
+    os.mkfifo(pin)
+    with pytest.raises(SettingsError, match=r"refused as the pin file: it is a FIFO \(named pipe\), not a regular"):
+        read_pin(settings)
+    pin.unlink()
+    pin.write_bytes(b"0" * (1 << 20))
+    with pytest.raises(SettingsError, match="it is 1048576 bytes, over the 65536-byte limit"):
+        read_pin(settings)
