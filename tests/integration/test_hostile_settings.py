@@ -161,3 +161,37 @@ def test_read_pin_itself_never_opens_a_fifo_nor_reads_past_the_limit(queued_proj
     pin.write_bytes(b"0" * (1 << 20))
     with pytest.raises(SettingsError, match="it is 1048576 bytes, over the 65536-byte limit"):
         read_pin(settings)
+
+
+# --- item 5: a token in LLAMA_UPSTREAM_URL ------------------------------------------------------
+
+# nothing listens on port 9: the clone fails
+TOKEN_URL = "https://user:SECRET@127.0.0.1:9/none.git"  # noqa: S105 - a fake token the test checks is never shown
+
+
+@pytest.mark.timeout(120)
+def test_a_token_in_the_upstream_url_is_never_shown(
+    queued_project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = {**queued_project.env, "LLAMA_UPSTREAM_URL": TOKEN_URL}
+    runs = [
+        (prepare_main, {"latest": True, "as_json": True}),
+        (prepare_main, {"latest": True, "verbose": True}),
+        (status_main, {}),
+        (status_main, {"as_json": True}),
+    ]
+    seen = ""
+    for main, options in runs:
+        code = main(env, root=queued_project.root, **options)
+        out = capsys.readouterr()
+        assert "SECRET" not in out.out and "SECRET" not in out.err, (main.__name__, options, out)
+        seen += out.out + out.err
+        if main is prepare_main:
+            assert code == 5, out.err  # NetworkError
+        if options.get("as_json") and main is prepare_main:
+            report = json.loads(out.out)
+            assert report["what"] == "could not clone https://***@127.0.0.1:9/none.git after 2 attempt(s)"
+            assert report["next"].startswith("check the network and LLAMA_UPSTREAM_URL")
+            assert report["untouched"] == ".deps/llama.cpp: nothing was changed"
+    assert "https://***@127.0.0.1:9/none.git" in seen, "the URL is shown, masked"
+    assert "$ git" in seen, "--verbose echoed the git commands (masked)"
