@@ -16,6 +16,7 @@ The names of the planning, configure and cache modules are re-exported here, so
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import re
 import shutil
@@ -42,9 +43,12 @@ from skippy.build.configure import (
     ConfigureDecision,
     cache_mismatches,
     decide_configure,
+    known_cache_names,
     missing_path_define,
     parse_cmake_cache,
+    parse_cmake_cache_types,
     parse_unused_variables,
+    unknown_given,
 )
 from skippy.build.localtree import MODE_LOCAL, MODE_PREPARED
 from skippy.build.noise import NoiseFilter
@@ -215,6 +219,7 @@ def _check_configured(plan: BuildPlan, output: str) -> None:
             next_step="remove or rename them (a typo, or an option this llama.cpp tree no longer has)",
             details="CMake: Manually-specified variables were not used by the project",
         )
+    _check_given_known(plan)
     cache = _read_cache(build_dir / "CMakeCache.txt") or {}
     wrong = cache_mismatches(plan.expectations, cache)
     if wrong:
@@ -226,6 +231,53 @@ def _check_configured(plan: BuildPlan, output: str) -> None:
             next_step="check which CMakeLists.txt overrides them (set(... FORCE)) and fix the patch",
             details="\n".join(lines),
         )
+
+
+def _cmake_words(source_dir: Path) -> str:
+    """The text of every CMake file of the tree (what a -D name must appear in to be read by name)."""
+    parts = []
+    for path in (*source_dir.rglob("CMakeLists.txt"), *source_dir.rglob("*.cmake")):
+        with contextlib.suppress(OSError):
+            parts.append(path.read_text(encoding="utf-8", errors="replace"))
+    return "\n".join(parts)
+
+
+def _check_given_known(plan: BuildPlan) -> None:
+    """Every -D the user gave names a variable the project knows (before anything is built)."""
+    given = sorted(name for name, source in plan.provenance.items() if source == "given")
+    cache_file = plan.build_dir / "CMakeCache.txt"
+    if not given or not cache_file.is_file():
+        return
+    types = parse_cmake_cache_types(cache_file.read_text(encoding="utf-8", errors="replace"))
+    words: list[str] = []
+
+    def mentioned(name: str) -> bool:
+        if not words:
+            words.append(_cmake_words(plan.source_dir))
+        return re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", words[0]) is not None
+
+    unknown = unknown_given(given, types, mentioned)
+    if not unknown:
+        return
+    plan.stamp_path.unlink(missing_ok=True)
+    known = known_cache_names(types)
+    lines, fixes = [], []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        lines.append(
+            f"{name}: CMake left it UNINITIALIZED in CMakeCache.txt and no CMake file of {plan.source_dir} names it; "
+            + (f"closest known: {', '.join(close)}" if close else "no known variable is close")
+        )
+        value = plan.define(name) or ""
+        fixes.append(f"-D{close[0]}={value}" if close else "")
+    closest = [f for f in fixes if f]
+    rerun = " ".join(["nox", "-s", f"build-{plan.backend}", *(["--", *closest] if closest else [])])
+    raise BuildError(
+        f"the project does not know the -D variable(s) you gave: {', '.join(unknown)}",
+        untouched=f"the source tree; {plan.build_dir} is configured but not built",
+        next_step=f"fix or drop them: {rerun}",
+        details="\n".join(lines),
+    )
 
 
 def _configure(plan: BuildPlan, decision: ConfigureDecision, console: Console, box: list[float]) -> None:

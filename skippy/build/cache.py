@@ -26,6 +26,8 @@ from typing import Final
 from urllib.parse import SplitResult, parse_qsl, urlsplit, urlunsplit
 
 from skippy.core.errors import SettingsError
+from skippy.core.redact import MASK, redact_url
+from skippy.core.redact import redact_urls as _redact_urls_in
 
 LOCAL: Final = "local"
 KINDS: Final = ("local", "redis", "s3", "gha", "webdav")
@@ -81,8 +83,6 @@ SECRET_VARS: Final = (
     "ACTIONS_RUNTIME_TOKEN",
     "ALIBABA_CLOUD_ACCESS_KEY_SECRET",
 )
-_SECRET_WORDS: Final = ("pass", "token", "secret", "key_id", "access_key", "auth", "credential", "sig")
-MASK: Final = "***"
 
 #: s3://bucket/prefix?name=value: the query names sccache's [cache.s3] keys, mapped to its variables
 _S3_PARAMS: Final = {
@@ -416,51 +416,6 @@ def reachable(storage: CacheStorage, timeout: float = REACH_TIMEOUT) -> str | No
 
 
 # --- redaction ------------------------------------------------------------------
-
-
-def redact_url(url: str) -> str:
-    """``url`` without its credentials: user info and secret-looking query values become ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return MASK
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = MASK + "@" + netloc.rpartition("@")[2]
-    query = parts.query
-    if query:
-        pairs = []
-        for piece in query.split("&"):
-            name, sep, val = piece.partition("=")
-            secret = any(word in name.lower() for word in _SECRET_WORDS)
-            pairs.append(f"{name}{sep}{MASK if secret and sep else val}")
-        query = "&".join(pairs)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def _redact_urls_in(text: str) -> str:
-    """Every ``scheme://user:pass@host`` in free text with its user info masked."""
-    out: list[str] = []
-    for token in _split_keep(text):
-        out.append(redact_url(token) if "://" in token and "@" in token else token)
-    return "".join(out)
-
-
-def _split_keep(text: str) -> list[str]:
-    """``text`` split into whitespace/quote/comma-separated tokens, separators kept."""
-    tokens: list[str] = []
-    current: list[str] = []
-    for ch in text:
-        if ch.isspace() or ch in "\"',;()[]{}<>":
-            if current:
-                tokens.append("".join(current))
-                current = []
-            tokens.append(ch)
-        else:
-            current.append(ch)
-    if current:
-        tokens.append("".join(current))
-    return tokens
 
 
 def _env_secrets(env: Mapping[str, str]) -> tuple[str, ...]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -32,6 +32,36 @@ def parse_cmake_cache(text: str) -> dict[str, str]:
         if sep:
             out[key.partition(":")[0]] = value
     return out
+
+
+def parse_cmake_cache_types(text: str) -> dict[str, str]:
+    """``NAME:TYPE=VALUE`` lines of CMakeCache.txt -> {NAME: TYPE}."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line or line.startswith(("#", "//")):
+            continue
+        key, sep, _ = line.partition("=")
+        if sep and ":" in key:
+            name, _, kind = key.partition(":")
+            out[name] = kind
+    return out
+
+
+def unknown_given(given: Iterable[str], types: Mapping[str, str], mentioned: Callable[[str], bool]) -> list[str]:
+    """The user's -D names the project never declared: CMake left them ``UNINITIALIZED`` in its
+    cache (no ``option()`` or ``set(... CACHE ...)`` took them) and no CMake file of the tree
+    names them.  CMake's own unused-variable check misses these when the project reads every
+    variable of a prefix (ggml reads all ``GGML_*``).  ``CMAKE_*`` names are CMake's own."""
+    return [
+        name
+        for name in given
+        if not name.startswith("CMAKE_") and types.get(name, "UNINITIALIZED") == "UNINITIALIZED" and not mentioned(name)
+    ]
+
+
+def known_cache_names(types: Mapping[str, str]) -> list[str]:
+    """The cache variables the project (or CMake) declared: what a typo is compared with."""
+    return sorted(name for name, kind in types.items() if kind not in ("UNINITIALIZED", "INTERNAL", "STATIC"))
 
 
 def _cache_problem(

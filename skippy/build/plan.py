@@ -40,6 +40,7 @@ from skippy.build.cache import (
 )
 from skippy.build.localtree import MODE_LOCAL, WorkdirState, local_dir_name
 from skippy.build.toolchain import Toolchain, TreeInfo
+from skippy.core import specs
 from skippy.core.errors import BuildError
 from skippy.core.settings import Settings
 
@@ -466,18 +467,16 @@ def _root_with_cache(root: BuildRoot | None, overrides: Mapping[str, str]) -> Bu
 
 def _native(settings: Settings) -> bool:
     """``SKIPPY_NATIVE=1`` or ``[tool.skippy.build] native = true``: let ggml use -march=native."""
-    value = settings.env.get("SKIPPY_NATIVE")
-    if value:
-        return value.lower() in ("1", "true", "yes", "on")
-    return bool(_build_table(settings).get("native", False))
+    return bool(specs.value(specs.BUILD, "native", _build_table(settings), settings.env, where=_WHERE))
 
 
 def _table_jobs(settings: Settings) -> int | None:
-    value = settings.env.get("SKIPPY_BUILD_JOBS") or _build_table(settings).get("jobs")
-    try:
-        return int(value) if value else None
-    except (TypeError, ValueError):
-        return None
+    """``SKIPPY_BUILD_JOBS`` or ``[tool.skippy.build] jobs`` (checked: a whole number from 1)."""
+    jobs = specs.value(specs.BUILD, "jobs", _build_table(settings), settings.env, where=_WHERE)
+    return int(jobs) if jobs is not None else None
+
+
+_WHERE: Final = "[tool.skippy.build]"
 
 
 def _inside(path: Path, parent: Path) -> bool:

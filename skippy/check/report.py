@@ -15,7 +15,8 @@ from skippy.check.fingerprint import (
     DEFAULT_TOLERANCE,
     Run,
 )
-from skippy.core.errors import SettingsError, SpotCheckFailed
+from skippy.core import specs
+from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings
 
 
@@ -49,18 +50,9 @@ class Options:
     def from_settings(cls, settings: Settings, backend_defaults: Mapping[str, float] | None = None) -> Options:
         """The defaults, then the backend's own (``BackendSpec.spot_check_timeouts``), then the table."""
         table = settings.subtable("spot_check", cls.__dataclass_fields__, example="load_timeout = 600")
-        defaults = cls()
         values: dict[str, Any] = dict(backend_defaults or {})
-        for key, value in table.items():
-            kind = type(getattr(defaults, key))
-            try:
-                values[key] = kind(value)
-            except (TypeError, ValueError):
-                raise SettingsError(
-                    f"pyproject.toml [tool.skippy.spot_check] {key} must be a {kind.__name__}, got {value!r}",
-                    untouched="everything",
-                    next_step=f"set {key} = {getattr(defaults, key)!r} (the default) or another {kind.__name__}",
-                ) from None
+        for key in table:
+            values[key] = specs.value(specs.SPOT_CHECK, key, table, settings.env, where="[tool.skippy.spot_check]")
         return cls(**values)
 
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from skippy.core.errors import SettingsError, SkippyError
 from skippy.core.settings import Settings, find_root
-from skippy.core.ui import Console, print_json
+from skippy.core.ui import Console, print_json, say
 
 
 def load(root: Path | None, env: Mapping[str, str]) -> Settings:
@@ -86,7 +86,7 @@ def prepare_main(
         elif triage:
             result = triage_target(settings, target, console=console, offline=offline)
             if not as_json:
-                print(result.render())
+                say(result.render())
             if not result.ok:
                 from skippy.core.errors import ConflictError
 
@@ -148,9 +148,9 @@ def pin_bump_main(
             newest_compatible=newest_compatible,
         )
         if report.summary is not None and not as_json:
-            print(report.summary.markdown())
+            say(report.summary.markdown())
         if report.numerics and not as_json:
-            print("\n" + report.numerics_markdown())
+            say("\n" + report.numerics_markdown())
         if report.numerics:
             console.summary(report.numerics_markdown())
         verb = "would move" if report.dry_run else "moved" if report.written else "left"
@@ -176,7 +176,7 @@ def summary_main(
 
         summary = run_summary(load(root, env), old, new, console=console)
         if not as_json:
-            print(summary.markdown())
+            say(summary.markdown())
         console.summary(summary.markdown())
         return summary.as_dict()
 
@@ -193,7 +193,7 @@ def bisect_main(
 
         report = run_bisect(load(root, env), to=to or None, console=console)
         if not as_json:
-            print(report.render())
+            say(report.render())
         return report.as_dict()
 
     return guarded(action, console=console, as_json=as_json)
@@ -253,12 +253,12 @@ def status_main(
         status = compute_status(settings)
         builds = newest_builds(settings.build_root)
         if not as_json:
-            print(status.render())
+            say(status.render())
             for backend, build in builds.items():
                 where = settings.relative(Path(build["build_dir"]))
-                print(f"build {backend}: {where} ({build_mode_text(build, settings)})")
+                say(f"build {backend}: {where} ({build_mode_text(build, settings)})")
                 for name, path in build["binaries"].items():
-                    print(f"  {name}: {settings.relative(Path(path))}")
+                    say(f"  {name}: {settings.relative(Path(path))}")
         return {**status.as_dict(), "builds": builds}
 
     return guarded(action, console=console, as_json=as_json)

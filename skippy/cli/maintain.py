@@ -13,7 +13,7 @@ from typing import Any
 
 from skippy.cli.app import guarded, load
 from skippy.core.settings import Settings
-from skippy.core.ui import Console
+from skippy.core.ui import Console, say
 
 
 def _path(value: str) -> Path | None:
@@ -56,7 +56,7 @@ def regenerate_main(
             offline=offline,
         )
         if not as_json:
-            print(report.render())
+            say(report.render())
         return report.as_dict()
 
     return guarded(action, console=console, as_json=as_json)
@@ -82,9 +82,9 @@ def generate_main(
         names = [n for n in lane.files if n.endswith(".patch")]
         if not as_json:
             if check:
-                print(drift.render())
+                say(drift.render())
             else:
-                print(
+                say(
                     f"generated lane: {len(names)} family patch(es) written to "
                     f"{settings.relative(lane_dir(settings))}" + ("" if drift.ok else f" (was: {drift.render()})")
                 )
@@ -120,7 +120,7 @@ def _parity(
 
     report = parity.run_parity(settings, console=console, checkout=checkout, offline=offline)
     if not as_json:
-        print(report.render())
+        say(report.render())
     if not report.ok:
         raise parity.failure(report, settings)
     return report.as_dict()
@@ -131,7 +131,7 @@ def _check(settings: Settings, console: Console, checkout: Path | None, offline:
 
     report = check.run_check(settings, console=console, checkout=checkout, offline=offline)
     if not as_json:
-        print(report.render())
+        say(report.render())
     console.summary(report.markdown())
     if not report.ok:
         raise check.failure(report)

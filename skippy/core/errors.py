@@ -6,6 +6,8 @@ to run.  Each subclass carries its own exit code so scripts can tell them apart.
 
 from __future__ import annotations
 
+from skippy.core.redact import redact_urls
+
 
 class SkippyError(Exception):
     """Base class: a failure the user can act on."""
@@ -37,17 +39,12 @@ class SkippyError(Exception):
             lines.append(f"untouched: {self.untouched}")
         if self.next_step:
             lines.append(f"next: {self.next_step}")
-        return "\n".join(lines)
+        return redact_urls("\n".join(lines))
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "error": type(self).__name__,
-            "exit_code": self.exit_code,
-            "what": self.what,
-            "untouched": self.untouched,
-            "next": self.next_step,
-            "details": self.details,
-        }
+        texts = {"what": self.what, "untouched": self.untouched, "next": self.next_step, "details": self.details}
+        redacted = {key: None if text is None else redact_urls(text) for key, text in texts.items()}
+        return {"error": type(self).__name__, "exit_code": self.exit_code, **redacted}
 
 
 class SettingsError(SkippyError):

@@ -7,39 +7,23 @@ entry points pass ``os.environ``; tests pass a dict).
 
 from __future__ import annotations
 
+import stat
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skippy.core import specs
 from skippy.core.errors import SettingsError
+from skippy.core.paths import path_kind
 
 DEFAULT_UPSTREAM = "https://github.com/ggml-org/llama.cpp.git"
 
 #: environment variable -> settings key it overrides
-ENV_OVERRIDES: Mapping[str, str] = {
-    "LLAMA_UPSTREAM_URL": "upstream_url",
-    "LLAMA_WORKDIR": "workdir",
-    "LLAMA_PIN_FILE": "pin_file",
-    "LLAMA_PATCH_DIR": "patch_dir",
-}
+ENV_OVERRIDES: Mapping[str, str] = {spec.env: spec.key for spec in specs.TOP if spec.env}
 
-_DEFAULTS: Mapping[str, Any] = {
-    "upstream_url": DEFAULT_UPSTREAM,
-    "pin_file": "skippy/llama_cpp/upstream.txt",
-    "patch_dir": "skippy/llama_cpp/patches",
-    "workdir": ".deps/llama.cpp",
-    "compat_link": "llama.cpp",
-    "build_root": ".deps/llama-build",
-    "cache_dir": ".deps/cache",
-    "upstream_branch": "master",
-    "network_attempts": 3,
-    "network_backoff": 2.0,
-    "lock_timeout": 900.0,
-    "tolerated_untracked": ["build/", "build-*/", "*.gguf"],
-    "pin_mirror": "",
-}
+_DEFAULTS: Mapping[str, Any] = {spec.key: spec.default for spec in specs.TOP}
 
 
 def find_root(start: Path) -> Path:
@@ -97,7 +81,6 @@ class Settings:
 
     @classmethod
     def from_table(cls, root: Path, table: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
-        merged: dict[str, Any] = dict(_DEFAULTS)
         unknown = sorted(set(table) - set(_DEFAULTS) - _SUBTABLES)
         if unknown:
             raise SettingsError(
@@ -105,52 +88,19 @@ class Settings:
                 untouched="everything",
                 next_step="remove or rename them; known keys: " + ", ".join(sorted(_DEFAULTS)),
             )
-        merged.update({k: v for k, v in table.items() if k in _DEFAULTS})
-        for var, key in ENV_OVERRIDES.items():
-            value = env.get(var)
-            if value:
-                merged[key] = value
+        merged = specs.check_table(specs.TOP, table, env, where="[tool.skippy]")
+        for name, sub in specs.SUBTABLES.items():
+            value = table.get(name, {})
+            if isinstance(value, Mapping):  # a non-table is refused by Settings.subtable, with its example
+                specs.check_table(sub, value, env, where=f"[tool.skippy.{name}]")
 
         def path(key: str) -> Path:
-            value = merged[key]
-            if not isinstance(value, str) or not value:
-                raise SettingsError(
-                    f"[tool.skippy] {key} must be a non-empty path string, got {value!r}",
-                    untouched="everything",
-                    next_step=f"set {key} in pyproject.toml",
-                )
-            p = Path(value).expanduser()
+            p = Path(merged[key]).expanduser()
             return p if p.is_absolute() else root / p
 
         link = merged["compat_link"]
-        compat: Path | None
-        if link in ("", False, None):
-            compat = None
-        elif isinstance(link, str):
-            compat = Path(link) if Path(link).is_absolute() else root / link
-        else:
-            raise SettingsError(
-                f"[tool.skippy] compat_link must be a path or false, got {link!r}",
-                untouched="everything",
-                next_step='set compat_link = "llama.cpp" or compat_link = false',
-            )
-        try:
-            attempts = int(merged["network_attempts"])
-            backoff = float(merged["network_backoff"])
-            lock_timeout = float(merged["lock_timeout"])
-        except (TypeError, ValueError) as exc:
-            raise SettingsError(
-                f"[tool.skippy] numeric setting is not a number ({exc})",
-                untouched="everything",
-                next_step="fix network_attempts / network_backoff / lock_timeout",
-            ) from exc
-        if attempts < 1:
-            raise SettingsError(
-                "[tool.skippy] network_attempts must be at least 1",
-                untouched="everything",
-                next_step="set network_attempts = 3",
-            )
-        return cls(
+        compat = (Path(link) if Path(link).is_absolute() else root / link) if link else None
+        settings = cls(
             root=root,
             upstream_url=str(merged["upstream_url"]),
             pin_file=path("pin_file"),
@@ -160,14 +110,21 @@ class Settings:
             build_root=path("build_root"),
             cache_dir=path("cache_dir"),
             upstream_branch=str(merged["upstream_branch"]),
-            network_attempts=attempts,
-            network_backoff=backoff,
-            lock_timeout=lock_timeout,
-            tolerated_untracked=tuple(str(p) for p in merged["tolerated_untracked"]),
+            network_attempts=merged["network_attempts"],
+            network_backoff=merged["network_backoff"],
+            lock_timeout=merged["lock_timeout"],
+            tolerated_untracked=merged["tolerated_untracked"],
             pin_mirror=path("pin_mirror") if merged["pin_mirror"] else None,
             env=dict(env),
             raw=dict(table),
         )
+        check_workdir(settings, from_env=bool(env.get("LLAMA_WORKDIR")))
+        for key in ("pin_file", "pin_mirror"):
+            pin: Path | None = getattr(settings, key)
+            why = pin_file_problem(pin) if pin is not None else None
+            if why is not None:
+                raise refuse_pin_file(settings, key, why)
+        return settings
 
     @property
     def on_ci(self) -> bool:
@@ -206,6 +163,88 @@ class Settings:
             return str(path.relative_to(self.root))
         except ValueError:
             return str(path)
+
+
+#: the largest pin file (or pin mirror) read: a pin is one line
+PIN_FILE_LIMIT = 64 * 1024
+
+
+def source(settings: Settings, key: str) -> str:
+    """Where a path setting came from, for messages: ``LLAMA_PIN_FILE=...`` or ``[tool.skippy] pin_file = ...``."""
+    var = next((v for v, k in ENV_OVERRIDES.items() if k == key), None)
+    if var and settings.env.get(var):
+        return f"{var}={settings.env[var]}"
+    return f"[tool.skippy] {key} = {getattr(settings, key)}"
+
+
+def pin_file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a pin file (``stat`` only, nothing opened), or None when it can
+    (a missing one can: ``prepare --latest`` needs none)."""
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        info = path.stat()
+    except OSError:
+        return path_kind(path)
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path_kind(path)}, not a regular file"
+    if info.st_size > PIN_FILE_LIMIT:
+        return f"{info.st_size} bytes, over the {PIN_FILE_LIMIT}-byte limit of a pin file"
+    return None
+
+
+def refuse_pin_file(settings: Settings, key: str, why: str) -> SettingsError:
+    var = next(v for v, k in ENV_OVERRIDES.items() if k == key) if key == "pin_file" else None
+    unset = f"unset {var}, or " if var and settings.env.get(var) else ""
+    return SettingsError(
+        f"{source(settings, key)}: refused as the {key.replace('_', ' ')}: it is {why}",
+        untouched="everything: nothing was read or written",
+        next_step=f"{unset}set {key} under [tool.skippy] in {settings.root / 'pyproject.toml'} to a small regular "
+        "file holding one 40-hex upstream commit, then re-run `invoke status`",
+    )
+
+
+def check_workdir(settings: Settings, *, from_env: bool) -> None:
+    """Refuse a workdir skippy must never replace with llama.cpp: one that is (or holds) the
+    project root, the patch dir, the pin file, ``$HOME`` or ``/``, or that exists and is not a
+    directory.  Called when the settings are made, before any lock or work."""
+    workdir = settings.workdir
+    resolved = workdir.resolve()
+    guarded: list[tuple[str, Path]] = [
+        ("the file system root", Path("/")),
+        ("the project root", settings.root),
+        ("the patch dir", settings.patch_dir),
+        ("the pin file", settings.pin_file),
+    ]
+    home = settings.env.get("HOME")
+    if home:
+        guarded.append(("your home directory ($HOME)", Path(home)))
+    why = None
+    for label, path in guarded:
+        target = path.resolve()
+        if target == resolved:
+            why = f"it is {label} ({target})"
+        elif resolved in target.parents:
+            why = f"it contains {label} ({target})"
+        else:
+            continue
+        why += ", and skippy replaces the workdir's whole tree with llama.cpp"
+        break
+    if why is None and (workdir.exists() or workdir.is_symlink()) and not workdir.is_dir():
+        why = f"it is {path_kind(workdir)}, not a directory"
+    if why is None:
+        return
+    default = settings.root / ".deps" / "llama.cpp"
+    raise SettingsError(
+        f"{source(settings, 'workdir')}: refused as the workdir: {why}",
+        untouched="everything: nothing was locked, read or written",
+        next_step=(
+            f"unset LLAMA_WORKDIR, or give it a directory of its own: LLAMA_WORKDIR={default} invoke status"
+            if from_env
+            else f'set workdir = ".deps/llama.cpp" (a directory of its own) under [tool.skippy] in '
+            f"{settings.root / 'pyproject.toml'}"
+        ),
+    )
 
 
 #: sub-tables owned by other modules (archives, builds, spot checks ...)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from skippy.core.errors import SettingsError
+from skippy.core.redact import redact_urls
 
 
 @dataclass
@@ -32,20 +33,21 @@ class Console:
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            print(message, file=self.stream, flush=True)
+            print(redact_urls(message), file=self.stream, flush=True)
 
     def detail(self, message: str) -> None:
         if self.verbose and not self.quiet:
-            print("  " + message, file=self.stream, flush=True)
+            print("  " + redact_urls(message), file=self.stream, flush=True)
 
     def command(self, line: str) -> None:
         self.detail(line)
 
     def warn(self, message: str) -> None:
         prefix = "::warning::" if self.github else "warning: "
-        print(prefix + message, file=self.stream, flush=True)
+        print(prefix + redact_urls(message), file=self.stream, flush=True)
 
     def error(self, message: str) -> None:
+        message = redact_urls(message)
         if self.github:
             first, _, rest = message.partition("\n")
             print("::error::" + first.removeprefix("error: "), file=self.stream, flush=True)
@@ -58,7 +60,7 @@ class Console:
     def step(self, title: str) -> Iterator[None]:
         started = time.monotonic()
         if self.github:
-            print(f"::group::{title}", file=self.stream, flush=True)
+            print(f"::group::{redact_urls(title)}", file=self.stream, flush=True)
         else:
             self.info(f"==> {title}")
         try:
@@ -74,13 +76,19 @@ class Console:
         path = self.env.get("GITHUB_STEP_SUMMARY")
         if path:
             with Path(path).open("a", encoding="utf-8") as fh:
-                fh.write(markdown.rstrip() + "\n\n")
+                fh.write(redact_urls(markdown).rstrip() + "\n\n")
 
 
 def print_json(report: Mapping[str, Any], stream: TextIO | None = None) -> None:
+    """``report`` as JSON, with the credentials of any URL in it masked (:func:`redact_urls`)."""
     out = stream if stream is not None else sys.stdout
-    out.write(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
+    out.write(redact_urls(json.dumps(report, indent=2, sort_keys=True, default=str)) + "\n")
     out.flush()
+
+
+def say(text: str) -> None:
+    """A command's human report on stdout (credentials in URLs masked, as everywhere)."""
+    print(redact_urls(text), flush=True)
 
 
 class OptionParser(argparse.ArgumentParser):

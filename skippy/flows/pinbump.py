@@ -21,7 +21,8 @@ from typing import Any
 from skippy.core.errors import ConflictError, SettingsError, SkippyError
 from skippy.core.files import write_text_atomic
 from skippy.core.git import Repo
-from skippy.core.settings import Settings
+from skippy.core.paths import NotSmallFile, read_small_text
+from skippy.core.settings import PIN_FILE_LIMIT, Settings
 from skippy.core.ui import Console
 from skippy.maintain.summary import Summary, summarize
 from skippy.queue import workdir as wd
@@ -327,9 +328,15 @@ def write_pin_atomic(path: Path, sha: str) -> None:
     """Write ``sha`` into the pin file atomically, keeping its comments and mode (through a link)."""
     target = path.resolve() if path.is_symlink() else path
     try:
-        old = target.read_bytes().decode("utf-8")
+        old = read_small_text(target, PIN_FILE_LIMIT)
     except FileNotFoundError:
         old = ""
+    except NotSmallFile as exc:
+        raise SettingsError(
+            f"{path}: refused as a pin file: it is {exc.why}",
+            untouched=f"{path}: the pin was not written",
+            next_step=f"make {path} a small regular file holding one upstream commit, then re-run `invoke pin-bump`",
+        ) from None
     write_text_atomic(target, pin_text(old, sha))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,23 +13,33 @@ from skippy.core.ui import Console
 from skippy.queue import workdir as wd
 
 
+def lock_path(settings: Settings) -> Path:
+    """The prepare lock of the workdir: in the project's cache dir (never beside the workdir,
+    which may be anywhere), named by the workdir's name and a hash of its resolved path, so
+    two workdirs get two locks and one workdir, however it is spelled, one."""
+    resolved = settings.workdir.resolve()
+    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
+    return settings.cache_dir / "locks" / f"{resolved.name or 'root'}-{digest}.lock"
+
+
 @contextlib.contextmanager
 def locked(settings: Settings, console: Console) -> Iterator[None]:
-    """Hold ``<workdir>.lock`` (waiting up to ``lock_timeout``); a stale ``index.lock`` goes first."""
+    """Hold the workdir's lock (:func:`lock_path`, waiting up to ``lock_timeout``); a stale
+    ``index.lock`` goes first."""
     import filelock  # imported here: the no-op fast path does not pay for it
 
-    settings.workdir.parent.mkdir(parents=True, exist_ok=True)
-    lock_path = settings.workdir.parent / (settings.workdir.name + ".lock")
-    lock = filelock.FileLock(str(lock_path))
+    lock_file = lock_path(settings)
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(lock_file))
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:
-        console.info(f"waiting for another prepare of {settings.relative(settings.workdir)} (lock {lock_path.name})")
+        console.info(f"waiting for another prepare of {settings.relative(settings.workdir)} (lock {lock_file})")
         try:
             lock.acquire(timeout=settings.lock_timeout)
         except filelock.Timeout:
             raise LockBusyError(
-                f"another prepare has held {lock_path} for over {settings.lock_timeout:.0f} s",
+                f"another prepare has held {lock_file} for over {settings.lock_timeout:.0f} s",
                 untouched="the workdir: this run did nothing",
                 next_step="wait for the other run to finish (or stop it), then re-run `invoke prepare`",
             ) from None

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from skippy.core.errors import SettingsError, SkippyError
-from skippy.core.settings import Settings
+from skippy.core.paths import NotSmallFile, read_small_text
+from skippy.core.settings import PIN_FILE_LIMIT, Settings, refuse_pin_file
 
 SHA40 = re.compile(r"^[0-9a-f]{40}$")
 _SHA_PREFIX = re.compile(r"^[0-9a-fA-F]{7,40}$")
@@ -43,7 +44,11 @@ class Target:
 def read_pin(settings: Settings) -> str:
     path = settings.pin_file
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_small_text(path, PIN_FILE_LIMIT)
+    except NotSmallFile as exc:
+        raise refuse_pin_file(settings, "pin_file", exc.why) from None
+    except UnicodeDecodeError:
+        raise refuse_pin_file(settings, "pin_file", "not UTF-8 text") from None
     except FileNotFoundError:
         raise SettingsError(
             f"pin file {settings.relative(path)} does not exist",

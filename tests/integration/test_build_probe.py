@@ -149,6 +149,28 @@ def test_unused_variable_fails_the_build(env: Env) -> None:
     assert not (plan.build_dir / "bin" / "llama-server").exists()
 
 
+def test_a_given_variable_the_project_never_declared_fails_before_the_build(env: Env) -> None:
+    """A -D typo the project reads anyway (ggml reads every GGML_*; the probe every PROBE_*) is
+    "used" to CMake, which then says nothing: skippy names it, with the closest known names."""
+    plan = env.plan("-DPROBE_FAKEGPU_ARHC=gfx1100", "-DPROBE_FAKEGPU=ON")
+    with pytest.raises(BuildError) as info:
+        env.run(plan)
+    error = info.value
+    assert error.what == "the project does not know the -D variable(s) you gave: PROBE_FAKEGPU_ARHC"
+    assert error.details == (
+        f"PROBE_FAKEGPU_ARHC: CMake left it UNINITIALIZED in CMakeCache.txt and no CMake file of {env.src} "
+        "names it; closest known: PROBE_FAKEGPU_ARCH, PROBE_FAKEGPU"
+    )
+    assert error.next_step == "fix or drop them: nox -s build-cpu -- -DPROBE_FAKEGPU_ARCH=gfx1100"
+    assert error.exit_code == 12
+    assert "PROBE_FAKEGPU_ARHC:UNINITIALIZED=gfx1100" in (plan.build_dir / "CMakeCache.txt").read_text()
+    assert not plan.stamp_path.exists(), "the next run configures again"
+    assert not (plan.build_dir / "bin" / "llama-server").exists(), "nothing was built"
+    # the name spelled right builds
+    good = env.run(env.plan("-DPROBE_FAKEGPU_ARCH=gfx1100", "-DPROBE_FAKEGPU=ON"))
+    assert good.configured and (good.build_dir / "bin" / "llama-server").exists()
+
+
 def test_a_value_clobbered_by_the_project_fails_the_build(env: Env) -> None:
     plan = env.plan("-DPROBE_CLOBBER_RPC=ON")
     with pytest.raises(BuildError) as info:

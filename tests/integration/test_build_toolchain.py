@@ -295,8 +295,9 @@ def settings(tmp_path: Path, **env: str) -> Settings:
 def test_compiler_cache_choice(tmp_path: Path) -> None:
     none = probe_toolchain("cpu", settings(tmp_path, SKIPPY_COMPILER_CACHE="none"))
     assert none.launcher is None
-    with pytest.raises(ToolchainMissing, match="unknown compiler cache"):
-        probe_toolchain("cpu", settings(tmp_path, SKIPPY_COMPILER_CACHE="distcc"))
+    # refused when the settings are made, before any tool is probed
+    with pytest.raises(SettingsError, match=r"SKIPPY_COMPILER_CACHE='distcc' .*one of auto, sccache, ccache, none"):
+        settings(tmp_path, SKIPPY_COMPILER_CACHE="distcc")
 
 
 def test_find_cuda_library(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import pytest
 from skippy.core.errors import WorkdirError
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
+from skippy.queue.guard import lock_path
 from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env, in_mount_namespace, mount_namespace
@@ -136,10 +137,15 @@ def test_read_only_workdir_fetch_is_not_a_network_failure(prepared: Project) -> 
 
 
 def test_read_only_lock_directory(prepared: Project) -> None:
+    lock = lock_path(prepared.settings())
+    assert lock.parent.is_dir(), "the first prepare made the lock folder in the cache dir"
+    lock.unlink()
     before = snapshot(prepared)
-    result, cause = run_prepare(prepared, {"sha": prepared.upstream.commits[2]}, readonly=[prepared.workdir.parent])
+    result, cause = run_prepare(prepared, {"sha": prepared.upstream.commits[2]}, readonly=[lock.parent])
     assert_clean_error(
-        result, f"error: cannot write .deps/llama.cpp.lock: {cause}", "next: make .deps writable for this user"
+        result,
+        f"error: cannot write .deps/cache/locks/{lock.name}: {cause}",
+        "next: make .deps/cache/locks writable for this user",
     )
     assert snapshot(prepared) == before
 

@@ -22,6 +22,7 @@ from skippy.core.errors import (
 )
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
+from skippy.queue.guard import lock_path
 from skippy.queue.prepare import Target, prepare
 from skippy.queue.status import compute_status
 from skippy.queue.target import read_pin
@@ -528,8 +529,9 @@ def test_lock_serializes_and_times_out(queued_project: Project) -> None:
     import filelock
 
     settings = queued_project.settings()
-    queued_project.workdir.parent.mkdir(parents=True)
-    lock = filelock.FileLock(str(queued_project.workdir.parent / "llama.cpp.lock"))
+    lock_file = lock_path(settings)
+    lock_file.parent.mkdir(parents=True)
+    lock = filelock.FileLock(str(lock_file))
     with lock:
         # the holder is this test; filelock's locks are per process, so probe from a subprocess
         code = (

@@ -347,7 +347,7 @@ def test_force_on_a_shallow_clone_keeps_its_backup_after_the_reclone(queued_proj
     assert run_git(wdir, "rev-parse", "--is-shallow-repository").strip() == "false"
     assert report.backup_ref is not None and backup_refs(wdir) == [report.backup_ref]
     assert run_git(wdir, "show", f"{report.backup_ref}:README.md") == "my edit in the shallow clone\n"
-    assert sorted(p.name for p in wdir.parent.iterdir()) == ["llama.cpp", "llama.cpp.lock"]
+    assert sorted(p.name for p in wdir.parent.iterdir()) == ["cache", "llama.cpp"]
 
 
 def test_a_killed_reclone_puts_the_old_checkout_back(queued_project: Project) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import types
 from pathlib import Path
@@ -183,6 +184,30 @@ def test_packaged_model_present_is_never_fetched_again(tmp_path: Path) -> None:
 def test_missing_local_model_file(tmp_path: Path) -> None:
     with pytest.raises(SpotCheckFailed, match="does not exist"):
         resolve_model(parse_model_ref(str(tmp_path / "none.gguf")), settings(tmp_path), Console(quiet=True))
+
+
+def test_a_model_path_that_is_not_a_regular_file_says_what_it_is(tmp_path: Path) -> None:
+    """A directory, a FIFO, a link to /dev/zero or a broken link is not "missing": say what it is."""
+    (tmp_path / "dir.gguf").mkdir()
+    os.mkfifo(tmp_path / "fifo.gguf")
+    (tmp_path / "zero.gguf").symlink_to("/dev/zero")
+    (tmp_path / "broken").symlink_to(tmp_path / "gone.gguf")
+    cases = {
+        "dir.gguf": "is a directory",
+        "fifo.gguf": "is a FIFO (named pipe)",
+        "zero.gguf": "is a symbolic link to /dev/zero, a character device",
+        "broken": f"is a broken symbolic link to {tmp_path / 'gone.gguf'}",
+    }
+    for name, kind in cases.items():
+        text = str(tmp_path / name)
+        with pytest.raises(SpotCheckFailed) as info:
+            resolve_model(parse_model_ref(text), settings(tmp_path), Console(quiet=True))
+        assert info.value.what == (
+            f"model file {text} {kind}: llama-server needs a regular GGUF file (a device or FIFO would never end, "
+            "a directory or a broken link has nothing to load)"
+        )
+        assert info.value.next_step == "pass an existing .gguf file, or --model gemma3-270m"
+        assert info.value.exit_code == 13
 
 
 # --- tiny models ------------------------------------------------------------

@@ -170,11 +170,11 @@ def test_default_server_prefers_the_newest_cpu_build(tmp_path: Path) -> None:
 
 def test_options_from_settings(tmp_path: Path) -> None:
     assert Options.from_settings(settings(tmp_path)) == Options()
-    opts = Options.from_settings(settings(tmp_path, load_timeout=60, ctx_size="2048"))
+    opts = Options.from_settings(settings(tmp_path, load_timeout=60, ctx_size=2048))
     assert (opts.load_timeout, opts.ctx_size) == (60.0, 2048)
     with pytest.raises(SettingsError, match=r"\[tool.skippy.spot_check\]: unknown key\(s\) load_timout"):
         Options.from_settings(settings(tmp_path, load_timout=60))
-    with pytest.raises(SettingsError, match="must be a float"):
+    with pytest.raises(SettingsError, match="grace = 'soon': expected a finite number from 0 to 600"):
         Options.from_settings(settings(tmp_path, grace="soon"))
     # a backend's own timeouts (lavapipe compiles its shaders on first use) replace the defaults,
     # and the user's table still wins over them

@@ -1,0 +1,66 @@
+"""One redaction for everything skippy shows: the credentials inside URLs.
+
+A URL such as ``https://x-access-token:SECRET@github.com/org/llama.cpp.git`` (an
+``LLAMA_UPSTREAM_URL`` on CI) or ``redis://:SECRET@cache:6379`` is used as given for the real
+call (git, sccache) but printed, written to reports and put into error messages as
+``https://***@github.com/org/llama.cpp.git``: the user info is dropped whole (a token is often
+the user name), and query values whose names look secret (``token=``, ``X-Amz-Signature=``)
+become ``***``.  The console, the JSON reports and the rendered errors call
+:func:`redact_urls` once, where they print (:mod:`skippy.core.ui`).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+from urllib.parse import urlsplit, urlunsplit
+
+_SECRET_WORDS: Final = ("pass", "token", "secret", "key_id", "access_key", "auth", "credential", "sig")
+MASK: Final = "***"
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its credentials: user info and secret-looking query values become ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return MASK
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = MASK + "@" + netloc.rpartition("@")[2]
+    query = parts.query
+    if query:
+        pairs = []
+        for piece in query.split("&"):
+            name, sep, val = piece.partition("=")
+            secret = any(word in name.lower() for word in _SECRET_WORDS)
+            pairs.append(f"{name}{sep}{MASK if secret and sep else val}")
+        query = "&".join(pairs)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with the user info (user name and password or token) of every
+    ``scheme://user:pass@host`` in it masked: what skippy prints and writes goes through this."""
+    if "://" not in text:
+        return text
+    out: list[str] = []
+    for token in _split_keep(text):
+        out.append(redact_url(token) if "://" in token and ("@" in token or "?" in token) else token)
+    return "".join(out)
+
+
+def _split_keep(text: str) -> list[str]:
+    """``text`` split into whitespace/quote/comma-separated tokens, separators kept."""
+    tokens: list[str] = []
+    current: list[str] = []
+    for ch in text:
+        if ch.isspace() or ch in "\"',;()[]{}<>":
+            if current:
+                tokens.append("".join(current))
+                current = []
+            tokens.append(ch)
+        else:
+            current.append(ch)
+    if current:
+        tokens.append("".join(current))
+    return tokens
