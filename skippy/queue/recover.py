@@ -11,7 +11,7 @@ from pathlib import Path
 from skippy.core.errors import ConflictError, DirtyWorkdirError
 from skippy.core.git import Repo
 from skippy.queue import workdir as wd
-from skippy.queue.apply import apply_aside
+from skippy.queue.apply import apply_aside, changed_paths
 from skippy.queue.model import Queue
 from skippy.queue.run import Run
 from skippy.queue.session import next_commands
@@ -89,13 +89,20 @@ def finish_switch(run: Run, repo: Repo, git_dir: Path, entry: wd.Journal) -> Non
     old = entry.from_commit
     rel = run.rel(run.workdir)
     head = repo.head()
-    foreign = wd.foreign_changes(repo, old if old and repo.has_commit(old) else None, to)
+    known_old = old if old and repo.has_commit(old) else None
+    everything = wd.foreign_changes(repo, known_old, to)
+    # a file the switch was writing when it was cut short may hold part of either version
+    switching = set(changed_paths(repo, known_old, to)) if known_old else set(everything)
+    cut = [p for p in everything if p in switching]
+    foreign = [p for p in everything if p not in switching]
     findings = [f"{p}: neither the old nor the new version (an edit made since?)" for p in foreign]
     if head not in (old, to):
         findings.append(f"HEAD moved to {head[:12] if head else '(none)'} since the switch was interrupted")
     moving = f"from {old[:12] if old else '(nothing)'} to {to[:12]}"
     if findings:
         _save_before_finishing(run, repo, git_dir, moving=moving, findings=findings, foreign=foreign)
+    elif cut:
+        _save_cut_short(run, repo, git_dir, cut, moving=moving)
     run.console.info(f"finishing an interrupted prepare: moving {rel} {moving}")
     repo.git("checkout", "--force", "--detach", "--quiet", to)
     if findings:
@@ -117,6 +124,37 @@ def finish_switch(run: Run, repo: Repo, git_dir: Path, entry: wd.Journal) -> Non
     run.notes.append(run.recovered)
 
 
+def _save_cut_short(run: Run, repo: Repo, git_dir: Path, cut: list[str], *, moving: str) -> None:
+    """Files the interrupted switch was writing that hold neither version (a write cut short, or an
+    edit made since): saved under a backup ref, then the switch is finished over them."""
+    rel = run.rel(run.workdir)
+    work = wd.LocalWork(modified=tuple(cut), head_problem=f"an interrupted move {moving}")
+    run.backup_ref = wd.save_backup(repo, git_dir, work, "finishing an interrupted prepare", also=tuple(cut))
+    note = (
+        f"{len(cut)} file(s) the interrupted move was writing held neither version (a write cut short, or "
+        f"an edit made since): {_listing(cut)}; saved under {run.backup_ref} before the move is finished "
+        f"(bring one back with `git -C {rel} checkout {run.backup_ref} -- <path>`)"
+    )
+    run.console.warn(note)
+    run.notes.append(note)
+
+
+def _listing(paths: list[str], limit: int = 8) -> str:
+    return ", ".join(paths[:limit]) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def restore_command(rel: str, ref: str, paths: list[str] | tuple[str, ...]) -> str:
+    """The command that brings back exactly the saved files (not the whole tree the ref holds)."""
+    if not paths:
+        return f"git -C {rel} checkout {ref} -- <path>"
+    if len(paths) <= 10:
+        return f"git -C {rel} checkout {ref} -- {' '.join(paths)}"
+    return (
+        f"git -C {rel} diff --name-only {ref}^ {ref} (lists your {len(paths)} files), then "
+        f"git -C {rel} checkout {ref} -- <paths>"
+    )
+
+
 def _save_before_finishing(
     run: Run, repo: Repo, git_dir: Path, *, moving: str, findings: list[str], foreign: list[str]
 ) -> None:
@@ -136,7 +174,7 @@ def _save_before_finishing(
     run.backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --force", also=tuple(foreign))
     run.console.warn(
         f"local work saved under {run.backup_ref} before --force discards it; "
-        f"restore with: git -C {rel} checkout {run.backup_ref} -- ."
+        f"restore with: {restore_command(rel, run.backup_ref, foreign)}"
     )
     run.notes.append(f"local work saved under {run.backup_ref}")
 
@@ -228,10 +266,13 @@ def refuse_or_discard(run: Run, repo: Repo, git_dir: Path, work: wd.LocalWork, *
             next_step=keep_or_discard(run, work),
         )
     run.backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --force")
-    run.console.warn(
-        f"local work saved under {run.backup_ref} before --force discards it; "
-        f"restore with: git -C {rel} checkout {run.backup_ref} -- ."
+    mine = [*work.modified, *work.untracked]
+    restore = (
+        f"restore with: {restore_command(rel, run.backup_ref, mine)}"
+        if mine
+        else f"your commits: git -C {rel} log {run.backup_ref}"
     )
+    run.console.warn(f"local work saved under {run.backup_ref} before --force discards it; {restore}")
     run.notes.append(f"local work saved under {run.backup_ref}")
     if work.in_progress is not None:
         wd.abort_in_progress(repo, git_dir)

@@ -78,7 +78,9 @@ def test_a_checkout_that_fills_the_disk_names_the_file_system(
     assert nxt.startswith(f"free space on the file system mounted at {deps} (it holds .deps/.skippy-partial-"), nxt
     assert f"`df -h {deps}` shows it: " in nxt and nxt.endswith(" now), then re-run `invoke prepare`")
     # nothing half-made is left: the partial clone is gone, and no workdir was made
-    assert sorted(p.name for p in deps.iterdir()) == ["llama.cpp.lock"]
+    # (the prepare lock lives in the cache, .deps/cache/locks)
+    assert sorted(p.name for p in deps.iterdir()) == ["cache"]
+    assert [p.parent.name for p in (deps / "cache").rglob("*") if p.is_file()] == ["locks"]
     assert written_outside(before, tree_state([tmp_path, Path(os.environ["HOME"])], [deps])) == []
 
 

@@ -131,14 +131,14 @@ def test_interrupted_switch_then_an_edit_is_refused_and_kept(queued_project: Pro
     new, _changed = interrupted_switch(queued_project, tmp_path, sig)
     wdir = queued_project.workdir
     assert compute_status(queued_project.settings()).would.startswith("finish the interrupted move to")
-    # the maintainer edits a file the switch changes (its old version is still in the tree)
-    (wdir / "src/llama-arch.cpp").write_bytes(b"my edit after the interruption\n")
+    # the maintainer edits a file the switch does not change
+    (wdir / "README.md").write_bytes(b"my edit after the interruption\n")
     before = work_files(wdir)
     with pytest.raises(DirtyWorkdirError) as info:
         prepare(queued_project.settings(), Target.at(new), console=QUIET)
     err = info.value
     assert f"interrupted while moving .deps/llama.cpp from {EXPECTED_PATCHED[:12]} to" in err.what
-    assert "src/llama-arch.cpp: neither the old nor the new version" in (err.details or "")
+    assert "README.md: neither the old nor the new version" in (err.details or "")
     assert "CMakeLists.txt" not in (err.details or ""), "the file git wrote is skippy's own"
     assert "nothing was changed" in (err.untouched or "")
     assert "invoke prepare --force" in (err.next_step or "") and "checkout <backup ref> --" in (err.next_step or "")
@@ -149,7 +149,7 @@ def test_interrupted_switch_then_an_edit_is_refused_and_kept(queued_project: Pro
     # --force: saved first, then the switch is finished
     report = prepare(queued_project.settings(), Target.at(new), console=QUIET, force=True)
     assert report.backup_ref is not None and backup_refs(wdir) == [report.backup_ref]
-    assert run_git(wdir, "show", f"{report.backup_ref}:src/llama-arch.cpp") == "my edit after the interruption\n"
+    assert run_git(wdir, "show", f"{report.backup_ref}:README.md") == "my edit after the interruption\n"
     assert "skippy backup before invoke prepare --force" in run_git(wdir, "log", "-1", "--format=%B", report.backup_ref)
     assert report.upstream_sha == new
     assert run_git(wdir, "merge-base", "--is-ancestor", new, "HEAD") == ""
@@ -180,16 +180,25 @@ def test_interrupted_switch_is_finished_and_stamped_without_force(
     assert prepare(queued_project.settings(), Target.pinned(), console=QUIET).patched_sha == EXPECTED_PATCHED
 
 
-def test_interrupted_switch_with_a_new_untracked_file_where_the_switch_writes(
-    queued_project: Project, tmp_path: Path
+@pytest.mark.parametrize("path", ["NEW.md", "src/llama-arch.cpp"])
+def test_a_file_the_interrupted_switch_was_writing_is_saved_then_the_switch_is_finished(
+    queued_project: Project, tmp_path: Path, path: str
 ) -> None:
+    """A file of the switch holding neither version (a write cut short, or an edit made since:
+    they cannot be told apart) is saved under a backup ref, and the switch is finished, saying so."""
     new, _changed = interrupted_switch(queued_project, tmp_path, "KILL")
     wdir = queued_project.workdir
-    (wdir / "NEW.md").write_bytes(b"my own NEW.md\n")
-    with pytest.raises(DirtyWorkdirError, match="interrupted while moving") as info:
-        prepare(queued_project.settings(), Target.at(new), console=QUIET)
-    assert "NEW.md: neither the old nor the new version" in (info.value.details or "")
-    assert (wdir / "NEW.md").read_bytes() == b"my own NEW.md\n"
+    (wdir / path).write_bytes(b"neither version\n")
+    report = prepare(queued_project.settings(), Target.at(new), console=QUIET)
+    assert report.backup_ref is not None and backup_refs(wdir) == [report.backup_ref]
+    assert run_git(wdir, "show", f"{report.backup_ref}:{path}") == "neither version\n"
+    said = next(n for n in report.notes if "held neither version" in n)
+    assert path in said and report.backup_ref in said
+    assert f"git -C .deps/llama.cpp checkout {report.backup_ref} -- <path>" in said
+    assert (wdir / path).read_text() == queued_project.upstream.read(path, new) or path != "NEW.md"
+    assert run_git(wdir, "status", "--porcelain") == ""
+    stamp = wd.read_stamp(wdir / ".git")
+    assert stamp is not None and stamp.upstream_sha == new
 
 
 # ------------------------------------------------------------------ a missing or damaged stamp (item 3)

@@ -51,3 +51,13 @@ def test_untag_leaves_a_patch_without_trailer_alone_and_only_touches_the_message
 def test_label_of_reads_the_last_trailer() -> None:
     assert label_of("subject\n\nbody\n\nSkippy-Patch: core/0001-a.patch\n") == "core/0001-a.patch"
     assert label_of("subject\n\nno trailer here\n") is None
+
+
+def test_the_restore_command_names_only_the_saved_files() -> None:
+    from skippy.queue.recover import restore_command
+
+    assert restore_command("wd", "refs/skippy/backups/x", ["a.c", "b/c.h"]) == (
+        "git -C wd checkout refs/skippy/backups/x -- a.c b/c.h"
+    )
+    many = restore_command("wd", "refs/skippy/backups/x", [f"f{i}" for i in range(30)])
+    assert "diff --name-only refs/skippy/backups/x^ refs/skippy/backups/x" in many and " -- ." not in many
