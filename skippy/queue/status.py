@@ -56,6 +56,11 @@ class Status:
             f"upstream:      {self.stamp.upstream_sha if self.stamp else '-'}"
             + (f" (from {self.stamp.source})" if self.stamp else ""),
             f"patched:       {self.stamp.patched_sha if self.stamp else '-'}",
+            f"base:          {self.stamp.base_commit}"
+            + (f" (stands for upstream {self.stamp.upstream_sha[:12]})" if self.stamp.source == "archive" else "")
+            + f" (rebase onto it: `git -C {self.workdir} rebase -i --autosquash {self.stamp.base_commit[:12]}`)"
+            if self.stamp
+            else "base:          -",
             f"HEAD:          {self.head or '-'}",
             f"queue digest:  {short(self.queue_digest)} ({self.queue_patches} patches)"
             + (

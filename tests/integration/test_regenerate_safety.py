@@ -181,16 +181,19 @@ def test_immutable_workdir_git_dir_is_a_named_error(project: Project) -> None:
     assert refs(project.workdir) == before_refs
 
 
-def test_immutable_workdir_parent_is_a_named_error(project: Project) -> None:
+def test_immutable_lock_folder_is_a_named_error(project: Project) -> None:
+    from skippy.queue.guard import lock_path
+
     real, before = exported(project)
     settings = project.settings()
-    lock = project.workdir.parent / "llama.cpp.lock"
+    lock = lock_path(settings)
+    lock.parent.mkdir(parents=True, exist_ok=True)
     lock.unlink(missing_ok=True)
-    with immutable(project.workdir.parent), pytest.raises(WorkdirError) as info:
+    with immutable(lock.parent), pytest.raises(WorkdirError) as info:
         regenerate(settings, core_head="core", model_support_head="models", console=QUIET)
     error = info.value
     assert error.what == (
-        "regenerate failed: cannot write .deps/llama.cpp.lock: Operation not permitted "
+        f"regenerate failed: cannot write {settings.relative(lock)}: Operation not permitted "
         "(an immutable file or folder, or the file system refuses it)"
     )
     assert error.untouched == "the queue: nothing was changed"
