@@ -99,6 +99,16 @@ def read_commits(repo: Repo, base: str, head: str, *, rerun: str) -> tuple[Commi
 def lanes_of(repo: Repo, git_dir: Path, base: str, head: str, *, rerun: str) -> Lanes:
     """The core and model-support heads that ``base..head`` stands for (see the module docstring)."""
     commits = read_commits(repo, base, head, rerun=rerun)
+    if commits and all(c.label is None for c in commits):
+        raise QueueError(
+            f"none of the {len(commits)} commit(s) on {base[:12]} carries a Skippy-Patch trailer, so their "
+            "lanes are unknown (a tree prepared by an older skippy, or commits not made by prepare)",
+            untouched="everything: the queue was not changed",
+            next_step="name the lanes: `invoke regenerate --core-head <last core commit> --model-support-head "
+            f"<last model_support commit>` (`git -C {repo.path} log --oneline {base[:12]}..HEAD` lists them); "
+            "a tree prepared by this skippy marks its commits (`invoke prepare` re-marks a clean workdir "
+            "without rewriting a file)",
+        )
     hand = [c for c in commits if c.lane is not Lane.GENERATED]
     order = [LANES.index(c.lane) for c in hand]
     in_order = order == sorted(order)

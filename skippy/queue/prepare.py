@@ -81,7 +81,7 @@ def fast_noop(settings: Settings, queue: Queue, pin: str) -> wd.Stamp | None:
     if git_dir is None:
         return None
     recorded = wd.read_stamp(git_dir)
-    if recorded is None or (recorded.upstream_sha, recorded.queue_digest) != (pin, queue.digest):
+    if recorded is None or (recorded.upstream_sha, recorded.queue_digest) != (pin, queue.digest) or not recorded.marked:
         return None
     interrupted = (wd.skippy_dir(git_dir) / wd.JOURNAL_NAME).exists() or wd.in_progress(git_dir) is not None
     if interrupted or _head_file(git_dir) != recorded.patched_sha:
@@ -217,6 +217,7 @@ def decide(recorded: wd.Stamp | None, at: Resolved, queue_digest: str, head: str
     """Nothing to do when the stamp records this upstream and queue and HEAD is its patched commit."""
     if (
         recorded is not None
+        and recorded.marked
         and recorded.upstream_sha == at.upstream_sha
         and recorded.queue_digest == queue_digest
         and head == recorded.patched_sha

@@ -400,7 +400,7 @@ def _abort_session(
         if backup_ref is None:
             backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --abort")
         repo.git("checkout", "--force", "--detach", "--quiet", back)
-        carried = _carry_edits(repo, edits)
+        carried = _carry_edits(repo, edits, back)
     if backup_ref is not None:
         notes += _restore_notes(repo, rel, backup_ref, dirty, carried, console=console)
     wd.drop_journal(git_dir)
@@ -431,12 +431,21 @@ def _edits(repo: Repo, paths: list[str]) -> dict[str, str]:
     return edits
 
 
-def _carry_edits(repo: Repo, edits: dict[str, str]) -> list[str]:
-    """Apply each saved edit to the work tree as it is now; the paths whose edit applied."""
+def _carry_edits(repo: Repo, edits: dict[str, str], back: str) -> list[str]:
+    """Apply each saved edit to the work tree as it is now (by context, else by a 3-way merge of
+    the blobs the edit names); the paths whose edit applied.  One that conflicts stays at
+    ``back``'s version (the caller's backup holds it)."""
     carried = []
     for path, diff in edits.items():
         if repo.git("apply", "--whitespace=nowarn", input=diff, check=False).ok:
             carried.append(path)
+            continue
+        merged = repo.git("apply", "--3way", "--whitespace=nowarn", input=diff, check=False)
+        if merged.ok:
+            repo.git("reset", "--quiet", "--", path, check=False)  # --3way staged it: unstage
+            carried.append(path)
+        else:
+            repo.git("checkout", "--force", back, "--", path, check=False)  # no markers left behind
     return carried
 
 

@@ -142,6 +142,9 @@ class Stamp:
     schema: int = STAMP_SCHEMA
     #: patches whose conflicts the maintainer resolved by hand in a session (not yet in the queue)
     resolved: tuple[str, ...] = ()
+    #: the commits carry their Skippy-Patch trailers (False: prepared by an older skippy; the next
+    #: prepare re-applies the queue, which rewrites no file)
+    marked: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -279,6 +282,7 @@ def read_stamp(git_dir: Path) -> Stamp | None:
             base_commit=str(data["base_commit"]),
             source=str(data.get("source", "git")),
             resolved=tuple(str(x) for x in data.get("resolved", ())),
+            marked=bool(data.get("marked", False)),
         )
     except KeyError:
         return None

@@ -61,3 +61,13 @@ def test_the_restore_command_names_only_the_saved_files() -> None:
     )
     many = restore_command("wd", "refs/skippy/backups/x", [f"f{i}" for i in range(30)])
     assert "diff --name-only refs/skippy/backups/x^ refs/skippy/backups/x" in many and " -- ." not in many
+
+
+def test_a_new_commit_joins_the_lane_before_it_and_never_the_generated_one() -> None:
+    from skippy.maintain.history import lane_of_new
+    from skippy.queue.model import Lane
+
+    assert lane_of_new(None) is Lane.CORE
+    assert lane_of_new(Lane.CORE) is Lane.CORE
+    assert lane_of_new(Lane.MODEL_SUPPORT) is Lane.MODEL_SUPPORT
+    assert lane_of_new(Lane.GENERATED) is Lane.MODEL_SUPPORT
