@@ -85,7 +85,24 @@ class LocalTree:
         }
 
 
-def local_tree(settings: Settings, console: Console) -> LocalTree:
+def _refuse_conflict_markers(settings: Settings, backend: str) -> None:
+    """A tree with conflict markers cannot compile: say which files before configuring anything."""
+    from skippy.core.git import Repo
+
+    rel = settings.relative(settings.workdir)
+    out = Repo(settings.workdir, settings.env).git("diff", "HEAD", "--check", check=False).stdout
+    files = sorted({line.split(":", 1)[0] for line in out.splitlines() if "leftover conflict marker" in line})
+    if files:
+        raise BuildError(
+            f"--workdir-as-is: {len(files)} file(s) of {rel} still hold conflict markers: {', '.join(files)}",
+            untouched="everything: nothing was configured or built",
+            next_step=f"resolve them (edit, then `git -C {rel} add {' '.join(files)}`), then "
+            f"`nox -s build-{backend} -- --workdir-as-is` again (in a stopped conflict session, "
+            "`invoke prepare --continue` finishes it)",
+        )
+
+
+def local_tree(settings: Settings, console: Console, backend: str = "cpu") -> LocalTree:
     """Read the workdir's state, touching nothing (no prepare, read-only git)."""
     from skippy.queue import workdir as wd
 
@@ -98,6 +115,7 @@ def local_tree(settings: Settings, console: Console) -> LocalTree:
         )
     git_dir = wd.git_dir_of(workdir)
     stamp = wd.read_stamp(git_dir) if git_dir else None
+    _refuse_conflict_markers(settings, backend)
     state = read_workdir_state(
         workdir, settings.env, skip=lambda path: wd.is_tolerated(path, settings.tolerated_untracked)
     )
@@ -336,7 +354,7 @@ def run_build_session(
         raise
     for note in toolchain.notes:
         console.info(note)
-    local = local_tree(settings, console) if args.workdir_as_is else None
+    local = local_tree(settings, console, str(b)) if args.workdir_as_is else None
     prepared: _Prepared = local if local is not None else _prepare(prepare_fn, settings, console, str(b))
     tree = inspect_tree(prepared.workdir)
     try:

@@ -254,3 +254,18 @@ def test_abort_keeps_an_unrelated_edit_in_a_file_the_session_changed(project: Pr
     assert any("your edits carried over" in n and "README.md" in n for n in report.notes)
     assert report.backup_ref is not None
     assert "<<<<<<<" not in (wdir / "src/llama-model.cpp").read_text()
+
+
+def test_an_as_is_build_of_a_tree_with_conflict_markers_names_them_before_configuring(project: Project) -> None:
+    from skippy.core.errors import BuildError
+    from skippy.flows.build_session import SessionArgs, run_build_session
+
+    conflict_session(project)
+    settings = project.settings()
+    with pytest.raises(BuildError) as info:
+        run_build_session("cpu", settings, QUIET, SessionArgs(workdir_as_is=True, spot_check=False))
+    assert "still hold conflict markers: src/llama-model.cpp" in info.value.what
+    nxt = info.value.next_step or ""
+    assert "git -C .deps/llama.cpp add src/llama-model.cpp" in nxt
+    assert "`nox -s build-cpu -- --workdir-as-is` again" in nxt and "invoke prepare --continue" in nxt
+    assert not settings.build_root.exists(), "nothing configured"
