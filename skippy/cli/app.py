@@ -253,7 +253,7 @@ def status_main(
 
         settings = load(root, env)
         status = compute_status(settings)
-        builds = newest_builds(settings.build_root)
+        builds = newest_builds(settings.build_root, settings.workdir)
         if not as_json:
             say(status.render())
             for backend, build in builds.items():
