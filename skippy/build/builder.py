@@ -128,7 +128,7 @@ def _built_at(stamp_path: Path) -> float:
     return max(stamp_path.stat().st_mtime, server.stat().st_mtime if server.is_file() else 0.0)
 
 
-def _built_from(stamp: Mapping[str, Any], source_dir: Path) -> bool:
+def built_from(stamp: Mapping[str, Any], source_dir: Path) -> bool:
     """Whether a build stamp is of ``source_dir`` (a stamp that names no tree cannot be told apart)."""
     recorded = stamp.get("source_dir")
     return not isinstance(recorded, str) or Path(recorded).resolve() == source_dir.resolve()
@@ -146,7 +146,7 @@ def newest_builds(build_root: Path, source_dir: Path | None = None) -> dict[str,
         stamp = read_stamp(path)
         if stamp is None or not isinstance(stamp.get("backend"), str):
             continue
-        if source_dir is not None and not _built_from(stamp, source_dir):
+        if source_dir is not None and not built_from(stamp, source_dir):
             continue
         bin_dir = path.parent / "bin"
         found[stamp["backend"]] = {
