@@ -128,16 +128,25 @@ def _built_at(stamp_path: Path) -> float:
     return max(stamp_path.stat().st_mtime, server.stat().st_mtime if server.is_file() else 0.0)
 
 
-def newest_builds(build_root: Path) -> dict[str, dict[str, Any]]:
+def built_from(stamp: Mapping[str, Any], source_dir: Path) -> bool:
+    """Whether a build stamp is of ``source_dir`` (a stamp that names no tree cannot be told apart)."""
+    recorded = stamp.get("source_dir")
+    return not isinstance(recorded, str) or Path(recorded).resolve() == source_dir.resolve()
+
+
+def newest_builds(build_root: Path, source_dir: Path | None = None) -> dict[str, dict[str, Any]]:
     """The newest build dir of each backend under ``build_root``: where its binaries are,
     the patched commit it was built from, its mode (``prepared``, or ``local`` for the
     workdir as it stood), when.  Newest by its llama-server (the binary the spot check
-    picks), else by its stamp."""
+    picks), else by its stamp.  With ``source_dir``, only the builds of that tree (another
+    workdir may share the build root)."""
     found: dict[str, dict[str, Any]] = {}
     stamps = sorted(build_root.glob(f"*/{STAMP_NAME}"), key=_built_at)
     for path in stamps:  # oldest first: the newest of a backend wins
         stamp = read_stamp(path)
         if stamp is None or not isinstance(stamp.get("backend"), str):
+            continue
+        if source_dir is not None and not built_from(stamp, source_dir):
             continue
         bin_dir = path.parent / "bin"
         found[stamp["backend"]] = {

@@ -290,8 +290,21 @@ def _launcher_setup(
     return setup
 
 
-def _dir_digest(s: BackendSpec, defines: Sequence[Define], extra_args: Sequence[str], toolchain: Toolchain) -> str:
-    """The build dir's name: the flags, not the tool paths."""
+def workdir_key(settings: Settings, source_dir: Path) -> str | None:
+    """A short hash of the tree's resolved path, so two workdirs under one build root never share
+    (and reconfigure in turn) a build dir; None for the project's default workdir, whose build
+    dirs keep the names they always had."""
+    default = next(spec.default for spec in specs.TOP if spec.key == "workdir")
+    resolved = source_dir.resolve()
+    if resolved == (settings.root / str(default)).resolve():
+        return None
+    return hashlib.sha256(str(resolved).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+
+def _dir_digest(
+    s: BackendSpec, defines: Sequence[Define], extra_args: Sequence[str], toolchain: Toolchain, workdir: str | None
+) -> str:
+    """The build dir's name: the flags (not the tool paths) and, but for the default one, the workdir."""
     identity: dict[str, Any] = {
         "backend": s.name,
         "generator": GENERATOR,
@@ -299,6 +312,8 @@ def _dir_digest(s: BackendSpec, defines: Sequence[Define], extra_args: Sequence[
         "path_defines": [d.name for d in defines if d.path],
         "extra": list(extra_args),
     }
+    if workdir is not None:
+        identity["workdir"] = workdir
     if toolchain.facts.get("toolkit"):
         # a backend toolkit's kind and version (e.g. CUDA from wheels): another toolkit, another dir
         identity["toolkit"] = toolchain.facts["toolkit"]
@@ -377,8 +392,8 @@ def plan_build(
     setup = _launcher_setup(s, settings, tree, toolchain, dict(s.env_overrides(facts)), out=values)
     values.give(given)
     defines = values.sorted()
-    digest = _dir_digest(s, defines, extra_args, toolchain)
     source_dir = tree.source_dir
+    digest = _dir_digest(s, defines, extra_args, toolchain, workdir_key(settings, source_dir))
     name = f"{s.name}-{digest}" if local_state is None else local_dir_name(s.name, digest, local_state)
     build_root = _checked_build_root(settings, source_dir)
     build_dir = build_root / name

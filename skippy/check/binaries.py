@@ -10,6 +10,7 @@ from pathlib import Path
 
 from skippy.build.backends import RPC_TARGETS, SERVER_TARGET
 from skippy.build.backends import names as backend_names
+from skippy.build.builder import STAMP_NAME, built_from, read_stamp
 from skippy.check.evidence import parse_devices
 from skippy.check.report import Provenance
 from skippy.check.server import (
@@ -122,14 +123,19 @@ def no_device_reason(listing: DeviceListing, prefix: str) -> str | None:
 
 
 def default_server(settings: Settings, backend: str | None = None) -> Path:
-    """The newest llama-server of ``backend`` under build_root; without one, the newest CPU
-    build, else the newest of any backend.
+    """The newest llama-server of ``backend`` under build_root built from this workdir; without
+    one, the newest CPU build, else the newest of any backend.
 
     Builds live in ``<build_root>/<backend>-<digest>/bin/`` (see :mod:`skippy.build.builder`).
     """
 
+    def ours(server: Path) -> bool:
+        # another workdir may share the build root: its builds are not this one's
+        stamp = read_stamp(server.parent.parent / STAMP_NAME)
+        return stamp is None or built_from(stamp, settings.workdir)
+
     def newest(pattern: str) -> Path | None:
-        found = sorted(settings.build_root.glob(pattern), key=lambda p: p.stat().st_mtime)
+        found = sorted(filter(ours, settings.build_root.glob(pattern)), key=lambda p: p.stat().st_mtime)
         return found[-1] if found else None
 
     patterns = [f"{backend or 'cpu'}-*/bin/{SERVER_TARGET}", f"{backend or 'cpu'}/bin/{SERVER_TARGET}"]

@@ -129,6 +129,7 @@ def pin_bump_main(
     dry_run: bool = False,
     allow_non_descendant: bool = False,
     newest_compatible: bool = False,
+    offline: bool = False,
     as_json: bool = False,
     verbose: bool = False,
 ) -> int:
@@ -146,6 +147,7 @@ def pin_bump_main(
             dry_run=dry_run,
             allow_non_descendant=allow_non_descendant,
             newest_compatible=newest_compatible,
+            offline=offline,
         )
         if report.summary is not None and not as_json:
             say(report.summary.markdown())
@@ -251,7 +253,7 @@ def status_main(
 
         settings = load(root, env)
         status = compute_status(settings)
-        builds = newest_builds(settings.build_root)
+        builds = newest_builds(settings.build_root, settings.workdir)
         if not as_json:
             say(status.render())
             for backend, build in builds.items():

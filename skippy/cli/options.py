@@ -176,6 +176,11 @@ COMMANDS: Final[tuple[Command, ...]] = (
             Option("dry_run", "do everything but write the pin"),
             Option("allow_non_descendant", "allow a target that does not descend from the current pin"),
             Option("newest_compatible", "bump to the newest upstream commit the whole queue applies to"),
+            Option(
+                "offline",
+                "never contact the upstream: --sha and the pin come from their source archives (what needs "
+                "upstream history is left out, and said so)",
+            ),
         ),
     ),
     Command(

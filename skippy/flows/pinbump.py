@@ -26,11 +26,13 @@ from skippy.core.settings import PIN_FILE_LIMIT, Settings
 from skippy.core.ui import Console
 from skippy.maintain.summary import Summary, summarize
 from skippy.queue import workdir as wd
+from skippy.queue.imports import upstream_of
 from skippy.queue.model import Patch, Queue, load_queue
 from skippy.queue.prepare import prepare, resolve_target
 from skippy.queue.run import PrepareReport
 from skippy.queue.scratch import owned_scratch
 from skippy.queue.target import Target, read_pin
+from skippy.queue.upstream import Resolved
 
 # --------------------------------------------------------------------------- applying in an index
 
@@ -184,10 +186,10 @@ def bisect_queue(repo: Repo, queue: Queue, pin: str, target: str, *, scratch: Pa
 # --------------------------------------------------------------------------- shared plumbing
 
 
-def _repo_for(settings: Settings, console: Console) -> Repo:
+def _repo_for(settings: Settings, console: Console, *, offline: bool = False) -> Repo:
     """The workdir repository; prepared at the pin first if there is none yet."""
     if wd.git_dir_of(settings.workdir) is None:
-        prepare(settings, Target.pinned(), console=console, interactive=False)
+        prepare(settings, Target.pinned(), console=console, interactive=False, offline=offline)
     return Repo(settings.workdir, settings.env, echo=console.command)
 
 
@@ -218,17 +220,25 @@ def run_bisect(settings: Settings, *, to: str | None, console: Console) -> Bisec
 
 
 def run_summary(settings: Settings, old: str, new: str, *, console: Console) -> Summary:
+    """The summary of ``old..new``; a side known only from its source archive gives the diffstat
+    between the two trees and says the commit list is unavailable (:func:`summarize`)."""
     repo = _repo_for(settings, console)
-    _o, old_base, old_source = resolve_target(settings, repo, Target.at(old), console=console)
-    _n, new_base, _ns = resolve_target(settings, repo, Target.at(new), console=console)
-    if not repo.is_ancestor(old_base, new_base):
+    old_at = resolve_target(settings, repo, Target.at(old), console=console)
+    new_at = resolve_target(settings, repo, Target.at(new), console=console)
+    old_base, old_source = old_at.base, old_at.source
+    if not repo.is_ancestor(old_base, new_at.base) and _in_history(old_at) and _in_history(new_at):
         raise SettingsError(
             f"{old[:12]} is not an ancestor of {new[:12]}"
             + (" (it is only known from its source archive)" if old_source == "archive" else ""),
             untouched="everything",
             next_step="summarize OLD..NEW where OLD is an upstream ancestor of NEW",
         )
-    return summarize(repo, old_base, new_base, load_queue(settings.patch_dir), upstream_url=settings.upstream_url)
+    return summarize(repo, old_base, new_at.base, load_queue(settings.patch_dir), upstream_url=settings.upstream_url)
+
+
+def _in_history(at: Resolved) -> bool:
+    """Whether ``at`` is an upstream commit of the repository's history (not an archive import)."""
+    return at.base == at.upstream_sha
 
 
 # --------------------------------------------------------------------------- pin-bump
@@ -349,15 +359,30 @@ def pin_bump(
     dry_run: bool = False,
     allow_non_descendant: bool = False,
     newest_compatible: bool = False,
+    offline: bool = False,
     build_fn: BuildFn = _default_build,
     parity_fn: ParityFn = _default_parity,
 ) -> BumpReport:
-    repo = _repo_for(settings, console)
-    old_pin, old_base = _upstream_pin(settings, repo, console)
-    new_pin, new_base, _src = resolve_target(settings, repo, _target(sha), console=console)
+    """Move the pin to ``sha`` (default: upstream master); see the module docstring.
+
+    Offline (``offline``, or an upstream that does not answer), a target mapped to a source archive
+    comes from it, as prepare does; what needs upstream history degrades with a note: the
+    descendant check cannot be made (a real bump then needs ``allow_non_descendant``; a dry run
+    goes on and says so), the summary gives the diffstat without a commit list, and there is no
+    bisection (``newest_compatible`` is refused)."""
+    if offline and not sha:
+        raise _offline_needs_sha(settings)
+    repo = _repo_for(settings, console, offline=offline)
+    # the target first: fetching it may bring the pin's own upstream history along
+    new_at = resolve_target(settings, repo, _target(sha), console=console, offline=offline)
+    old_at = resolve_target(settings, repo, Target.pinned(), console=console, offline=offline)
+    (old_pin, old_base), (new_pin, new_base) = old_at[:2], new_at[:2]
+    history = _in_history(old_at) and _in_history(new_at)
     notes: list[str] = []
     queue = load_queue(settings.patch_dir)
     if newest_compatible:
+        if not history:
+            raise _no_history_for_bisect(settings, old_at, new_at)
         with owned_scratch(settings.cache_dir / "tmp", "bisect-") as tmp:
             found = bisect_queue(repo, queue, old_base, new_base, scratch=tmp)
         console.info(found.render())
@@ -366,13 +391,18 @@ def pin_bump(
     if new_base == old_base:
         console.info(f"the pin is already {old_pin[:12]}: nothing to bump")
         return BumpReport(old_pin, old_pin, False, dry_run, "", (), None, notes=(*notes, "already at the target"))
-    if not repo.is_ancestor(old_base, new_base) and not allow_non_descendant:
+    if not history:
+        notes.append(_unchecked_descent(settings, old_at, new_at, dry_run=dry_run, allowed=allow_non_descendant))
+        console.warn(notes[-1])
+    elif not repo.is_ancestor(old_base, new_base) and not allow_non_descendant:
         raise _not_forward(settings, repo, (old_pin, old_base), (new_pin, new_base))
     target = Target.at(new_pin)
-    prepared = _prepare_or_bisect(settings, repo, queue, target, bases=(old_base, new_base), console=console)
+    prepared = _prepare_or_bisect(
+        settings, repo, queue, target, bases=(old_base, new_base), console=console, offline=offline
+    )
 
     def prepare_new(s: Settings, c: Console) -> PrepareReport:
-        return prepare(s, target, console=c, interactive=False)
+        return prepare(s, target, console=c, interactive=False, offline=offline)
 
     outcomes: dict[str, object] = {}
     for backend in backends:
@@ -402,6 +432,59 @@ def pin_bump(
     )
 
 
+def _archive_only(old: Resolved, new: Resolved) -> str:
+    """Which side(s) of a bump are known only from their source archive, for a message."""
+    only = [at.upstream_sha[:12] for at in (old, new) if not _in_history(at)]
+    what = " and ".join(only)
+    return f"{what} {'is' if len(only) == 1 else 'are'} known here only from " + (
+        "its source archive" if len(only) == 1 else "their source archives"
+    )
+
+
+def _unchecked_descent(settings: Settings, old: Resolved, new: Resolved, *, dry_run: bool, allowed: bool) -> str:
+    """The note of a bump whose direction cannot be checked; refuses a real bump not allowed."""
+    why = (
+        f"cannot check that {new.upstream_sha[:12]} descends from the pin {old.upstream_sha[:12]}: "
+        f"{_archive_only(old, new)}, without upstream history"
+    )
+    if allowed:
+        return f"{why}; going on as --allow-non-descendant says"
+    if dry_run:
+        return f"{why}; the real bump will need --allow-non-descendant"
+    raise SettingsError(
+        f"{why}: refusing to move the pin without knowing it moves forward",
+        untouched=f"{settings.relative(settings.pin_file)} and the workdir",
+        next_step=f"check that {new.upstream_sha[:12]} descends from {old.upstream_sha[:12]} upstream, then "
+        f"`invoke pin-bump --sha {new.upstream_sha} --allow-non-descendant`; or point LLAMA_UPSTREAM_URL at a "
+        "mirror (`git clone --mirror`) and re-run without it",
+    )
+
+
+def _no_history_for_bisect(settings: Settings, old: Resolved, new: Resolved) -> SettingsError:
+    return SettingsError(
+        f"--newest-compatible bisects the upstream history from the pin to the target: "
+        f"{_archive_only(old, new)}, without upstream history",
+        untouched=f"{settings.relative(settings.pin_file)} and the workdir",
+        next_step=f"`invoke pin-bump --sha {new.upstream_sha}` (the target itself), or point LLAMA_UPSTREAM_URL "
+        "at a mirror (`git clone --mirror`) and re-run",
+    )
+
+
+def _offline_needs_sha(settings: Settings) -> SettingsError:
+    """``--offline`` without ``--sha``: upstream master is not known offline; name the archives there are."""
+    pin = read_pin(settings)
+    mapped = sorted(str(k).lower() for k in (settings.raw.get("archives") or {}) if str(k).lower() != pin)
+    return SettingsError(
+        "pin-bump --offline needs --sha: upstream master is not known offline",
+        untouched="everything",
+        next_step=f"`invoke pin-bump --offline --sha {mapped[0]}`"
+        if mapped
+        else "map the target to a source archive in [tool.skippy.archives], then "
+        "`invoke pin-bump --offline --sha <that sha>`",
+        details="commits mapped to a source archive besides the pin: " + (", ".join(m[:12] for m in mapped) or "none"),
+    )
+
+
 def _not_forward(settings: Settings, repo: Repo, old: tuple[str, str], new: tuple[str, str]) -> SettingsError:
     """The refusal of a target that does not descend from the pin; ``old``/``new``: (pin, local base)."""
     backwards = repo.is_ancestor(new[1], old[1])
@@ -415,16 +498,28 @@ def _not_forward(settings: Settings, repo: Repo, old: tuple[str, str], new: tupl
 
 
 def _prepare_or_bisect(
-    settings: Settings, repo: Repo, queue: Queue, target: Target, *, bases: tuple[str, str], console: Console
+    settings: Settings,
+    repo: Repo,
+    queue: Queue,
+    target: Target,
+    *,
+    bases: tuple[str, str],
+    console: Console,
+    offline: bool = False,
 ) -> PrepareReport:
     """Prepare ``target``; when the queue does not apply, the error also names, found by bisection,
     the first upstream commit each patch breaks at and the newest one the whole queue applies to
     (between ``bases``: the local commits of the old pin and of the target)."""
     old_base, new_base = bases
     try:
-        return prepare(settings, target, console=console, interactive=False)
+        return prepare(settings, target, console=console, interactive=False, offline=offline)
     except ConflictError as exc:
-        if repo.is_ancestor(old_base, new_base):
+        if upstream_of(repo, old_base) is not None or upstream_of(repo, new_base) is not None:
+            exc.details = (exc.details or "") + (
+                "\n\nno bisection: the pin or the target is known here only from its source archive, without "
+                "upstream history (point LLAMA_UPSTREAM_URL at a mirror to find the commit each patch breaks at)"
+            )
+        elif repo.is_ancestor(old_base, new_base):
             with owned_scratch(settings.cache_dir / "tmp", "bisect-") as tmp:
                 found = bisect_queue(repo, queue, old_base, new_base, scratch=tmp)
             exc.details = (exc.details or "") + "\n\n" + found.render()

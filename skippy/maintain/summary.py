@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from skippy.core.git import Repo
+from skippy.queue.imports import TRAILER_DIGEST, TRAILER_UPSTREAM, parse_trailers, upstream_of
+from skippy.queue.mail import label_of
 from skippy.queue.model import Queue
 from skippy.queue.triage import touched_paths
 
@@ -66,12 +68,18 @@ class Summary:
     areas: Mapping[str, int]
     exposures: tuple[Exposure, ...] = field(default=())
     link_base: str | None = None
+    #: why the commit list (and the counts per area) are not given, when they are not: a side
+    #: known here only from its source archive has no upstream history
+    no_history: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "old": self.old,
             "new": self.new,
-            "commits": [{"sha": c.sha, "subject": c.subject, "paths": list(c.paths)} for c in self.commits],
+            "commits": None
+            if self.no_history
+            else [{"sha": c.sha, "subject": c.subject, "paths": list(c.paths)} for c in self.commits],
+            "commits_unavailable": self.no_history,
             "diffstat": self.shortstat,
             "top_files": [{"path": p, "lines": n} for p, n in self.top_files],
             "areas": dict(self.areas),
@@ -90,21 +98,27 @@ class Summary:
         out = [f"## llama.cpp {self.old[:12]} → {self.new[:12]}", ""]
         if self.link_base:
             out += [f"Compare: {self.link_base}/compare/{self.old}...{self.new}", ""]
-        out += [f"### Upstream commits ({len(self.commits)})", ""]
-        out += [f"- {self._link(c.sha)} {c.subject}" for c in self.commits] or ["(none)"]
-        out += ["", "### Diffstat", "", self.shortstat or "(no changes)", ""]
+        if self.no_history:
+            out += ["### Upstream commits", "", f"Unavailable: {self.no_history}.", ""]
+        else:
+            out += [f"### Upstream commits ({len(self.commits)})", ""]
+            out += [f"- {self._link(c.sha)} {c.subject}" for c in self.commits] or ["(none)"]
+            out.append("")
+        out += ["### Diffstat", "", self.shortstat or "(no changes)", ""]
         if self.top_files:
             out += ["| file | lines changed |", "| --- | ---: |"]
             out += [f"| `{p}` | {n} |" for p, n in self.top_files]
             out.append("")
-        out += ["### Commits per area", "", "| area | commits |", "| --- | ---: |"]
-        out += [f"| {area} | {n} |" for area, n in self.areas.items()]
-        out += ["", "### Bump risk", ""]
+        if not self.no_history:
+            out += ["### Commits per area", "", "| area | commits |", "| --- | ---: |"]
+            out += [f"| {area} | {n} |" for area, n in self.areas.items()]
+            out.append("")
+        out += ["### Bump risk", ""]
         if not self.exposures:
             out.append("No file the queue touches changed upstream.")
         for e in self.exposures:
             files = ", ".join(f"`{f}`" for f in e.files)
-            out.append(f"- **{e.patch}** is exposed through {files}:")
+            out.append(f"- **{e.patch}** is exposed through {files}" + (":" if e.commits else ""))
             out += [f"  - {self._link(c.sha)} {c.subject}" for c in e.commits]
         return "\n".join(out) + "\n"
 
@@ -116,13 +130,23 @@ def github_base(url: str) -> str | None:
 
 
 def summarize(repo: Repo, old: str, new: str, queue: Queue, *, upstream_url: str, top: int = 15) -> Summary:
-    """The summary of ``old..new`` (local commits; ``old`` an ancestor of ``new``)."""
-    log = repo.git("log", "--no-merges", "--format=%x01%H%x00%s", "--name-only", f"{old}..{new}").stdout
-    commits: list[UpstreamCommit] = []
-    for chunk in log.split("\x01")[1:]:
-        head, _, names = chunk.partition("\n")
-        sha, _, subject = head.partition("\0")
-        commits.append(UpstreamCommit(sha, subject, tuple(n for n in names.splitlines() if n)))
+    """The summary of ``old..new`` (local commits; ``old`` an ancestor of ``new``, unless one of them is
+    the import of a source archive: then there is no history between them, and the summary gives the
+    diffstat between the two trees and says its commit list is unavailable).
+
+    The summary names the upstream SHAs the commits stand for (an import's ``Upstream-Commit``), and
+    its commit list holds upstream commits only: never the queue's own (``Skippy-Patch`` trailer) nor
+    an archive import."""
+    old_up, new_up = upstream_of(repo, old), upstream_of(repo, new)
+    no_history = None
+    if old_up is not None or new_up is not None:
+        only = [sha[:12] for sha in (old_up, new_up) if sha is not None]
+        no_history = (
+            f"{' and '.join(only)} {'is' if len(only) == 1 else 'are'} known here only from "
+            f"{'its' if len(only) == 1 else 'their'} source archive{'s' if len(only) > 1 else ''}, without upstream "
+            "history (run where the upstream answers, or point LLAMA_UPSTREAM_URL at a mirror, for the commit list)"
+        )
+    commits = [] if no_history else _upstream_commits(repo, old, new)
     shortstat = repo.git("diff", "--shortstat", old, new).stdout.strip()
     numstat = repo.git("diff", "--numstat", "--no-renames", old, new).stdout
     sizes: list[tuple[str, int]] = []
@@ -133,7 +157,8 @@ def summarize(repo: Repo, old: str, new: str, queue: Queue, *, upstream_url: str
         sizes.append((path, lines))
     sizes.sort(key=lambda item: (-item[1], item[0]))
     areas = {area: sum(1 for c in commits if any(in_area(p, pats) for p in c.paths)) for area, pats in AREAS.items()}
-    changed = {p for c in commits for p in c.paths}
+    # without history, the files that differ between the two trees are what upstream changed
+    changed = {p for p, _n in sizes} if no_history else {p for c in commits for p in c.paths}
     exposures: list[Exposure] = []
     for patch in queue.patches:
         files = tuple(sorted(set(touched_paths(patch)) & changed))
@@ -141,12 +166,28 @@ def summarize(repo: Repo, old: str, new: str, queue: Queue, *, upstream_url: str
             by = tuple(c for c in commits if set(c.paths) & set(files))
             exposures.append(Exposure(patch.label, files, by))
     return Summary(
-        old=old,
-        new=new,
+        old=old_up or old,
+        new=new_up or new,
         commits=tuple(commits),
         shortstat=shortstat,
         top_files=tuple(sizes[:top]),
         areas=areas,
         exposures=tuple(exposures),
         link_base=github_base(upstream_url),
+        no_history=no_history,
     )
+
+
+def _upstream_commits(repo: Repo, old: str, new: str) -> list[UpstreamCommit]:
+    """The non-merge commits of ``old..new``, newest first, less the queue's own and archive imports."""
+    log = repo.git("log", "--no-merges", "--format=%x01%H%x00%s%x00%B%x02", "--name-only", f"{old}..{new}").stdout
+    commits: list[UpstreamCommit] = []
+    for chunk in log.split("\x01")[1:]:
+        sha, _, rest = chunk.partition("\0")
+        subject, _, rest = rest.partition("\0")
+        body, _, names = rest.partition("\x02")
+        trailers = parse_trailers(body)
+        if label_of(body) is not None or (TRAILER_UPSTREAM in trailers and TRAILER_DIGEST in trailers):
+            continue
+        commits.append(UpstreamCommit(sha, subject, tuple(n for n in names.splitlines() if n)))
+    return commits

@@ -12,6 +12,7 @@ from skippy.core.errors import ConflictError
 from skippy.core.git import AM_ARGS, AM_ENV, Repo
 from skippy.queue import workdir as wd
 from skippy.queue.am_output import failed_paths, unmerged_paths, without_am_hints
+from skippy.queue.imports import shown_sha
 from skippy.queue.mail import tagged
 from skippy.queue.model import LANES, Lane, Patch, Queue
 from skippy.queue.run import Run
@@ -71,7 +72,7 @@ def apply_aside(run: Run, queue: Queue, repo: Repo, git_dir: Path, base: str) ->
     aside_root = wd.skippy_dir(git_dir) / "aside"
     aside_root.mkdir(parents=True, exist_ok=True)
     aside = aside_root / uuid.uuid4().hex[:8]
-    with run.console.step(f"check out {base[:12]} in a temporary worktree"):
+    with run.console.step(f"check out {shown_sha(repo, base)[:12]} in a temporary worktree"):
         repo.git("worktree", "add", "--detach", "--quiet", str(aside), base)
     try:
         aside_repo = run.repo(aside)

@@ -27,7 +27,6 @@ validated), :mod:`skippy.queue.archive_fetch` (download + digest check + cache),
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
@@ -39,19 +38,37 @@ from skippy.core.ui import Console
 from skippy.queue.archive_fetch import FetchContext, Fetcher, fetch, fetch_verified
 from skippy.queue.archive_specs import ArchiveSpec, load_archive_specs, spec_key
 from skippy.queue.archive_unpack import safe_unpack
+from skippy.queue.imports import (
+    TRAILER_DIGEST,
+    TRAILER_FOLDER,
+    TRAILER_UPSTREAM,
+    archive_ref,
+    parse_trailers,
+)
 from skippy.queue.scratch import owned_scratch, report_swept, sweep_stale
 
-#: refs under which imported archive commits are recorded
-REF_PREFIX: Final = "refs/skippy/archive/"
+# the trailers and their reading live in skippy.queue.imports (re-exported here)
+__all__ = [
+    "IMPORT_DATE",
+    "IMPORT_EMAIL",
+    "IMPORT_NAME",
+    "TRAILER_DIGEST",
+    "TRAILER_FOLDER",
+    "TRAILER_UPSTREAM",
+    "archive_commit",
+    "archive_ref",
+    "commit_env",
+    "commit_folder",
+    "import_archive",
+    "import_message",
+    "parse_trailers",
+]
+
 #: identity and date of every import commit: the same archive gives the same SHA everywhere
 IMPORT_NAME: Final = "skippy archive import"
 IMPORT_EMAIL: Final = IDENTITY_EMAIL
 #: 2000-01-01T00:00:00Z, in git's raw date format
 IMPORT_DATE: Final = "946684800 +0000"
-
-TRAILER_UPSTREAM: Final = "Upstream-Commit"
-TRAILER_DIGEST: Final = "Archive-SHA256"
-TRAILER_FOLDER: Final = "Archive-Folder"
 
 #: config that decides how `git add` turns files into blobs, forced over the repo's own
 _TREE_CONFIG: tuple[tuple[str, str], ...] = (
@@ -147,23 +164,6 @@ def import_message(spec: ArchiveSpec) -> str:
         f"{TRAILER_DIGEST}: {spec.sha256}\n"
         f"{TRAILER_FOLDER}: {spec.folder}\n"
     )
-
-
-def parse_trailers(message: str) -> dict[str, str]:
-    """``Key: value`` lines of a commit message's last paragraph."""
-    paragraphs = [p for p in message.strip().split("\n\n") if p.strip()]
-    if len(paragraphs) < 2:
-        return {}
-    found: dict[str, str] = {}
-    for line in paragraphs[-1].splitlines():
-        key, sep, value = line.partition(": ")
-        if sep and re.match(r"^[A-Za-z0-9-]+$", key):
-            found[key] = value.strip()
-    return found
-
-
-def archive_ref(upstream_sha: str) -> str:
-    return REF_PREFIX + upstream_sha
 
 
 def _recorded(repo: Repo, upstream_sha: str) -> tuple[str, dict[str, str]] | None:

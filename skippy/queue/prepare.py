@@ -276,7 +276,7 @@ def _triage(run: Run, queue: Queue, target: Target, pin: str | None) -> TriageRe
     if since is None:
         with contextlib.suppress(SkippyError):
             since = resolve(run, repo, Target.pinned(), read_pin(run.settings)).base
-    with run.console.step(f"triage: {len(queue.patches)} patches against {at.base[:12]}"):
+    with run.console.step(f"triage: {len(queue.patches)} patches against {at.upstream_sha[:12]}"):
         return triage(repo, git_dir, queue, at.base, since)
 
 

@@ -22,11 +22,12 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from skippy.core.git import AM_ARGS, AM_ENV, Repo
 from skippy.queue import workdir as wd
 from skippy.queue.am_output import failed_paths, unmerged_paths
+from skippy.queue.imports import shown_sha, upstream_of
 from skippy.queue.model import Patch, Queue
 
 CLASSES = ("clean", "3way", "conflict", "preimage-missing", "already-applied")
@@ -161,9 +162,17 @@ def try_patch(aside: Repo, patch: Patch) -> PatchVerdict:
     return PatchVerdict(patch.label, patch.subject, "conflict", paths=conflicts or failed)
 
 
+#: the detail of a conflict on a target known only from its source archive
+NO_HISTORY: Final = (
+    "no upstream history here (the target comes from its source archive): the upstream commits that touched "
+    "these paths cannot be named"
+)
+
+
 def blame(repo: Repo, since: str | None, target: str, paths: tuple[str, ...], limit: int = 10) -> tuple[Blame, ...]:
-    """Upstream commits between ``since`` and ``target`` that touched ``paths``."""
-    if not paths:
+    """Upstream commits between ``since`` and ``target`` that touched ``paths`` (none when
+    ``target`` is the import of a source archive: it has no upstream history)."""
+    if not paths or upstream_of(repo, target) is not None:
         return ()
     rev = target
     if since and repo.has_commit(since) and repo.is_ancestor(since, target):
@@ -180,8 +189,12 @@ def blame(repo: Repo, since: str | None, target: str, paths: tuple[str, ...], li
 
 
 def triage(repo: Repo, git_dir: Path, queue: Queue, target: str, since: str | None) -> TriageReport:
-    """Try every patch of ``queue`` on ``target`` (a local commit) in a temporary worktree."""
+    """Try every patch of ``queue`` on ``target`` (a local commit) in a temporary worktree.
+
+    The work uses the local commits; the report names the upstream SHAs they stand for (an
+    archive import's ``Upstream-Commit``), which is what a user can look up."""
     verdicts: list[PatchVerdict] = []
+    no_history = upstream_of(repo, target) is not None
     with aside_worktree(repo, git_dir, target) as aside:
         for patch in queue.patches:
             verdict = try_patch(aside, patch)
@@ -192,6 +205,11 @@ def triage(repo: Repo, git_dir: Path, queue: Queue, target: str, since: str | No
                     verdict.verdict,
                     paths=verdict.paths,
                     blamed=blame(repo, since, target, verdict.paths),
+                    detail=NO_HISTORY if no_history else verdict.detail,
                 )
             verdicts.append(verdict)
-    return TriageReport(target=target, since=since, verdicts=tuple(verdicts))
+    return TriageReport(
+        target=shown_sha(repo, target),
+        since=shown_sha(repo, since) if since else None,
+        verdicts=tuple(verdicts),
+    )

@@ -325,3 +325,22 @@ def test_backend_settings_do_not_leak_into_other_backends(tmp_path: Path) -> Non
 def test_unknown_build_table_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="cuda_arch"):
         plan(tmp_path, "cuda", table={"build": {"cuda_arch": "86"}})
+
+
+def test_each_workdir_has_its_own_build_dir_and_the_default_keeps_its_name(tmp_path: Path) -> None:
+    default = plan(tmp_path, "cpu")
+    # the name the default workdir's cpu build always had (before workdirs were keyed): existing
+    # machines keep their configured dir; change this only knowingly (it costs one reconfigure)
+    assert default.build_dir.name == "cpu-7ec5ad5109"
+    # the default workdir named explicitly, or through a link, is the same tree
+    (tmp_path / "proj" / ".deps" / "llama.cpp").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "proj" / ".deps" / "llama.cpp")
+    assert plan(tmp_path, "cpu", tr={"source_dir": tmp_path / "link"}).build_dir == default.build_dir
+    other = plan(tmp_path, "cpu", tr={"source_dir": tmp_path / "proj" / ".deps" / "other"})
+    third = plan(tmp_path, "cpu", tr={"source_dir": tmp_path / "elsewhere" / "llama.cpp"})
+    names = {default.build_dir.name, other.build_dir.name, third.build_dir.name}
+    assert len(names) == 3, "two workdirs never share a build dir"
+    assert {other.build_dir.parent, third.build_dir.parent} == {default.build_dir.parent}
+    assert other.stamp["source_dir"] == str(tmp_path / "proj" / ".deps" / "other")
+    # the same other workdir always gets the same dir (its objects are reused)
+    assert plan(tmp_path, "cpu", tr={"source_dir": tmp_path / "proj" / ".deps" / "other"}).build_dir == other.build_dir

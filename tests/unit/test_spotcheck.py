@@ -166,6 +166,14 @@ def test_default_server_prefers_the_newest_cpu_build(tmp_path: Path) -> None:
     _touch(s.build_root / "cpu-old" / "bin" / "llama-server", now - 100)
     new_cpu = _touch(s.build_root / "cpu-new" / "bin" / "llama-server", now - 50)
     assert default_server(s) == new_cpu
+    # a newer build of another workdir under the same build root is not this workdir's
+    theirs = _touch(s.build_root / "cpu-theirs" / "bin" / "llama-server", now)
+    stamp = {"backend": "cpu", "source_dir": str(tmp_path / "other-workdir")}
+    (theirs.parent.parent / "skippy-build-stamp.json").write_text(json.dumps(stamp), encoding="utf-8")
+    assert default_server(s) == new_cpu
+    stamp["source_dir"] = str(s.workdir)
+    (theirs.parent.parent / "skippy-build-stamp.json").write_text(json.dumps(stamp), encoding="utf-8")
+    assert default_server(s) == theirs
 
 
 def test_options_from_settings(tmp_path: Path) -> None:
