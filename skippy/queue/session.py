@@ -256,7 +256,7 @@ def resume(settings: Settings, action: Action, *, console: Console) -> PrepareRe
             _continue(settings, repo, git_dir, current)
             entry = dataclasses.replace(entry, resolved=(*entry.resolved, f"{current.label} (resolved)"))
         stamp = _finish(settings, repo, git_dir, queue, entry, console=console)
-    carry = carry_note(settings, stamp, action)
+    carry = carry_note(settings, repo, stamp, action)
     console.info(carry)
     return PrepareReport(
         "resumed",
@@ -270,21 +270,31 @@ def resume(settings: Settings, action: Action, *, console: Console) -> PrepareRe
     )
 
 
-def carry_note(settings: Settings, stamp: wd.Stamp, action: Action) -> str:
-    """How a finished session reaches the queue: regenerate, then prepare accepts the tree as it is."""
+def carry_note(settings: Settings, repo: Repo, stamp: wd.Stamp, action: Action) -> str:
+    """How a finished session reaches the queue: regenerate, then prepare accepts the tree as it is
+    (at the pin), or pin-bump moves the pin to it (``--allow-non-descendant`` named, with why, when
+    the pin's commit here is not an ancestor: two source-archive imports have no history between)."""
+    from skippy.queue.imports import archive_ref
     from skippy.queue.target import read_pin
 
     rel = settings.relative(settings.workdir)
     done = "the resolution lives" if action == "continue" else "leaving the patch out lives"
     try:
-        pinned = read_pin(settings) == stamp.upstream_sha
+        pin: str | None = read_pin(settings)
     except SettingsError:
-        pinned = False
-    then = (
-        "`invoke prepare` (it takes this tree as prepared)"
-        if pinned
-        else f"`invoke pin-bump --sha {stamp.upstream_sha}` (moves the pin here: this tree is taken as prepared)"
-    )
+        pin = None
+    if pin == stamp.upstream_sha:
+        then = "`invoke prepare` (it takes this tree as prepared)"
+    else:
+        here = repo.rev_parse(f"{archive_ref(pin)}^{{commit}}") or repo.rev_parse(f"{pin}^{{commit}}") if pin else None
+        if here is not None and repo.is_ancestor(here, stamp.base_commit):
+            then = f"`invoke pin-bump --sha {stamp.upstream_sha}` (moves the pin here: this tree is taken as prepared)"
+        else:
+            then = (
+                f"`invoke pin-bump --sha {stamp.upstream_sha} --allow-non-descendant` (moves the pin here: "
+                "this tree is taken as prepared; no history here shows that it descends from the pin "
+                f"{(pin or '?')[:12]}, so check that upstream first)"
+            )
     return (
         f"{done} only in {rel} until it is in the queue (`invoke status` calls it local work): "
         f"`invoke regenerate` writes the lanes back from {rel}'s commits, then {then}"
