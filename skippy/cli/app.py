@@ -15,8 +15,14 @@ from skippy.core.settings import Settings, find_root
 from skippy.core.ui import Console, print_json, say
 
 
-def load(root: Path | None, env: Mapping[str, str]) -> Settings:
-    return Settings.load(root if root is not None else find_root(Path.cwd()), env)
+def load(root: Path | None, env: Mapping[str, str], console: Console | None = None) -> Settings:
+    """The settings; with ``console``, first what killed runs left is told and swept."""
+    settings = Settings.load(root if root is not None else find_root(Path.cwd()), env)
+    if console is not None:
+        from skippy.queue.leftovers import sweep
+
+        sweep(settings, console)
+    return settings
 
 
 def guarded(
@@ -73,7 +79,7 @@ def prepare_main(
                 next_step="invoke prepare --pinned",
             )
         target = Target.latest() if latest else Target.at(sha) if sha else Target.pinned()
-        settings = load(root, env)
+        settings = load(root, env, console)
         resume = session_action(continue_=continue_, skip=skip, abort=abort)
         if resume:
             if chosen or triage or force:
@@ -138,7 +144,7 @@ def pin_bump_main(
     def action() -> dict[str, Any]:
         from skippy.flows.pinbump import pin_bump
 
-        settings = load(root, env)
+        settings = load(root, env, console)
         report = pin_bump(
             settings,
             sha=sha or None,
@@ -176,7 +182,7 @@ def summary_main(
     def action() -> dict[str, Any]:
         from skippy.flows.pinbump import run_summary
 
-        summary = run_summary(load(root, env), old, new, console=console)
+        summary = run_summary(load(root, env, console), old, new, console=console)
         if not as_json:
             say(summary.markdown())
         console.summary(summary.markdown())
@@ -193,7 +199,7 @@ def bisect_main(
     def action() -> dict[str, Any]:
         from skippy.flows.pinbump import run_bisect
 
-        report = run_bisect(load(root, env), to=to or None, console=console)
+        report = run_bisect(load(root, env, console), to=to or None, console=console)
         if not as_json:
             say(report.render())
         return report.as_dict()
@@ -251,7 +257,7 @@ def status_main(
         from skippy.build.builder import newest_builds
         from skippy.queue.status import compute_status
 
-        settings = load(root, env)
+        settings = load(root, env, console)
         status = compute_status(settings)
         builds = newest_builds(settings.build_root, settings.workdir)
         if not as_json:

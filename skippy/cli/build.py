@@ -22,6 +22,7 @@ from skippy.flows.build_session import (
     run_build_session,
     skip_unavailable_from,
 )
+from skippy.queue.leftovers import sweep
 
 
 def _jobs(text: str) -> int:
@@ -142,6 +143,7 @@ def build_main(
     try:
         parsed = parse_session_args(args, env, backend, prog=prog)
         settings = Settings.load(root, env)
+        sweep(settings, console)
         outcome = session(backend, settings, console, parsed)
     except SkippyError as exc:
         return failed(exc)

@@ -24,8 +24,8 @@ def regenerate_main(
     env: Mapping[str, str],
     *,
     root: Path | None = None,
-    core_head: str,
-    model_support_head: str,
+    core_head: str = "",
+    model_support_head: str = "",
     checkout: str = "",
     offline: bool = False,
     as_json: bool = False,
@@ -46,7 +46,7 @@ def regenerate_main(
                 next_step="`invoke regenerate` (the lanes from the prepared workdir's history), or "
                 "`invoke regenerate --core-head BRANCH --model-support-head BRANCH`",
             )
-        settings = load(root, env)
+        settings = load(root, env, console)
         report = regenerate(
             settings,
             core_head=core_head or None,
@@ -77,7 +77,7 @@ def generate_main(
     def action() -> dict[str, Any]:
         from skippy.maintain.generate import lane_dir, run_generate
 
-        settings = load(root, env)
+        settings = load(root, env, console)
         lane, drift = run_generate(settings, console=console, check=check, checkout=_path(checkout), offline=offline)
         names = [n for n in lane.files if n.endswith(".patch")]
         if not as_json:
@@ -109,7 +109,9 @@ def _audit_main(
 ) -> int:
     console = Console(env=env, verbose=verbose)
     return guarded(
-        lambda: audit(load(root, env), console, _path(checkout), offline, as_json), console=console, as_json=as_json
+        lambda: audit(load(root, env, console), console, _path(checkout), offline, as_json),
+        console=console,
+        as_json=as_json,
     )
 
 

@@ -76,7 +76,7 @@ def main(argv: Sequence[str], *, env: Mapping[str, str], root: Path | None = Non
 
     def action() -> dict[str, Any]:
         args = parse_args(argv)
-        settings = load(root, env)
+        settings = load(root, env, console)
         server = args.server if args.server is not None else default_server(settings, args.backend)
         if not server.is_absolute():
             server = settings.root / server

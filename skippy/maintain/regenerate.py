@@ -48,6 +48,7 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import rangediff
 from skippy.maintain.history import Lanes, lanes_of
+from skippy.queue import leftovers
 from skippy.queue import workdir as wd
 from skippy.queue.model import Lane, load_queue, unknown_entries
 from skippy.queue.replay import Store, export_range, pinned_store, replay, sub_queue
@@ -154,11 +155,16 @@ def _copy(src: Path, dst: Path) -> None:
 
 def prune_backups(backups: Path, *, keep: int, protect: Path) -> list[Path]:
     """Delete all but the newest ``keep`` queue backups (never ``protect``); the deleted ones, oldest first."""
-    found = sorted(p for p in backups.glob("patches-*") if p.is_dir() and p != protect)
+    found = sorted(p for p in backups.glob("patches-*") if p.is_dir() and not p.is_symlink() and p != protect)
     doomed = found[: max(0, len(found) - (keep - 1))]
+    removed = []
     for old in doomed:
-        shutil.rmtree(old)
-    return doomed
+        try:
+            shutil.rmtree(old)
+        except OSError:
+            continue  # not ours to remove (permissions, a mount): left as it is
+        removed.append(old)
+    return removed
 
 
 def restore(backup: Path, patch_dir: Path) -> bool:
@@ -333,6 +339,7 @@ def regenerate(
                     settings, exc, "backing up the queue", untouched="the queue: nothing was changed", rerun=rerun
                 ) from exc
             console.info(f"backed up {settings.relative(patch_dir)} to {settings.relative(backup)}")
+            leftovers.regenerate_started(settings, backup)
             try:
                 with _scratch(settings) as scratch:
                     with console.step(f"export the lanes ({store.base[:12]}..{core[:12]}..{ms[:12]})"):
@@ -342,9 +349,12 @@ def regenerate(
                 patched, generated = _verify(settings, store, ms, console=console)
             except BaseException as exc:
                 replacement = _put_back(settings, backup, exc, rerun)
+                if not isinstance(replacement, QueueError) or "could not be put back" not in replacement.what:
+                    leftovers.regenerate_ended(settings)
                 if replacement is exc:
                     raise
                 raise replacement from exc
+            leftovers.regenerate_ended(settings)
     except OSError as exc:
         nothing = "the queue: nothing was changed"
         raise cannot_write(settings, exc, "regenerate", untouched=nothing, rerun=rerun) from exc
