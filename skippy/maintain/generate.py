@@ -52,7 +52,7 @@ from skippy.queue.model import Lane, Queue, queue_digest
 from skippy.queue.replay import FIXED_DATE, blob_id, export_commit, read_text, replay, sub_queue
 from skippy.queue.triage import aside_worktree
 
-GENERATOR_VERSION = "skippy-generated-v1"
+GENERATOR_VERSION = "skippy-generated-v2"
 SPEC_NAME = "families.toml"
 INPUTS_NAME = "inputs.sha256"
 SERIES_NAME = "series"
@@ -231,15 +231,11 @@ def render_family(spec: Spec, family: Family, facts: ArchFacts) -> str:
         f'// Family {family.name}: arch {facts.arch}, GGUF name "{facts.gguf_name}"'
         + (f", model class {model}" if model else "")
         + ".\n"
-        '#include "../llama-arch.h"\n'
+        # family_info comes from the core lane's header: a struct defined in every family file
+        # breaks a unity build of src/ (upstream builds llama that way), where they meet in one unit
+        '#include "../skippy-hooks.h"\n'
         "\n"
         "namespace skippy_families {\n"
-        "\n"
-        "struct family_info {\n"
-        "    llm_arch     arch;\n"
-        "    const char * name;\n"
-        "    const char * model_class;\n"
-        "};\n"
         "\n"
         f"extern const family_info {family.ident};\n"
         f'const family_info {family.ident} = {{ {facts.arch}, "{facts.gguf_name}", "{model}" }};\n'
