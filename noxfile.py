@@ -4,6 +4,7 @@ into the skippy library; no git or cmake command line is written here."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -22,13 +23,32 @@ nox.options.sessions = ["lint", "tests"]
 nox.options.error_on_missing_interpreters = True
 
 
+#: the shell scripts of the setup, checked by ShellCheck like the workflows' `run:` steps
+CI_SCRIPTS = (".ci/run", ".ci/setup", ".ci/as-root")
+
+
 @nox.session(tags=["check"])
 def lint(session: nox.Session) -> None:
-    """ruff, mypy (strict) over the package, noxfile, tasks and tests, and the import layers."""
+    """ruff, mypy (strict), the import layers; the workflows: jactionlint (with ShellCheck on every
+    `run:` script), zizmor (pedantic), GitHub's workflow and Dependabot schemas; the setup scripts."""
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
     session.run("lint-imports")
+    workflows = sorted(str(p.relative_to(ROOT)) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    # jactionlint only notes a missing shellcheck and carries on: without it no run: script is checked
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.pathsep.join([bin_dir, os.environ.get("PATH", os.defpath)])
+    if shutil.which("shellcheck", path=path) is None or shutil.which("jactionlint", path=path) is None:
+        session.error("jactionlint and shellcheck are not installed: run `.ci/setup tools`")
+    env = {"PATH": path}
+    session.run("jactionlint", "--no-online", "--no-color", *workflows, env=env)
+    session.run("shellcheck", *CI_SCRIPTS, env=env)
+    session.run(
+        "zizmor", "--offline", "--persona=pedantic", "--config", ".github/zizmor.yml", "--no-progress", ".github"
+    )
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *workflows)
+    session.run("check-jsonschema", "--builtin-schema", "vendor.dependabot", ".github/dependabot.yml")
 
 
 @nox.session(tags=["check"])

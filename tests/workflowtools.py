@@ -18,6 +18,7 @@ WORKFLOWS = tuple(sorted(WORKFLOW_DIR.glob("*.yml")))
 
 _MATRIX_REF = re.compile(r"^\$\{\{\s*matrix\.([A-Za-z0-9_-]+)\s*\}\}$")
 _VAR_REF = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
+AS_ROOT = ".ci/as-root"
 _SEPARATORS = frozenset({"&&", "||", ";", "|"})
 _REDIRECTS = frozenset({">", ">>", "<", "2>", "2>&1", "&>"})
 
@@ -105,7 +106,8 @@ def commands(script: str) -> list[list[str]]:
                 current.append(token)
         if current:
             out.append(current)
-    return out
+    # `.ci/as-root CMD...` runs CMD (as root): the command is CMD
+    return [argv[1:] if argv[0] == AS_ROOT and len(argv) > 1 else argv for argv in out]
 
 
 @dataclass(frozen=True)

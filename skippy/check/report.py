@@ -10,6 +10,7 @@ from skippy.check.compute import (
     ComputeResult,
 )
 from skippy.check.fingerprint import (
+    DEFAULT_ARCH_TOLERANCE,
     DEFAULT_DEVICE_TOLERANCE,
     DEFAULT_RPC_TOLERANCE,
     DEFAULT_TOLERANCE,
@@ -45,6 +46,8 @@ class Options:
     rpc_logprob_tolerance: float = DEFAULT_RPC_TOLERANCE
     #: the same for a GPU backend's own device (near ties allowed, as over RPC)
     device_logprob_tolerance: float = DEFAULT_DEVICE_TOLERANCE
+    #: the same for the CPU on another architecture than the reference's (near ties allowed)
+    arch_logprob_tolerance: float = DEFAULT_ARCH_TOLERANCE
 
     @classmethod
     def from_settings(cls, settings: Settings, backend_defaults: Mapping[str, float] | None = None) -> Options:

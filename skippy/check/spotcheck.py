@@ -14,6 +14,7 @@ plain functions; :func:`spot_check` runs them.
 
 from __future__ import annotations
 
+import platform
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -44,6 +45,7 @@ from skippy.check.fingerprint import (
     read_reference,
     reference_path,
     render_reference,
+    tolerance_for,
 )
 from skippy.check.models import ChatFacts, ModelRef, chat_facts, model_refs, resolve_model
 from skippy.check.provenance import stale_next_step
@@ -333,11 +335,18 @@ def _check_resolved(
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, render_reference(fp))
         console.info(f"{ref.label}: reference fingerprint written to {settings.relative(path)}")
-    # a GPU backend's own device: its tolerance, and greedy tokens may part at a near tie
-    on_device = device_prefix is not None
-    tolerance = options.device_logprob_tolerance if on_device else options.logprob_tolerance
+    # a GPU backend's own device, or the CPU on another architecture than the reference's: their
+    # tolerance, and greedy tokens may part at a near tie
     committed = read_reference(refs_dir, fp.model)
-    agreement = compare(fp, committed, tolerance=tolerance, near_ties=on_device)
+    tolerance, near_ties = tolerance_for(
+        device=options.device_logprob_tolerance,
+        arch=options.arch_logprob_tolerance,
+        same=options.logprob_tolerance,
+        on_device=device_prefix is not None,
+        reference_machine=committed.recorded.get("machine") if committed is not None else None,
+        machine=platform.machine(),
+    )
+    agreement = compare(fp, committed, tolerance=tolerance, near_ties=near_ties)
     result.compute.agreement = agreement
     if agreement.status == "differs" and agreement_required:
         result.verdict, result.reason = "fail", agreement.describe()
@@ -363,7 +372,7 @@ def _check_resolved(
 
 
 def _recorded(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in (("backend", env.get("SKIPPY_BACKEND", "")),) if v}
+    return {k: v for k, v in (("backend", env.get("SKIPPY_BACKEND", "")), ("machine", platform.machine())) if v}
 
 
 def _check_rpc(

@@ -10,7 +10,9 @@ here, unit-tested:
   that checked only the exit code would pass having built nothing.
 * ``publish TITLE FILE``: print a command's saved output to the log and append
   it, fenced, to the GitHub step summary (``$GITHUB_STEP_SUMMARY``), e.g. the
-  canary's triage table and bisect result after a failed pin bump.
+  canary's triage table and bisect result after a failed pin bump.  With
+  ``--append-to OUT`` the fenced text is also appended to ``OUT`` (the canary's
+  pull request to the newest compatible commit carries the bisect result).
 """
 
 from __future__ import annotations
@@ -132,22 +134,23 @@ def fenced(title: str, text: str) -> str:
     return f"### {title}\n\n{fence}text\n{body}\n{fence}\n"
 
 
-def publish(title: str, path: Path, env: Mapping[str, str], out: TextIO) -> None:
-    """Echo ``path`` to ``out`` and append it, fenced, to the step summary when there is one."""
+def publish(title: str, path: Path, env: Mapping[str, str], out: TextIO, *, append_to: Path | None = None) -> None:
+    """Echo ``path`` to ``out`` and append it, fenced, to the step summary when there is one
+    (and to ``append_to`` when given)."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         text = f"({path.name} was not written: the step that makes it did not run or failed early)"
     out.write(text if text.endswith("\n") or not text else text + "\n")
-    summary = env.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with Path(summary).open("a", encoding="utf-8") as fh:
+    targets = [Path(s) for s in (env.get("GITHUB_STEP_SUMMARY"), append_to) if s]
+    for target in targets:
+        with target.open("a", encoding="utf-8") as fh:
             fh.write(fenced(title, text) + "\n")
 
 
 USAGE: Final = """\
 usage: python -m skippy.cli.ci assert-ran REPORT SESSION [SESSION...]
-       python -m skippy.cli.ci publish TITLE FILE
+       python -m skippy.cli.ci publish TITLE FILE [--append-to OUT]
 """
 
 COMMANDS: Final = ("assert-ran", "publish")
@@ -169,6 +172,9 @@ def main(argv: Sequence[str], env: Mapping[str, str], *, out: TextIO | None = No
             return 0
         if command == "publish" and len(rest) == 2:
             publish(rest[0], Path(rest[1]), env, stdout)
+            return 0
+        if command == "publish" and len(rest) == 4 and rest[2] == "--append-to":
+            publish(rest[0], Path(rest[1]), env, stdout, append_to=Path(rest[3]))
             return 0
     except CIError as exc:
         prefix = "::error::" if env.get("GITHUB_ACTIONS") == "true" else ""

@@ -241,6 +241,14 @@ SPOT_CHECK: Final[tuple[Spec, ...]] = (
     ),
     Spec("rpc_logprob_tolerance", "float", 0.5, "the same over RPC", low=0, high=10),
     Spec("device_logprob_tolerance", "float", 0.3, "the same on a GPU backend's device", low=0, high=10),
+    Spec(
+        "arch_logprob_tolerance",
+        "float",
+        0.3,
+        "the same for the CPU on another architecture than the reference's",
+        low=0,
+        high=10,
+    ),
 )
 
 #: the sub-tables checked here, by name

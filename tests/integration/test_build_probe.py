@@ -219,13 +219,12 @@ def test_another_cmake_reconfigures(env: Env) -> None:
     """A recreated venv brings another cmake: the stamp notices, the dir is reconfigured."""
     plan = env.plan()
     env.run(plan)
-    others = [
-        found
-        for found in (shutil.which("cmake", path=str(Path(sys.executable).parent)), shutil.which("cmake"))
-        if found and found != env.toolchain.cmake.path
-    ]
+    # the venv's (the wheel) and every other cmake on PATH (the system's: .ci/setup installs Debian's)
+    dirs = [str(Path(sys.executable).parent), *os.environ.get("PATH", "").split(os.pathsep)]
+    found = [shutil.which("cmake", path=d) for d in dirs if d]
+    others = [f for f in dict.fromkeys(found) if f and Path(f).resolve() != Path(env.toolchain.cmake.path).resolve()]
     if not others:
-        pytest.skip("only one cmake on this machine")
+        pytest.skip("only one cmake on this machine (.ci/setup installs the system's beside the wheel's)")
     other = Tool("cmake", others[0], tool_version(others[0], env.settings.env))
     report = env.run(env.plan(toolchain=replace(env.toolchain, cmake=other)))
     assert report.configured

@@ -218,6 +218,8 @@ def run_alert(
     *,
     bump: str,
     pr: str = "skipped",
+    compatible: str = "skipped",
+    compatible_url: str = "",
     event: str = "schedule",
     runs: list[dict[str, object]] | None = None,
     issues: list[dict[str, object]] | None = None,
@@ -233,7 +235,13 @@ def run_alert(
     scenario = {"event": event, "this_run": THIS_RUN, "runs": runs or [], "issues": issues or []}
     (tmp_path / "scenario.json").write_text(json.dumps(scenario), encoding="utf-8")
     # the step's env as the runner gives it: literal values kept, the expressions answered by the scenario
-    answers = {"BUMP_RESULT": bump, "PR_RESULT": pr, "REPORT_DIR": str(report_dir)}
+    answers = {
+        "BUMP_RESULT": bump,
+        "PR_RESULT": pr,
+        "COMPATIBLE_RESULT": compatible,
+        "COMPATIBLE_URL": compatible_url,
+        "REPORT_DIR": str(report_dir),
+    }
     env = {k: answers.get(k, str(v)) for k, v in step["env"].items()}
     assert set(answers) <= set(env)
     assert not [v for v in env.values() if "${{" in v]
@@ -353,3 +361,94 @@ def test_alert_counts_a_failed_pull_request_job_as_a_failed_run(tmp_path: Path) 
     assert out["result"] == "opened"
     ((_, params),) = writes(out)
     assert "bump success, pull-request failure" in params["body"]
+
+
+# --- jactionlint (with ShellCheck) catches the classic mistakes, one per copy of the workflows ---
+
+MISTAKES = {
+    # a needs: to a job that does not exist
+    "needs-missing-job": ("canary.yml", "    needs: bump\n", "    needs: bumpp\n"),
+    # an invalid cron (minute 61)
+    "invalid-cron": ("canary.yml", '- cron: "17 5 * * *"', '- cron: "61 5 * * *"'),
+    # a misspelled matrix key in an expression
+    "misspelled-matrix-key": ("build.yml", "SESSION: ${{ matrix.session }}", "SESSION: ${{ matrix.sesion }}"),
+    # a runner label GitHub does not have
+    "unknown-runner-label": ("ci.yml", "runs-on: ubuntu-24.04\n", "runs-on: ubuntu-24.40\n"),
+    # an unquoted word in a run: script (ShellCheck through the linter)
+    "unquoted-variable": (
+        "ci.yml",
+        'nox --report "$RUNNER_TEMP/nox-report.json" -s lint',
+        "nox --report $RUNNER_TEMP/nox-report.json -s lint",
+    ),
+}
+
+
+def jactionlint(repo: Path) -> proc.Result:
+    workflows = sorted(str(p) for p in (repo / ".github" / "workflows").glob("*.yml"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
+    argv = [
+        tool("jactionlint"),
+        "--no-online",
+        "--no-color",
+        "--oneline",
+        "-c",
+        str(repo / ".github" / "jactionlint.yaml"),
+    ]
+    return proc.run([*argv, *workflows], env=env, cwd=repo, check=False, timeout=120)
+
+
+def test_jactionlint_finds_nothing_in_the_workflows() -> None:
+    result = jactionlint(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "shellcheck was not found" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+def test_jactionlint_fails_on_an_injected_mistake(tmp_path: Path, mistake: str) -> None:
+    shutil.copytree(ROOT / ".github", tmp_path / ".github")
+    name, old, new = MISTAKES[mistake]
+    path = tmp_path / ".github" / "workflows" / name
+    text = path.read_text(encoding="utf-8")
+    assert old in text, f"{mistake}: the workflow changed, update the injection"
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    result = jactionlint(tmp_path)
+    assert result.returncode != 0, f"{mistake} went unnoticed:\n{result.stdout}"
+    assert name in result.stdout
+
+
+def test_alert_names_the_pull_request_to_the_newest_compatible_commit(tmp_path: Path) -> None:
+    """Master failed twice; the canary moved the pin as far as the queue goes: the issue stays, and says so."""
+    url = "https://github.example/team/queue/pull/77"
+    out = run_alert(
+        tmp_path,
+        bump="failure",
+        compatible="success",
+        compatible_url=url,
+        runs=[scheduled_run(49, "failure")],
+        reports={"bisect.txt": "first breaking: 9f8e7d6 core/0002-y.patch\n"},
+    )
+    assert out["result"] == "opened"
+    ((_, params),) = writes(out)
+    assert f"The pin keeps moving meanwhile: {url}" in params["body"]
+    assert "first breaking: 9f8e7d6 core/0002-y.patch" in params["body"]
+    # the compatible pull request does not make a failed master a pass: nothing is closed
+    issues = [{"number": 12, "body": MARKER}]
+    again = tmp_path / "again"
+    again.mkdir()
+    out = run_alert(
+        again,
+        bump="failure",
+        compatible="success",
+        compatible_url=url,
+        runs=[scheduled_run(49, "failure")],
+        issues=issues,
+    )
+    assert out["result"] == "updated"
+    assert [name for name, _ in writes(out)] == ["issues.update", "issues.createComment"]
+    # no compatible commit passed either: the issue says there is no such pull request
+    none = tmp_path / "none"
+    none.mkdir()
+    out = run_alert(none, bump="failure", compatible="skipped", runs=[scheduled_run(49, "failure")])
+    ((_, params),) = writes(out)
+    assert "No pull request to the newest compatible upstream commit (job: skipped)" in params["body"]

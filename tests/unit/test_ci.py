@@ -130,3 +130,18 @@ def test_publish_of_a_missing_file_says_so_without_failing(tmp_path: Path) -> No
     out = io.StringIO()
     publish("triage", tmp_path / "triage.txt", {}, out)
     assert "triage.txt was not written" in out.getvalue()
+
+
+def test_publish_appends_the_fenced_text_to_a_pull_request_body(tmp_path: Path) -> None:
+    """The canary's pull request to the newest compatible commit: pin-bump's Markdown, then bisect's result."""
+    source = tmp_path / "bisect.txt"
+    source.write_text("first breaking: 9f8e7d6 (core/0002-y.patch)\n", encoding="utf-8")
+    body = tmp_path / "compatible-body.md"
+    body.write_text("## Pin bump\n", encoding="utf-8")
+    out = io.StringIO()
+    code = main(["publish", "bisect", str(source), "--append-to", str(body)], {}, out=out, err=io.StringIO())
+    assert code == 0
+    assert body.read_text(encoding="utf-8") == (
+        "## Pin bump\n### bisect\n\n```text\nfirst breaking: 9f8e7d6 (core/0002-y.patch)\n```\n\n"
+    )
+    assert main(["publish", "bisect", str(source), "--into", str(body)], {}, out=out, err=io.StringIO()) == 2

@@ -90,3 +90,14 @@ def test_on_ci_any_skip_in_the_tier_fails(pytester: pytest.Pytester, monkeypatch
     result.stdout.fnmatch_lines(["*skipped on CI (CI=true), and CI must not skip: not cached"])
     monkeypatch.setenv("CI", "false")
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(skipped=2, passed=1)
+
+
+def test_every_tier_fails_a_skip_on_ci(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook is the root conftest's (all tiers), not only the e2e tier's."""
+    pytester.makeconftest("from tests.conftest import pytest_runtest_makereport as pytest_runtest_makereport\n")
+    pytester.makepyfile(test_integration_tier="import pytest\n\ndef test_no_ccache():\n    pytest.skip('no ccache')\n")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("CI", "true")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*skipped on CI (CI=true), and CI must not skip: no ccache*"])

@@ -155,3 +155,27 @@ def test_another_device_may_part_at_a_near_tie_but_never_at_a_confident_token() 
     # nor are two tokens whose log-probabilities are further apart than the tolerance
     far = fingerprint(run("The capital of France is", (1, " the", -0.5), (5279, " capital", -1.2)))
     assert not compare(far, ref, tolerance=0.3, near_ties=True).ok
+
+
+def test_the_cpu_on_another_architecture_is_held_to_the_stated_arch_tolerance() -> None:
+    from skippy.check.fingerprint import DEFAULT_ARCH_TOLERANCE, read_reference, tolerance_for
+    from skippy.check.report import Options
+
+    o = Options()
+    pick = {"device": o.device_logprob_tolerance, "arch": o.arch_logprob_tolerance, "same": o.logprob_tolerance}
+    # the committed reference says where it was recorded: x86_64
+    ref = read_reference(Path(__file__).resolve().parents[2] / "skippy" / "llama_cpp" / "reference", "gemma3-270m")
+    assert ref is not None and ref.recorded["machine"] == "x86_64"
+    same = tolerance_for(**pick, on_device=False, reference_machine="x86_64", machine="x86_64")
+    assert same == (o.logprob_tolerance, False)
+    arm = tolerance_for(**pick, on_device=False, reference_machine="x86_64", machine="aarch64")
+    assert arm == (DEFAULT_ARCH_TOLERANCE, True)
+    assert o.logprob_tolerance < DEFAULT_ARCH_TOLERANCE
+    # a GPU device keeps its own; a reference that does not say where it was made is held exactly
+    assert tolerance_for(**pick, on_device=True, reference_machine="x86_64", machine="aarch64")[0] == (
+        o.device_logprob_tolerance
+    )
+    assert tolerance_for(**pick, on_device=False, reference_machine=None, machine="aarch64") == (
+        o.logprob_tolerance,
+        False,
+    )

@@ -34,6 +34,7 @@ CI = WORKFLOW_DIR / "ci.yml"
 
 #: the first words a ``run:`` step may start with: the workflows only install and call
 ALLOWED_COMMANDS = (
+    (".ci/setup",),
     ("nox",),
     ("invoke",),
     ("python", "-m", "skippy.cli.ci"),
@@ -43,6 +44,15 @@ ALLOWED_COMMANDS = (
     ("apt-get", "install"),
     ("sudo", "apt-get", "update"),
     ("sudo", "apt-get", "install"),
+    # a matrix value split into one word per package or option (then quoted: "${words[@]}")
+    ("read", "-r", "-a"),
+    # ci.yml's lint job: rhysd's actionlint release, fetched, checked against its sha256, run
+    ("archive=$RUNNER_TEMP/actionlint.tar.gz",),
+    ("curl", "--fail"),
+    ("echo", "$ACTIONLINT_SHA256  $archive"),
+    ("sha256sum", "--check", "--strict", "-"),
+    ("tar", "-xzf", "$archive"),
+    ("$RUNNER_TEMP/actionlint",),
 )
 
 
@@ -56,7 +66,9 @@ def build_entries() -> list[dict[str, Any]]:
 
 def test_the_build_matrix_has_one_job_per_backend_of_the_registry() -> None:
     entries = build_entries()
-    assert sorted(e["backend"] for e in entries) == sorted(registry())
+    # every backend once on its main runner, and the CPU once more on arm64
+    assert sorted(e["backend"] for e in entries) == sorted([*registry(), "cpu"])
+    assert len({e["key"] for e in entries}) == len(entries)
     for e in entries:
         assert e["session"] == registry()[e["backend"]].session
         assert e["session"] in e["title"]
@@ -77,7 +89,7 @@ def test_the_build_matrix_has_one_job_per_backend_of_the_registry() -> None:
 def test_each_backend_runs_where_it_can_and_spot_checks_when_there_is_a_device(
     backend: str, spot_check: bool, where: str
 ) -> None:
-    (entry,) = [e for e in build_entries() if e["backend"] == backend]
+    (entry,) = [e for e in build_entries() if e["key"] == backend]
     # the build session's own parser decides whether the posargs turn the spot check off
     parsed = parse_session_args(str(entry.get("posargs", "")).split(), {})
     assert parsed.spot_check is spot_check
@@ -132,7 +144,8 @@ def test_the_tests_job_runs_the_readme_command_per_tier() -> None:
 def test_build_artifact_names_carry_the_matrix_key() -> None:
     names = [s.step["with"]["name"] for s in steps(BUILD) if "upload-artifact" in str(s.step.get("uses", ""))]
     assert len(names) == 2
-    assert all("${{ matrix.backend }}" in n for n in names)
+    # the key, not the backend: the two CPU rows would otherwise upload under one name
+    assert all("${{ matrix.key }}" in n for n in names)
     assert len(set(names)) == len(names)
 
 
@@ -175,7 +188,12 @@ def _building_steps(path: Any, job_id: str) -> list[Any]:
 
 @pytest.mark.parametrize(("path", "job_id"), BUILD_JOBS, ids=lambda v: getattr(v, "name", v))
 def test_builds_keep_compiler_objects_in_the_github_actions_cache(path: Any, job_id: str) -> None:
-    (build,) = _building_steps(path, job_id)
+    # the canary builds twice after a failed master: the newest compatible commit too; each the same way
+    for build in _building_steps(path, job_id):
+        _check_the_cache_choice(path, job_id, build)
+
+
+def _check_the_cache_choice(path: Any, job_id: str, build: Any) -> None:
     # one variable: the repository secret when a team sets it, else the GitHub Actions cache
     m = _SECRET_OR_DEFAULT.match(build.step["env"][CACHE_STORAGE_ENV])
     assert m, build.step["env"][CACHE_STORAGE_ENV]
@@ -207,6 +225,63 @@ def test_the_gha_storage_the_workflows_choose_is_usable_with_the_runtime_variabl
     assert bare.unusable and "ACTIONS_RUNTIME_TOKEN" in bare.unusable
 
 
+def test_the_cpu_runs_on_arm64_too_with_the_spot_check() -> None:
+    (arm,) = [e for e in build_entries() if e["key"] == "cpu-arm64"]
+    assert arm["backend"] == "cpu" and arm["runs-on"] == "ubuntu-24.04-arm" and arm["container"] == ""
+    assert parse_session_args(str(arm.get("posargs", "")).split(), {}).spot_check is True
+    assert "arm64" in arm["title"] and "spot check" in arm["title"]
+
+
+def test_every_job_that_lints_tests_or_builds_on_a_runner_uses_the_setup_of_ci_run() -> None:
+    for path in WORKFLOWS:
+        for job_id, job in load(path)["jobs"].items():
+            scripts = [str(s.get("run", "")) for s in job["steps"]]
+            runs_project = any(
+                a[:1] == ["nox"] or a[:2] == ["invoke", "pin-bump"] for script in scripts for a in commands(script)
+            )
+            if not runs_project:
+                continue
+            setups = [a for script in scripts for a in commands(script) if a[:1] == [".ci/setup"]]
+            assert setups, f"{path.name}:{job_id}: runs the project without .ci/setup"
+            assert not [a for s in scripts for a in commands(s) if a[:4] == ["python", "-m", "pip", "install"]]
+    # the test tiers get the whole setup (system packages included) and run as root, as .ci/run does
+    tests = load(CI)["jobs"]["tests"]
+    argv = [a for s in tests["steps"] for a in commands(str(s.get("run", "")))]
+    assert [".ci/setup"] in argv
+    (run_tests,) = [str(s["run"]) for s in tests["steps"] if "nox --report" in str(s.get("run", ""))]
+    assert run_tests.startswith(".ci/as-root nox ")
+    run_script = (WORKFLOW_DIR.parents[1] / ".ci" / "run").read_text(encoding="utf-8")
+    assert [".ci/setup"] in commands(run_script) and ["nox", "-s", "lint", "tests"] in commands(run_script)
+
+
+def test_the_canary_opens_a_pull_request_to_the_newest_compatible_commit_when_master_fails() -> None:
+    wf = load(CANARY)
+    bump = wf["jobs"]["bump"]
+    by_id = {s.get("id"): s for s in bump["steps"] if s.get("id")}
+    step = by_id["compatible"]
+    assert step["if"] == "${{ failure() && steps.bump.outcome == 'failure' }}"
+    argv = commands(step["run"])
+    assert argv[0] == ["invoke", "pin-bump", "--newest-compatible"]
+    # its body: pin-bump's Markdown, then bisect's result (the first breaking commit and patch)
+    assert argv[1][:4] == ["python", "-m", "skippy.cli.ci", "publish"] and argv[1][-2:] == [
+        "--append-to",
+        ".deps/ci/compatible-body.md",
+    ]
+    assert argv[1][5] == ".deps/ci/bisect.txt"
+    assert bump["steps"].index(by_id["bisect"]) < bump["steps"].index(step)
+    assert bump["outputs"]["compatible"] == "${{ steps.compatible.outcome }}"
+    job = wf["jobs"]["compatible-pull-request"]
+    assert job["needs"] == "bump" and "needs.bump.outputs.compatible == 'success'" in job["if"]
+    (create,) = [s for s in job["steps"] if "create-pull-request" in str(s.get("uses"))]
+    assert create["with"]["body-path"].endswith("/compatible-body.md")
+    (main_pr,) = [s for s in wf["jobs"]["pull-request"]["steps"] if "create-pull-request" in str(s.get("uses"))]
+    assert create["with"]["branch"] != main_pr["with"]["branch"]
+    (pin,) = [s for s in job["steps"] if s.get("with", {}).get("name") == "canary-compatible-pin"]
+    (upload,) = [s for s in bump["steps"] if s.get("with", {}).get("name") == "canary-compatible-pin"]
+    assert "steps.compatible.outcome == 'success'" in upload["if"]
+    assert pin["with"]["path"] == "skippy/llama_cpp"
+
+
 def test_cuda_builds_with_the_wheel_toolkit_on_a_plain_runner() -> None:
     (entry,) = [e for e in build_entries() if e["backend"] == "cuda"]
     assert entry["container"] == ""
@@ -225,6 +300,7 @@ def test_cuda_builds_with_the_wheel_toolkit_on_a_plain_runner() -> None:
 #: the only jobs that write, and exactly what each holds
 WRITERS = {
     ("canary.yml", "pull-request"): {"contents": "write", "pull-requests": "write"},
+    ("canary.yml", "compatible-pull-request"): {"contents": "write", "pull-requests": "write"},
     ("canary.yml", "alert"): {"actions": "read", "issues": "write"},
 }
 
@@ -333,7 +409,7 @@ def test_the_canary_is_scheduled_and_manual_and_bumps_with_triage_and_bisect_on_
     assert commands(by_id["bump"]["run"])[-1][:2] == ["invoke", "pin-bump"]
     for step_id, task in (("triage", ["invoke", "triage", "--latest"]), ("bisect", ["invoke", "bisect"])):
         assert commands(by_id[step_id]["run"])[0] == task
-        assert by_id[step_id]["if"] == "failure() && steps.bump.outcome == 'failure'"
+        assert by_id[step_id]["if"] == "${{ failure() && steps.bump.outcome == 'failure' }}"
     pr = wf["jobs"]["pull-request"]
     assert pr["needs"] == "bump"
     (create,) = [s for s in pr["steps"] if "create-pull-request" in str(s.get("uses"))]
@@ -344,7 +420,7 @@ def test_the_canary_is_scheduled_and_manual_and_bumps_with_triage_and_bisect_on_
 def test_the_canary_alert_runs_after_every_finished_run_from_the_reports_artifact_without_a_checkout() -> None:
     wf = load(CANARY)
     alert = wf["jobs"]["alert"]
-    assert alert["needs"] == ["bump", "pull-request"]
+    assert alert["needs"] == ["bump", "pull-request", "compatible-pull-request"]
     # failed jobs upstream must not skip it (a failure is what it reports); a cancelled run decides nothing
     assert alert["if"] == "${{ !cancelled() }}"
     uses_ = [str(s.get("uses", "")).partition("@")[0] for s in alert["steps"]]
@@ -352,7 +428,7 @@ def test_the_canary_alert_runs_after_every_finished_run_from_the_reports_artifac
     download, script = alert["steps"]
     # the artifact the bump job uploads on every outcome, with the triage and bisect output in it
     (upload,) = [s for s in wf["jobs"]["bump"]["steps"] if s.get("name") == "Upload the canary report"]
-    assert upload["if"] == "always()"
+    assert upload["if"] == "${{ always() }}"
     assert download["with"]["name"] == upload["with"]["name"] == "canary-report"
     assert download.get("continue-on-error") is True
     env = script["env"]
@@ -365,7 +441,7 @@ def test_the_canary_alert_runs_after_every_finished_run_from_the_reports_artifac
     for produced in ("triage.txt", "bisect.txt"):
         assert produced in body
         (step,) = [s for s in wf["jobs"]["bump"]["steps"] if f"> .deps/ci/{produced}" in str(s.get("run", ""))]
-        assert step["if"] == "failure() && steps.bump.outcome == 'failure'"
+        assert step["if"] == "${{ failure() && steps.bump.outcome == 'failure' }}"
 
 
 def test_commands_splits_scripts_like_a_shell() -> None:
