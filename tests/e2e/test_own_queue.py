@@ -29,7 +29,7 @@ from skippy.queue.prepare import Target, prepare
 ROOT = Path(__file__).resolve().parents[2]
 PIN = "4df29be4f4c3673f428170fda944a5b19f743bb8"
 #: the pin + the shipped queue, on any machine (update when the queue changes: `invoke status` shows it)
-PATCHED_SHA = "91af3398d2b1a6051ece87d5442645b83c257d74"
+PATCHED_SHA = "aa0329895135b75f0d18726284d6bec4bffb6399"
 
 
 def _env() -> dict[str, str]:
