@@ -113,7 +113,7 @@ def make_upstream(bed: LlamaTestbed) -> tuple[str, str, int]:
     work = WEEK / "upstream-work"
     shutil.rmtree(work, ignore_errors=True)
     git(WEEK, "clone", "--quiet", "--no-checkout", str(mirror), str(work))
-    git(work, "checkout", "--quiet", "-b", "master", pin)
+    git(work, "checkout", "--quiet", "-B", "master", pin)
     number = edited_line((work / FILE).read_text(encoding="utf-8"))
     append_to_line(work / FILE, number, UPSTREAM_NOTE)
     git(work, "commit", "--quiet", "-am", "sampling: rework a line")
