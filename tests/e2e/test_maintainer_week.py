@@ -40,7 +40,7 @@ WEEK = ROOT / ".deps" / "e2e" / "week"
 NOTE = "skippy week: a downstream note"
 UPSTREAM_NOTE = "upstream: reworked"
 #: a C++ file no patch of the queue touches, and the first line of it the week edits
-FILE = "src/llama-sampling.cpp"
+FILE = "src/llama-sampler.cpp"
 
 
 def user_env() -> dict[str, str]:
