@@ -167,10 +167,11 @@ def resolve_keeping_upstream(path: Path) -> None:
     path.write_text(resolved, encoding="utf-8")
 
 
-def compile_steps(output: str) -> int:
-    found = re.search(r"in [\d.]+ s \((\d+) compile steps?\)", output)
+def compiled(output: str) -> int:
+    """How many compiles a build really ran: the compiler cache's misses (a step it served is a hit)."""
+    found = re.search(r"sccache \([^)]*\): (\d+) hits?, (\d+) miss", output)
     assert found, output
-    return int(found[1])
+    return int(found[2])
 
 
 @pytest.mark.timeout(5400)
@@ -256,6 +257,6 @@ def conflict_rehearsal(workdir: Path, target: str) -> None:
     run(carry[0])  # invoke regenerate
     moved = run(carry[1])  # invoke pin-bump --sha X, as printed
     assert stamp(workdir).upstream_sha == target
-    # the upstream commit changed one line of one file: that object, build-info.cpp and ggml.c
-    # (the commit strings) are all a pin move recompiles, not the 190 objects that named the commit
-    assert compile_steps(moved.stderr) <= 4, moved.stderr
+    # the upstream commit changed one line of one file: that object and the commit strings'
+    # (build-info.cpp, ggml.c) are all a pin move compiles, not the 190 objects that named the commit
+    assert compiled(moved.stderr) <= 3, moved.stderr
