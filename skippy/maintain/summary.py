@@ -187,7 +187,10 @@ def _upstream_commits(repo: Repo, old: str, new: str) -> list[UpstreamCommit]:
         subject, _, rest = rest.partition("\0")
         body, _, names = rest.partition("\x02")
         trailers = parse_trailers(body)
-        if label_of(body) is not None or (TRAILER_UPSTREAM in trailers and TRAILER_DIGEST in trailers):
-            continue
+        if label_of(body) is not None:
+            continue  # the queue's own commit
+        if TRAILER_UPSTREAM in trailers and TRAILER_DIGEST in trailers and upstream_of(repo, sha) is not None:
+            continue  # this repository's import of a source archive (a commit that only carries such
+            # trailers, as a test-bed built from source archives does, is upstream history here)
         commits.append(UpstreamCommit(sha, subject, tuple(n for n in names.splitlines() if n)))
     return commits

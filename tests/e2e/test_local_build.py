@@ -11,6 +11,7 @@ compiler cache serves it on later runs; only the two changed sources miss.
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import time
 from pathlib import Path
@@ -86,10 +87,11 @@ def test_a_local_change_builds_beside_the_pinned_build_and_is_spot_checked(
     print(f"local build + spot check: {seconds:.1f} s; configure {report.configure_seconds:.1f} s, "
           f"build {report.build_seconds:.1f} s, {report.compiled} compile steps; {cache}")  # fmt: skip
 
-    # its own dir, named by the workdir's state, beside the pinned one
+    # its own dir, named by the workdir's state, beside the pinned one; this copy is another workdir,
+    # so its key is not the pinned tree's (two workdirs never share a build dir)
     assert report.build_dir.parent == cpu_build.build_dir.parent
-    assert report.build_dir.name.startswith(cpu_build.build_dir.name + "-local-")
-    assert report.build_dir.name.endswith(outcome.local.state.short)
+    assert re.fullmatch(r"cpu-[0-9a-f]{10}-local-" + re.escape(outcome.local.state.short), report.build_dir.name)
+    assert not report.build_dir.name.startswith(cpu_build.build_dir.name), "another workdir, another key"
     assert report.mode == "local"
     assert report.configured and report.compiled > 0, "a real configure and build in a new dir"
     stamp = read_stamp(report.build_dir / STAMP_NAME)

@@ -11,10 +11,10 @@ built with ``CGO_ENABLED=0`` for each platform and wrapped as a wheel.  The bina
 build information agrees (``dep github.com/nektos/act v0.2.89`` with its go.sum hash, ``CGO_ENABLED=0``);
 ``act --version`` says 0.2.89.
 
-Done: ci.yml's lint job (``.ci/setup python tools``, ``nox -s lint``, ``assert-ran``; the release
-actionlint step is skipped, as its ``if:`` says, because act sets ``ACT``).  Not done: build.yml's
-CPU job through act (it needs the project's warm compiler cache linked into act's workspace; see the
-README's CI section)."""
+Here: ci.yml's lint job (``.ci/setup python tools``, ``nox -s lint``, ``assert-ran``; the release
+actionlint step is skipped, as its ``if:`` says, because act sets ``ACT``).  build.yml's CPU job runs
+through act in the e2e tier (tests/e2e/test_act_build.py), once the project's CPU build has filled
+the compiler cache."""
 
 from __future__ import annotations
 
