@@ -59,16 +59,27 @@ def lane_of_new(previous: Lane | None) -> Lane:
     return Lane.MODEL_SUPPORT if previous is Lane.GENERATED else previous
 
 
-def read_commits(repo: Repo, base: str, head: str, *, rerun: str) -> tuple[Commit, ...]:
-    """``base..head`` oldest first, each with its lane; a merge or an unknown lane is refused."""
-    merges = repo.out("rev-list", "--merges", f"{base}..{head}").split()
+def refuse_merges(repo: Repo, lower: str, upper: str, *, what: str, next_step: str) -> None:
+    """Every commit of ``lower..upper`` must be one patch: merge commits are refused, named."""
+    merges = repo.out("rev-list", "--merges", f"{lower}..{upper}").split()
     if merges:
         raise QueueError(
-            f"{len(merges)} merge commit(s) between the prepared base {base[:12]} and HEAD "
+            f"{what}: {len(merges)} merge commit(s) in {lower[:12]}..{upper[:12]} "
             f"({', '.join(m[:12] for m in merges)}): every commit must be one patch",
             untouched="everything: the queue was not changed",
-            next_step=f"linearize them (`git -C {repo.path} rebase {base[:12]}`), then re-run `{rerun}`",
+            next_step=next_step,
         )
+
+
+def read_commits(repo: Repo, base: str, head: str, *, rerun: str) -> tuple[Commit, ...]:
+    """``base..head`` oldest first, each with its lane; a merge or an unknown lane is refused."""
+    refuse_merges(
+        repo,
+        base,
+        head,
+        what="the workdir's history",
+        next_step=f"linearize it (`git -C {repo.path} rebase {base[:12]}`), then re-run `{rerun}`",
+    )
     out = repo.out("log", "--reverse", "--format=%H%x1f%s%x1f%B%x1e", f"{base}..{head}")
     commits: list[Commit] = []
     previous: Lane | None = None

@@ -47,7 +47,7 @@ from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import rangediff
-from skippy.maintain.history import Lanes, lanes_of
+from skippy.maintain.history import Lanes, lanes_of, refuse_merges
 from skippy.queue import leftovers
 from skippy.queue import workdir as wd
 from skippy.queue.model import Lane, load_queue, unknown_entries
@@ -281,14 +281,9 @@ def _check_range(repo: Repo, lower: str, upper: str, what: str) -> None:
             untouched="everything: the queue was not changed",
             next_step="rebase the branch onto the pin (core) or onto the core head (model_support)",
         )
-    merges = repo.out("rev-list", "--merges", f"{lower}..{upper}").split()
-    if merges:
-        raise QueueError(
-            f"{what}: {len(merges)} merge commit(s) in {lower[:12]}..{upper[:12]} "
-            f"({', '.join(m[:12] for m in merges)})",
-            untouched="everything: the queue was not changed",
-            next_step="linearize the branch (git rebase) so every commit is one patch",
-        )
+    refuse_merges(
+        repo, lower, upper, what=what, next_step="linearize the branch (git rebase) so every commit is one patch"
+    )
 
 
 def _scratch(settings: Settings) -> contextlib.AbstractContextManager[Path]:
