@@ -13,7 +13,8 @@ project's own pin's tree), with one more upstream commit on top that reworks a l
    ``git add``, ``invoke prepare --continue``; ``nox -s build-cpu`` refuses and the resolution
    survives; the commands the run printed next (``invoke regenerate``, ``invoke pin-bump --sha
    X``) are run as printed, and the pin move recompiles what moved, not the library;
-3. ``git status`` of the project shows exactly the changed patches, the pin and the reference.
+3. ``git status`` of the project shows exactly the changed patches, the pin and the reference;
+4. one more upstream commit that changes only the README: the pin move compiles at most 2 objects.
 
 (The copy keeps its queue in ``queue/`` rather than ``skippy/llama_cpp``: a folder named ``skippy``
 beside its noxfile would shadow the installed package.)
@@ -118,6 +119,8 @@ def make_upstream(bed: LlamaTestbed) -> tuple[str, str, int]:
     append_to_line(work / FILE, number, UPSTREAM_NOTE)
     git(work, "commit", "--quiet", "-am", "sampling: rework a line")
     target = git(work, "rev-parse", "HEAD").strip()
+    (work / "README.md").write_text((work / "README.md").read_text(encoding="utf-8") + "\nA line.\n")
+    git(work, "commit", "--quiet", "-am", "README: a line")
     git(work, "push", "--quiet", "--force", "origin", "master")
     shutil.rmtree(work)
     return pin, target, number
@@ -188,6 +191,11 @@ def test_a_maintainers_week(testbed: LlamaTestbed) -> None:
     assert strays == ["queue/upstream.txt"], changed
     # the resolution kept upstream's line: the core patch is what it was before the week
     assert core_patch not in changed or NOTE not in (WEEK / core_patch).read_text(encoding="utf-8")
+    # --- 4. a pin move whose upstream commit changed only the README compiles the commit string's
+    # unit alone (build-info.cpp; ggml.c's string is kept as given since core 0003 and 0004)
+    readme_only = git(WEEK / "upstream.git", "rev-parse", "master").strip()
+    moved = run(f"invoke pin-bump --sha {readme_only}")
+    assert compiled(moved.stderr) <= 2, moved.stderr
 
 
 def amend_build_regenerate_prepare(workdir: Path, number: int) -> str:
