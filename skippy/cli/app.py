@@ -120,7 +120,8 @@ def prepare_main(
             f"in {report.seconds:.2f} s"
         )
         for note in report.notes:
-            console.info(f"note: {note}")
+            if not console.already_said(note):  # a warning or line of the run said it already
+                console.info(f"note: {note}")
         return report.as_dict()
 
     return guarded(action, console=console, as_json=as_json)

@@ -26,12 +26,18 @@ class Console:
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     quiet: bool = False
     verbose: bool = False
+    #: what info and warn have printed, so that a closing list of notes says nothing twice
+    said: set[str] = field(default_factory=set, repr=False)
+
+    def already_said(self, message: str) -> bool:
+        return message in self.said
 
     @property
     def github(self) -> bool:
         return self.env.get("GITHUB_ACTIONS") == "true"
 
     def info(self, message: str) -> None:
+        self.said.add(message)
         if not self.quiet:
             print(redact_urls(message), file=self.stream, flush=True)
 
@@ -43,6 +49,7 @@ class Console:
         self.detail(line)
 
     def warn(self, message: str) -> None:
+        self.said.add(message)
         prefix = "::warning::" if self.github else "warning: "
         print(prefix + redact_urls(message), file=self.stream, flush=True)
 

@@ -269,3 +269,20 @@ def test_an_as_is_build_of_a_tree_with_conflict_markers_names_them_before_config
     assert "git -C .deps/llama.cpp add src/llama-model.cpp" in nxt
     assert "`nox -s build-cpu -- --workdir-as-is` again" in nxt and "invoke prepare --continue" in nxt
     assert not settings.build_root.exists(), "nothing configured"
+
+
+def test_prepare_says_each_note_once(queued_project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    from skippy.cli.app import prepare_main
+
+    settings = queued_project.settings()
+    prepare(settings, Target.pinned(), console=QUIET)
+    wdir = queued_project.workdir
+    (wdir / "src/qwen.cpp").write_text("// qwen support\n")
+    run_git(wdir, "add", "src/qwen.cpp")
+    run_git(wdir, "commit", "--quiet", "-m", "qwen: model support")
+    regenerate(settings, console=QUIET)
+    capsys.readouterr()
+    assert prepare_main(queued_project.env, root=queued_project.root) == 0
+    err = capsys.readouterr().err
+    assert err.count("the workdir is the prepared tree") == 1, err
+    assert "adopted at" in err
