@@ -53,6 +53,23 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def same_folder(a: Path, b: Path) -> bool:
+    """The two folders hold the same names, links and bytes (folder links followed)."""
+    left, right = sorted(a.iterdir()), sorted(b.iterdir())
+    if [p.name for p in left] != [p.name for p in right]:
+        return False
+    for x, y in zip(left, right, strict=True):
+        if x.is_dir() and y.is_dir():  # a linked folder is compared through its link
+            if not same_folder(x, y):
+                return False
+        elif x.is_symlink() or y.is_symlink():
+            if not (x.is_symlink() and y.is_symlink() and x.readlink() == y.readlink()):
+                return False
+        elif x.is_dir() or y.is_dir() or x.read_bytes() != y.read_bytes():
+            return False
+    return True
+
+
 def made_once(home: Path, *, done: Callable[[], T | None], make: Callable[[], T], what: str, timeout: float) -> T:
     """What ``done`` finds at ``home``, else ``make`` it under ``home``'s file lock (checked again
     once the lock is held: another process may just have made it).  A lock held longer than

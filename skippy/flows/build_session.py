@@ -88,10 +88,10 @@ class LocalTree:
 def _refuse_conflict_markers(settings: Settings, backend: str) -> None:
     """A tree with conflict markers cannot compile: say which files before configuring anything."""
     from skippy.core.git import Repo
+    from skippy.queue.workdir import conflict_markers
 
     rel = settings.relative(settings.workdir)
-    out = Repo(settings.workdir, settings.env).git("diff", "HEAD", "--check", check=False).stdout
-    files = sorted({line.split(":", 1)[0] for line in out.splitlines() if "leftover conflict marker" in line})
+    files = sorted(conflict_markers(Repo(settings.workdir, settings.env), "HEAD"))  # the work tree vs HEAD
     if files:
         raise BuildError(
             f"--workdir-as-is: {len(files)} file(s) of {rel} still hold conflict markers: {', '.join(files)}",

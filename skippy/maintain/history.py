@@ -14,16 +14,14 @@ left out: the generated lane is regenerated from its inputs).
 
 from __future__ import annotations
 
-import shutil
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from skippy.core.errors import QueueError
 from skippy.core.git import Repo
-from skippy.queue import workdir as wd
 from skippy.queue.mail import label_of
 from skippy.queue.model import LANES, Lane
+from skippy.queue.triage import aside_worktree
 
 
 @dataclass(frozen=True)
@@ -42,9 +40,6 @@ class Lanes:
     model_support_head: str
     #: True when the core and model-support commits were replayed in lane order aside
     reordered: bool
-
-    def count(self, lane: Lane) -> int:
-        return sum(1 for c in self.commits if c.lane is lane)
 
     def new(self) -> tuple[Commit, ...]:
         return tuple(c for c in self.commits if c.label is None)
@@ -121,11 +116,8 @@ def lanes_of(repo: Repo, git_dir: Path, base: str, head: str, *, rerun: str) -> 
             "without rewriting a file)",
         )
     hand = [c for c in commits if c.lane is not Lane.GENERATED]
-    order = [LANES.index(c.lane) for c in hand]
-    in_order = order == sorted(order)
-    last_hand = max((i for i, c in enumerate(commits) if c.lane is not Lane.GENERATED), default=-1)
-    first_generated = min((i for i, c in enumerate(commits) if c.lane is Lane.GENERATED), default=len(commits))
-    if in_order and last_hand < first_generated:
+    order = [LANES.index(c.lane) for c in commits]  # lane order: core, model_support, generated
+    if order == sorted(order):
         core = next((c.sha for c in reversed(hand) if c.lane is Lane.CORE), base)
         ms = hand[-1].sha if hand else base
         return Lanes(commits, core, ms, reordered=False)
@@ -136,11 +128,7 @@ def lanes_of(repo: Repo, git_dir: Path, base: str, head: str, *, rerun: str) -> 
 def _replay_in_lane_order(repo: Repo, git_dir: Path, base: str, hand: list[Commit], *, rerun: str) -> tuple[str, str]:
     """Cherry-pick the core commits, then the model-support ones, on ``base`` in a temporary
     worktree (the workdir's checkout is not touched); the two heads."""
-    aside = wd.skippy_dir(git_dir) / "aside" / f"lanes-{uuid.uuid4().hex[:8]}"
-    aside.parent.mkdir(parents=True, exist_ok=True)
-    repo.git("worktree", "add", "--detach", "--quiet", str(aside), base)
-    try:
-        work = Repo(aside, repo.env, echo=repo.echo)
+    with aside_worktree(repo, git_dir, base) as work:
         core = base
         for lane in (Lane.CORE, Lane.MODEL_SUPPORT):
             for commit in (c for c in hand if c.lane is lane):
@@ -160,7 +148,3 @@ def _replay_in_lane_order(repo: Repo, git_dir: Path, base: str, hand: list[Commi
             if lane is Lane.CORE:
                 core = work.out("rev-parse", "HEAD")
         return core, work.out("rev-parse", "HEAD")
-    finally:
-        repo.git("worktree", "remove", "--force", str(aside), check=False)
-        shutil.rmtree(aside, ignore_errors=True)
-        repo.git("worktree", "prune", check=False)

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from skippy.core.errors import CommandError, DirtyWorkdirError, QueueError, SettingsError, SkippyError, WorkdirError
+from skippy.core.files import same_folder
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -170,26 +171,9 @@ def prune_backups(backups: Path, *, keep: int, protect: Path) -> list[Path]:
 def restore(backup: Path, patch_dir: Path) -> bool:
     """Make ``patch_dir`` exactly the backup again, through links (a linked patch dir or lane folder
     stays a link; its target gets the bytes).  False when there was nothing to restore."""
-    if patch_dir.is_dir() and _same(backup, patch_dir):
+    if patch_dir.is_dir() and same_folder(backup, patch_dir):
         return False
     _sync(backup, patch_dir)
-    return True
-
-
-def _same(a: Path, b: Path) -> bool:
-    """The two folders hold the same names, links and bytes (folder links followed)."""
-    left, right = sorted(a.iterdir()), sorted(b.iterdir())
-    if [p.name for p in left] != [p.name for p in right]:
-        return False
-    for x, y in zip(left, right, strict=True):
-        if x.is_dir() and y.is_dir():  # a linked folder is compared through its link
-            if not _same(x, y):
-                return False
-        elif x.is_symlink() or y.is_symlink():
-            if not (x.is_symlink() and y.is_symlink() and x.readlink() == y.readlink()):
-                return False
-        elif x.is_dir() or y.is_dir() or x.read_bytes() != y.read_bytes():
-            return False
     return True
 
 
@@ -344,8 +328,6 @@ def regenerate(
                 patched, generated = _verify(settings, store, ms, console=console)
             except BaseException as exc:
                 replacement = _put_back(settings, backup, exc, rerun)
-                if not isinstance(replacement, QueueError) or "could not be put back" not in replacement.what:
-                    leftovers.regenerate_ended(settings)
                 if replacement is exc:
                     raise
                 raise replacement from exc
@@ -460,6 +442,7 @@ def _put_back(settings: Settings, backup: Path, exc: BaseException, rerun: str) 
             next_step=f"make {where} writable, then copy the backup back (`rm -r {shown} && cp -a {saved} {shown}`, "
             f"or the files into the linked folder) and re-run `{rerun}`",
         )
+    leftovers.regenerate_ended(settings)  # the previous queue is back: nothing unverified is left
     untouched = (
         f"the queue: {shown} was restored byte for byte from {saved}"
         if restored

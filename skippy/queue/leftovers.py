@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from skippy.core.files import write_text_atomic
+from skippy.core.files import same_folder, write_text_atomic
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -65,16 +65,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _files(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` (links followed) by relative path, with its bytes."""
-    out: dict[str, bytes] = {}
-    for dirpath, _dirs, names in os.walk(folder, followlinks=True):
-        for name in names:
-            file = Path(dirpath) / name
-            out[str(file.relative_to(folder))] = file.read_bytes()
-    return out
-
-
 def _killed_regenerate(settings: Settings, console: Console) -> list[str]:
     path = marker_path(settings)
     try:
@@ -88,7 +78,7 @@ def _killed_regenerate(settings: Settings, console: Console) -> list[str]:
         return []  # a regenerate is running now
     backup = Path(str(data.get("backup", "")))
     patch_dir = settings.patch_dir
-    if backup.is_dir() and patch_dir.is_dir() and _files(backup) == _files(patch_dir):
+    if backup.is_dir() and patch_dir.is_dir() and same_folder(backup, patch_dir):
         regenerate_ended(settings)  # put back by hand: nothing unverified is left
         return []
     shown, saved = settings.relative(patch_dir), settings.relative(backup)

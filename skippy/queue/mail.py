@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
+from skippy.queue import workdir as wd
 from skippy.queue.model import Patch
 
 TRAILER: Final = "Skippy-Patch"
@@ -113,14 +114,10 @@ def tagged_copies(patches: tuple[Patch, ...] | list[Patch], folder: Path) -> lis
 @contextlib.contextmanager
 def tagged(git_dir: Path, patches: tuple[Patch, ...] | list[Patch]) -> Iterator[list[Path]]:
     """:func:`tagged_copies` in a scratch folder of ``git_dir`` removed afterwards."""
-    scratch = Path(tempfile.mkdtemp(prefix="mail-", dir=_scratch_root(git_dir)))
+    root = wd.skippy_dir(git_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="mail-", dir=root))
     try:
         yield tagged_copies(patches, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _scratch_root(git_dir: Path) -> Path:
-    root = git_dir / "skippy"
-    root.mkdir(parents=True, exist_ok=True)
-    return root

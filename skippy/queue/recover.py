@@ -132,15 +132,11 @@ def _save_cut_short(run: Run, repo: Repo, git_dir: Path, cut: list[str], *, movi
     run.backup_ref = wd.save_backup(repo, git_dir, work, "finishing an interrupted prepare", also=tuple(cut))
     note = (
         f"{len(cut)} file(s) the interrupted move was writing held neither version (a write cut short, or "
-        f"an edit made since): {_listing(cut)}; saved under {run.backup_ref} before the move is finished "
+        f"an edit made since): {wd.listing(cut, limit=8)}; saved under {run.backup_ref} before the move is finished "
         f"(bring one back with `git -C {rel} checkout {run.backup_ref} -- <path>`)"
     )
     run.console.warn(note)
     run.notes.append(note)
-
-
-def _listing(paths: list[str], limit: int = 8) -> str:
-    return ", ".join(paths[:limit]) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
 
 
 def restore_command(rel: str, ref: str, paths: list[str] | tuple[str, ...]) -> str:

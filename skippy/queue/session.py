@@ -72,7 +72,8 @@ ENDED_BY_HAND = (
 
 def am_running(repo: Repo) -> bool:
     """Whether a ``git am`` is stopped in ``repo`` (a session's ``git am`` may have been ended by hand)."""
-    return (repo.git_dir() / "rebase-apply" / "applying").exists()
+    progress = wd.in_progress(repo.git_dir())
+    return progress is not None and progress[0] == "rebase-apply/applying"
 
 
 def next_commands(repo: Repo, rel_workdir: str) -> str:
@@ -172,16 +173,6 @@ def on_conflict(
         if head
         else "nothing of yours was in the workdir"
     )
-
-
-def conflict_markers(repo: Repo) -> dict[str, str]:
-    """Staged files that still hold conflict markers (``git diff --cached --check``): path -> git's lines."""
-    out = repo.git("diff", "--cached", "--check", check=False).stdout
-    found: dict[str, list[str]] = {}
-    for line in out.splitlines():
-        if "leftover conflict marker" in line:
-            found.setdefault(line.split(":", 1)[0], []).append(line.strip())
-    return {path: "\n".join(lines) for path, lines in found.items()}
 
 
 def _author_date(git_dir: Path) -> str | None:
@@ -324,11 +315,11 @@ def _continue(settings: Settings, repo: Repo, git_dir: Path, current: Patch) -> 
             untouched=f"{rel}: the session is as you left it",
             next_step=f"edit them, `git -C {rel} add {' '.join(unmerged)}`, then `invoke prepare --continue`",
         )
-    markers = conflict_markers(repo)
+    markers = wd.conflict_markers(repo, "--cached")  # staged, against HEAD
     if markers:
         raise ConflictError(
             f"{current.label}: conflict markers are staged in {', '.join(markers)}",
-            details="\n".join(markers.values()),
+            details="\n".join(line for lines in markers.values() for line in lines),
             untouched=f"{rel}: the session is as you left it (nothing was committed)",
             next_step=f"remove the <<<<<<< ======= >>>>>>> lines from {', '.join(markers)}, "
             f"`git -C {rel} add {' '.join(markers)}`, then `invoke prepare --continue`",

@@ -13,7 +13,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,9 +196,9 @@ class LocalWork:
         if self.in_progress:
             out.append(f"{self.in_progress} is in progress")
         if self.modified:
-            out.append(f"{len(self.modified)} uncommitted change(s): {_listing(self.modified)}")
+            out.append(f"{len(self.modified)} uncommitted change(s): {listing(self.modified)}")
         if self.untracked:
-            out.append(f"{len(self.untracked)} untracked file(s): {_listing(self.untracked)}")
+            out.append(f"{len(self.untracked)} untracked file(s): {listing(self.untracked)}")
         if self.head_problem:
             out.append(self.head_problem)
         if self.unqueued:
@@ -215,7 +215,8 @@ class LocalWork:
         }
 
 
-def _listing(paths: tuple[str, ...], limit: int = 5) -> str:
+def listing(paths: Sequence[str], limit: int = 5) -> str:
+    """``a, b, c and N more``: the first ``limit`` paths, for messages."""
     shown = ", ".join(paths[:limit])
     return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
 
@@ -341,6 +342,17 @@ def write_journal(git_dir: Path, entry: Journal) -> None:
 def drop_journal(git_dir: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         (skippy_dir(git_dir) / JOURNAL_NAME).unlink()
+
+
+def conflict_markers(repo: Repo, *against: str) -> dict[str, list[str]]:
+    """Files holding conflict markers, as ``git diff --check`` finds them in ``against`` (e.g.
+    ``--cached``: the index against HEAD; ``HEAD``: the work tree against HEAD): path -> git's lines."""
+    out = repo.git("diff", *against, "--check", check=False).stdout
+    found: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        if "leftover conflict marker" in line:
+            found.setdefault(line.split(":", 1)[0], []).append(line.strip())
+    return found
 
 
 def in_progress(git_dir: Path) -> tuple[str, str] | None:
