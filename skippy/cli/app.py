@@ -137,6 +137,7 @@ def pin_bump_main(
     allow_non_descendant: bool = False,
     newest_compatible: bool = False,
     offline: bool = False,
+    no_upstream_tests: bool = False,
     as_json: bool = False,
     verbose: bool = False,
 ) -> int:
@@ -155,6 +156,7 @@ def pin_bump_main(
             allow_non_descendant=allow_non_descendant,
             newest_compatible=newest_compatible,
             offline=offline,
+            upstream_tests=not no_upstream_tests,
         )
         if report.summary is not None and not as_json:
             say(report.summary.markdown())

@@ -94,6 +94,7 @@ def parse_session_args(
         as_json=ns.json,
         verbose=ns.verbose,
         workdir_as_is=ns.workdir_as_is,
+        upstream_tests=ns.upstream_tests,
     )
 
 
@@ -101,7 +102,14 @@ def outcome_report(outcome: SessionOutcome) -> dict[str, Any]:
     """The ``--json`` report of a build session that ran."""
     build = outcome.build and outcome.build.as_dict()
     spot = outcome.spot.as_dict() if isinstance(outcome.spot, SpotCheckReport) else None
-    report: dict[str, Any] = {"ok": True, "skipped": outcome.skipped, "build": build, "spot_check": spot}
+    upstream = outcome.upstream.as_dict() if outcome.upstream is not None else None
+    report: dict[str, Any] = {
+        "ok": True,
+        "skipped": outcome.skipped,
+        "build": build,
+        "spot_check": spot,
+        "upstream_tests": upstream,
+    }
     if outcome.local is not None:
         # a local, unregistered tree: said at the top of the report, not only in the binary
         report["mode"] = "local"
@@ -176,6 +184,7 @@ def build_task_main(
     skip_unavailable: bool = False,
     no_spot_check: bool = False,
     workdir_as_is: bool = False,
+    upstream_tests: bool = False,
     as_json: bool = False,
     verbose: bool = False,
 ) -> int:
@@ -185,6 +194,7 @@ def build_task_main(
         "skip_unavailable": skip_unavailable,
         "no_spot_check": no_spot_check,
         "workdir_as_is": workdir_as_is,
+        "upstream_tests": upstream_tests,
         "json": as_json,
         "verbose": verbose,
     }

@@ -83,6 +83,11 @@ BUILD_SESSION: Final = (
     ),
     Option("no_spot_check", "build only: no spot check"),
     WORKDIR_AS_IS,
+    Option(
+        "upstream_tests",
+        "then build and run upstream's tests (`ctest -L main` and the queue's own); a failure is checked on "
+        "the unpatched pin and traced to the first patch that causes it",
+    ),
 )
 
 
@@ -180,6 +185,10 @@ COMMANDS: Final[tuple[Command, ...]] = (
                 "offline",
                 "never contact the upstream: --sha and the pin come from their source archives (what needs "
                 "upstream history is left out, and said so)",
+            ),
+            Option(
+                "no_upstream_tests",
+                "skip upstream's tests on the CPU build (by default a test the queue breaks keeps the pin)",
             ),
         ),
     ),

@@ -132,6 +132,21 @@ class CIError(SkippyError):
     exit_code = 14
 
 
+class UpstreamTestsFailed(SkippyError):
+    """The queue breaks one of upstream's own tests (or a test failed with no baseline to judge it)."""
+
+    exit_code = 15
+    #: the report (skippy.flows.upstream_tests.UpstreamTestsReport)
+    report: object | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        data = super().as_dict()
+        as_dict = getattr(self.report, "as_dict", None)
+        if callable(as_dict):
+            data["upstream_tests"] = as_dict()
+        return data
+
+
 class Interrupted(SkippyError):
     """Ctrl-C (SIGINT): the shell's exit code for it."""
 

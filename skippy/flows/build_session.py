@@ -29,13 +29,14 @@ from skippy.build.builder import (
 )
 from skippy.build.chroot import mounted
 from skippy.build.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, read_workdir_state
-from skippy.build.toolchain import check_tree_needs, inspect_tree, probe_toolchain
+from skippy.build.toolchain import Toolchain, check_tree_needs, inspect_tree, probe_toolchain
 from skippy.check.binaries import version_line
 from skippy.check.evidence import artifact_markers_missing
 from skippy.core import proc
-from skippy.core.errors import BuildError, CommandError, ToolchainMissing
+from skippy.core.errors import BuildError, CommandError, ToolchainMissing, UpstreamTestsFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from skippy.flows.upstream_tests import UpstreamTestsReport, run_upstream_tests
 
 #: the environment variable that turns --skip-unavailable on
 SKIP_UNAVAILABLE_ENV: Final = "SKIPPY_SKIP_UNAVAILABLE"
@@ -54,6 +55,8 @@ class SessionArgs:
     verbose: bool = False
     #: build the workdir as it stands (no prepare, a build dir of its own, queue digest "local")
     workdir_as_is: bool = False
+    #: then build and run upstream's tests (skippy.flows.upstream_tests)
+    upstream_tests: bool = False
 
 
 def skip_unavailable_from(env: Mapping[str, str]) -> bool:
@@ -138,6 +141,8 @@ class SessionOutcome:
     spot: object | None = None
     #: set when the workdir was built as it stands (--workdir-as-is)
     local: LocalTree | None = None
+    #: upstream's tests on the tree (None unless asked for)
+    upstream: UpstreamTestsReport | None = None
 
 
 class _Prepared(Protocol):
@@ -402,7 +407,67 @@ def run_build_session(
             agreement_required=numerics_must_match,
         )
         spot = spot_check_fn(settings, request, console)
-    return SessionOutcome(backend=b, build=report, patched_sha=prepared.patched_sha, spot=spot, local=local)
+    upstream = None
+    if args.upstream_tests:
+        upstream = _upstream_tests(
+            b,
+            settings,
+            console,
+            toolchain=toolchain,
+            options=options,
+            prepared=prepared,
+            plan=plan,
+            local=local is not None,
+        )
+    return SessionOutcome(
+        backend=b, build=report, patched_sha=prepared.patched_sha, spot=spot, local=local, upstream=upstream
+    )
+
+
+def _upstream_tests(
+    backend: Backend,
+    settings: Settings,
+    console: Console,
+    *,
+    toolchain: Toolchain,
+    options: BuildOptions,
+    prepared: _Prepared,
+    plan: BuildPlan,
+    local: bool,
+) -> UpstreamTestsReport | None:
+    """Upstream's tests on the tree just built; a test the queue breaks (or, as it stands, any
+    failing test) fails the session with the report."""
+    if plan.build_root is not None:
+        console.warn("upstream tests not run: the build runs inside a root file system, its tests would too")
+        return None
+    report = run_upstream_tests(
+        backend,
+        settings,
+        console,
+        toolchain=toolchain,
+        options=options,
+        upstream_sha=prepared.upstream_sha,
+        patched_sha=prepared.patched_sha,
+        queue_digest=prepared.queue_digest,
+        build_number=_upstream_count(settings, prepared),
+        prepared=not local,
+    )
+    for line in report.render():
+        console.info(line)
+    if not report.ok:
+        broken = [t for t in report.tests if t.status in ("broken by the queue", "failed")]
+        blamed = "; ".join(f"{t.name} ({t.blame.patch if t.blame and t.blame.patch else t.status})" for t in broken)
+        error = UpstreamTestsFailed(
+            f"{len(broken)} of upstream's tests fail on the {'workdir' if local else 'patched tree'}: {blamed}",
+            untouched=f"the workdir; the tests' build dir {settings.relative(report.build_dir)} is kept",
+            next_step=(
+                "fix the patch named above, then `invoke regenerate` and rerun "
+                f"`nox -s build-{backend} -- --upstream-tests`"
+            ),
+        )
+        error.report = report
+        raise error
+    return report
 
 
 class SessionFn(Protocol):

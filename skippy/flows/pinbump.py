@@ -292,12 +292,19 @@ ParityFn = Callable[[Settings, Console, Repo, str, str], dict[str, Any] | None]
 
 
 def _default_build(
-    backend: str, settings: Settings, console: Console, prepare_fn: Callable[[Settings, Console], PrepareReport]
+    backend: str,
+    settings: Settings,
+    console: Console,
+    prepare_fn: Callable[[Settings, Console], PrepareReport],
+    *,
+    upstream_tests: bool = True,
 ) -> object:
-    from skippy.flows.build_session import run_build_session
+    from skippy.flows.build_session import SessionArgs, run_build_session
 
+    # upstream's tests on the CPU build: a test the queue breaks raises, and the pin stays
+    args = SessionArgs(upstream_tests=upstream_tests and backend == "cpu")
     # the new upstream's numbers may move on purpose: compared with the reference and reported, not failed
-    outcome = run_build_session(backend, settings, console, prepare_fn=prepare_fn, numerics_must_match=False)
+    outcome = run_build_session(backend, settings, console, args, prepare_fn=prepare_fn, numerics_must_match=False)
     if outcome.skipped:
         raise SkippyError(f"build-{backend} was skipped: {outcome.skipped}", untouched="the pin")
     return outcome
@@ -360,7 +367,8 @@ def pin_bump(
     allow_non_descendant: bool = False,
     newest_compatible: bool = False,
     offline: bool = False,
-    build_fn: BuildFn = _default_build,
+    upstream_tests: bool = True,
+    build_fn: BuildFn | None = None,
     parity_fn: ParityFn = _default_parity,
 ) -> BumpReport:
     """Move the pin to ``sha`` (default: upstream master); see the module docstring.
@@ -369,7 +377,11 @@ def pin_bump(
     comes from it, as prepare does; what needs upstream history degrades with a note: the
     descendant check cannot be made (a real bump then needs ``allow_non_descendant``; a dry run
     goes on and says so), the summary gives the diffstat without a commit list, and there is no
-    bisection (``newest_compatible`` is refused)."""
+    bisection (``newest_compatible`` is refused).
+
+    ``upstream_tests``: the CPU build also runs upstream's tests, and a test the queue breaks
+    (traced to its patch) leaves the pin where it was."""
+    build = build_fn or functools.partial(_default_build, upstream_tests=upstream_tests)
     if offline and not sha:
         raise _offline_needs_sha(settings)
     repo = _repo_for(settings, console, offline=offline)
@@ -407,7 +419,7 @@ def pin_bump(
     outcomes: dict[str, object] = {}
     for backend in backends:
         with console.step(f"build and spot-check {backend} at {new_pin[:12]}"):
-            outcomes[backend] = build_fn(backend, settings, console, prepare_new)
+            outcomes[backend] = build(backend, settings, console, prepare_new)
     with console.step("parity audit against the new upstream"):
         parity = parity_fn(settings, console, repo, new_base, new_pin)
     summary = summarize(repo, old_base, new_base, queue, upstream_url=settings.upstream_url)

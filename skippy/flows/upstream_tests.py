@@ -1,0 +1,507 @@
+"""Upstream's own tests on the patched tree, each failure traced to the patch that caused it.
+
+1. The patched tree is configured with ``LLAMA_BUILD_TESTS=ON`` (a build dir of its own,
+   keyed like every other, objects through the compiler cache) and CTest runs what
+   llama.cpp's CI runs (``-L main``) plus every test the queue's own patches add.
+2. Only when something fails, the same tests run on the unpatched pin (the *baseline*,
+   kept per upstream commit under the cache dir, so a pin is tested once): a test that
+   fails there too is *red upstream*; one that fails only with the queue is the queue's.
+3. For each test the queue breaks, a bisection over the prepared commits (each carries
+   its ``Skippy-Patch`` trailer) names the first patch whose application makes it fail:
+   one tree beside the workdir (a ``git clone --shared``: no object is copied) is moved
+   from commit to commit and built incrementally. It stops at a time budget and says so.
+
+The workdir itself is never checked out, built in or changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from filelock import FileLock
+
+from skippy.build.builder import BuildReport, execute_plan
+from skippy.build.plan import BuildOptions, BuildPlan, plan_build
+from skippy.build.toolchain import Toolchain, inspect_tree
+from skippy.check import ctest
+from skippy.core.errors import SkippyError
+from skippy.core.git import Repo
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.queue import workdir as wd
+from skippy.queue.mail import label_of
+from skippy.queue.model import Queue, load_queue
+
+TESTS_DEFINE: Final = "-DLLAMA_BUILD_TESTS=ON"
+#: the build commit of the baseline and attribution builds (test binaries, never shipped): one
+#: value for every commit and pin, so that moving the tree beside the workdir recompiles only the
+#: files that changed (the unpatched tree puts the commit on every compile line of libllama)
+ASIDE_BUILD_COMMIT: Final = "0" * 40
+#: seconds the bisection may take before it reports how far it got
+ATTRIBUTION_BUDGET: Final = 1800.0
+#: a new file under tests/ in a patch: the queue's own test (its target is the file's stem)
+_NEW_TEST = re.compile(r"^--- /dev/null\n\+\+\+ b/tests/([A-Za-z0-9_.-]+)\.(?:c|cpp)$", re.MULTILINE)
+
+Status = Literal["passed", "broken by the queue", "red upstream", "failed", "not run"]
+
+
+@dataclass(frozen=True)
+class Blame:
+    """The first patch (in queue order) whose application makes a test fail."""
+
+    patch: str | None
+    commit: str | None
+    output: str = ""
+    #: set when the bisection stopped before it named one patch: why, and how far it got
+    gave_up: str | None = None
+    probes: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "patch": self.patch,
+            "commit": self.commit,
+            "output": self.output,
+            "gave_up": self.gave_up,
+            "probes": self.probes,
+        }
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    name: str
+    status: Status
+    seconds: float
+    output: str = ""
+    #: added by one of the queue's patches
+    own: bool = False
+    blame: Blame | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "seconds": round(self.seconds, 3),
+            "output": self.output,
+            "own": self.own,
+            "blame": self.blame.as_dict() if self.blame else None,
+        }
+
+
+@dataclass(frozen=True)
+class UpstreamTestsReport:
+    backend: str
+    upstream_sha: str
+    build_dir: Path
+    build: BuildReport
+    ctest_seconds: float
+    tests: tuple[TestOutcome, ...]
+    #: "not needed (...)", "cached (...)" or "run (...)"
+    baseline: str
+    baseline_seconds: float = 0.0
+    attribution_seconds: float = 0.0
+    #: fixture set-ups CTest added that failed (e.g. a model download without a network)
+    setups_failed: tuple[ctest.Result, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not any(t.status in ("broken by the queue", "failed") for t in self.tests)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.tests:
+            out[t.status] = out.get(t.status, 0) + 1
+        return out
+
+    def summary(self) -> str:
+        counts = self.counts()
+        order: tuple[Status, ...] = ("passed", "broken by the queue", "failed", "red upstream", "not run")
+        return ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "upstream_sha": self.upstream_sha,
+            "ok": self.ok,
+            "counts": self.counts(),
+            "build_dir": str(self.build_dir),
+            "build_seconds": round(self.build.total_seconds, 3),
+            "compiled": self.build.compiled,
+            "ctest_seconds": round(self.ctest_seconds, 3),
+            "baseline": self.baseline,
+            "baseline_seconds": round(self.baseline_seconds, 3),
+            "attribution_seconds": round(self.attribution_seconds, 3),
+            "setups_failed": [r.as_dict() for r in self.setups_failed],
+            "tests": [t.as_dict() for t in self.tests],
+        }
+
+    def render(self) -> list[str]:
+        """The lines a maintainer reads: the counts, then each test that is not simply passed."""
+        lines = [f"upstream tests ({self.backend}): {self.summary()}; baseline {self.baseline}"]
+        for t in self.tests:
+            if t.status == "passed":
+                continue
+            if t.status == "broken by the queue" and t.blame is not None:
+                where = t.blame.patch or "no single patch"
+                lines.append(f"  ✗ {t.name}: broken by the queue, first failing with {where}")
+                if t.blame.gave_up:
+                    lines.append(f"      attribution gave up: {t.blame.gave_up}")
+            else:
+                lines.append(f"  {'✗' if t.status in ('failed', 'broken by the queue') else '·'} {t.name}: {t.status}")
+            if t.output and t.status != "not run":
+                lines.extend("      " + line for line in t.output.splitlines()[-8:])
+        for s in self.setups_failed:
+            first = s.output.strip().splitlines()[-1] if s.output.strip() else "failed"
+            lines.append(f"  · set-up {s.name} failed ({first}): the tests needing it did not run")
+        return lines
+
+
+def tests_options(options: BuildOptions) -> BuildOptions:
+    return replace(options, cmake_args=(*options.cmake_args, TESTS_DEFINE))
+
+
+def own_test_targets(queue: Queue) -> tuple[str, ...]:
+    """The test executables the queue's patches add (a new ``tests/<name>.c(pp)``)."""
+    found: list[str] = []
+    for patch in queue.patches:
+        text = patch.data.decode("utf-8", errors="replace").replace("\r\n", "\n")
+        found.extend(m.group(1) for m in _NEW_TEST.finditer(text) if m.group(1) not in found)
+    return tuple(found)
+
+
+def ctest_of(toolchain: Toolchain) -> str:
+    """CTest beside the CMake that configures (the wheel's or the system's)."""
+    beside = Path(toolchain.cmake.path).with_name("ctest")
+    return str(beside) if beside.is_file() else "ctest"
+
+
+def _with_targets(plan: BuildPlan, targets: Sequence[str]) -> BuildPlan:
+    argv = tuple(a for a in plan.build_argv if a not in plan.targets) + tuple(targets)
+    return replace(plan, targets=tuple(targets), build_argv=argv, rpc_target_known=True)
+
+
+@dataclass
+class _Tree:
+    """What one build of one tree needs, apart from its source."""
+
+    backend: str
+    settings: Settings
+    toolchain: Toolchain
+    options: BuildOptions
+    upstream_sha: str
+    build_number: int | None
+    console: Console
+    jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+    def plan(self, source: Path, commit: str, queue_digest: str | None, *, aside: bool = False) -> BuildPlan:
+        return plan_build(
+            self.backend,
+            self.settings,
+            tree=inspect_tree(source),
+            toolchain=self.toolchain,
+            patched_sha=commit,
+            options=tests_options(self.options),
+            upstream_sha=ASIDE_BUILD_COMMIT if aside else self.upstream_sha,
+            queue_digest=queue_digest,
+            build_number=None if aside else self.build_number,
+        )
+
+    def build_and_run(
+        self, plan: BuildPlan, names: Sequence[str] | None, own: Sequence[str]
+    ) -> tuple[BuildReport, ctest.Run, tuple[ctest.Case, ...]]:
+        """Configure, build the tests' programs, run them (``names``, or the selection)."""
+        execute_plan(plan, self.console, build=False)
+        chosen = self._chosen(plan, names, own)
+        targets = sorted({c.target for c in chosen if c.target})
+        report = execute_plan(_with_targets(plan, targets), self.console)
+        with self.console.step(f"ctest: {len(chosen)} tests"):
+            run = ctest.run_cases(
+                ctest_of(self.toolchain),
+                plan.build_dir,
+                [c.name for c in chosen],
+                plan.env,
+                jobs=self.jobs,
+            )
+        return report, run, chosen
+
+    def _chosen(self, plan: BuildPlan, names: Sequence[str] | None, own: Sequence[str]) -> tuple[ctest.Case, ...]:
+        cases = ctest.list_cases(ctest_of(self.toolchain), plan.build_dir, plan.env)
+        if names is None:
+            return ctest.select(cases, own_targets=own)
+        return tuple(c for c in cases if c.name in set(names))
+
+
+def _baseline_file(settings: Settings, backend: str, upstream_sha: str, digest: str) -> Path:
+    return settings.cache_dir / "upstream-tests" / f"baseline-{upstream_sha[:12]}-{backend}-{digest}.json"
+
+
+def _read_baseline(path: Path) -> dict[str, ctest.Result]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {
+            name: ctest.Result(
+                name=name, verdict=r["verdict"], seconds=float(r["seconds"]), output=str(r.get("output", ""))
+            )
+            for name, r in data["results"].items()
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _write_baseline(path: Path, upstream_sha: str, results: Mapping[str, ctest.Result]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    payload = {"upstream_sha": upstream_sha, "results": {n: r.as_dict() for n, r in sorted(results.items())}}
+    tmp.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+class AsideTree:
+    """A ``git clone --shared`` of the workdir under the cache dir, moved between commits."""
+
+    def __init__(self, settings: Settings, workdir: Path) -> None:
+        self.path = settings.cache_dir / "upstream-tests" / "llama.cpp"
+        self.workdir = workdir
+        self.env = settings.env
+
+    def at(self, commit: str) -> Path:
+        if not (self.path / ".git").exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            Repo(self.path.parent, self.env).git(
+                "clone", "--shared", "--no-checkout", "--quiet", str(self.workdir), str(self.path)
+            )
+        repo = Repo(self.path, self.env)
+        # the workdir's objects are this clone's alternates: every commit there is here
+        repo.git("checkout", "--detach", "--force", "--quiet", commit)
+        repo.git("clean", "-fdq")
+        return self.path
+
+
+@dataclass(frozen=True)
+class QueueCommit:
+    sha: str
+    label: str
+
+
+def queue_commits(repo: Repo, base: str, patched: str) -> tuple[QueueCommit, ...]:
+    """The prepared commits from the base to the tip, oldest first, each with its patch label."""
+    out = repo.out("log", "--reverse", "--format=%H%x00%B%x01", f"{base}..{patched}")
+    commits: list[QueueCommit] = []
+    for raw in out.split("\x01"):
+        chunk = raw.strip("\n")
+        if not chunk:
+            continue
+        sha, _, message = chunk.partition("\x00")
+        commits.append(QueueCommit(sha=sha.strip(), label=label_of(message) or f"commit {sha.strip()[:12]}"))
+    return tuple(commits)
+
+
+def bisect_first_failing(
+    count: int, fails_at: Callable[[int], bool], *, deadline: float, clock: Callable[[], float] = time.monotonic
+) -> tuple[int, int, bool]:
+    """Prefix 0 passes and prefix ``count`` fails: the smallest failing prefix.
+
+    Returns ``(good, bad, finished)``: ``bad`` is the first failing prefix when ``finished``,
+    else the bisection stopped at the deadline with the answer in ``good+1 .. bad``.
+    """
+    good, bad = 0, count
+    while bad - good > 1:
+        if clock() > deadline:
+            return good, bad, False
+        mid = (good + bad) // 2
+        if fails_at(mid):
+            bad = mid
+        else:
+            good = mid
+    return good, bad, True
+
+
+def run_upstream_tests(
+    backend: str,
+    settings: Settings,
+    console: Console,
+    *,
+    toolchain: Toolchain,
+    options: BuildOptions,
+    upstream_sha: str,
+    patched_sha: str,
+    queue_digest: str | None,
+    build_number: int | None,
+    prepared: bool = True,
+    budget: float = ATTRIBUTION_BUDGET,
+) -> UpstreamTestsReport:
+    """Build and run upstream's tests on the workdir; when some fail, the baseline and the blame.
+
+    ``prepared=False`` (the workdir as it stands): failures are reported as failed, with no
+    baseline and no blame, since no prepared base says what the queue changed.
+    """
+    own = own_test_targets(load_queue(settings.patch_dir))
+    tree = _Tree(backend, settings, toolchain, options, upstream_sha, build_number, console)
+    plan = tree.plan(settings.workdir, patched_sha, queue_digest)
+    report, run, chosen = tree.build_and_run(plan, None, own)
+    own_names = {c.name for c in chosen if c.target in own}
+    results = {r.name: r for r in run.results if not r.setup}
+    failed = sorted(n for n, r in results.items() if r.verdict == "failed")
+    verdict = _Verdicts(baseline="not needed (nothing failed)")
+    if failed and not prepared:
+        verdict = _Verdicts(baseline="not run (the workdir as it stands has no prepared base to compare with)")
+    elif failed:
+        verdict = _judge(tree, patched_sha, failed=failed, own=own, results=results, budget=budget)
+    tests = tuple(
+        TestOutcome(
+            name,
+            verdict.status(name, r.verdict),
+            r.seconds,
+            r.output,
+            own=name in own_names,
+            blame=verdict.blames.get(name),
+        )
+        for name, r in results.items()
+    )
+    return UpstreamTestsReport(
+        backend,
+        upstream_sha,
+        plan.build_dir,
+        report,
+        run.seconds,
+        tests,
+        baseline=verdict.baseline,
+        baseline_seconds=verdict.baseline_seconds,
+        attribution_seconds=verdict.attribution_seconds,
+        setups_failed=tuple(r for r in run.results if r.setup and r.verdict == "failed"),
+    )
+
+
+@dataclass
+class _Verdicts:
+    baseline: str
+    #: tests that fail on the unpatched pin too
+    red_upstream: frozenset[str] = frozenset()
+    judged: bool = False
+    blames: dict[str, Blame] = field(default_factory=dict)
+    baseline_seconds: float = 0.0
+    attribution_seconds: float = 0.0
+
+    def status(self, name: str, verdict: ctest.Verdict) -> Status:
+        if verdict != "failed":
+            return verdict
+        if not self.judged:
+            return "failed"
+        return "red upstream" if name in self.red_upstream else "broken by the queue"
+
+
+def _judge(
+    tree: _Tree,
+    patched_sha: str,
+    *,
+    failed: Sequence[str],
+    own: Sequence[str],
+    results: Mapping[str, ctest.Result],
+    budget: float,
+) -> _Verdicts:
+    """The baseline for ``failed`` (cached per upstream commit), then the blame of each test it passes."""
+    settings = tree.settings
+    stamp = wd.read_stamp(wd.git_dir_of(settings.workdir) or settings.workdir / ".git")
+    if stamp is None or stamp.patched_sha != patched_sha:
+        raise SkippyError(
+            f"the workdir {settings.workdir} is not the prepared tree {patched_sha[:12]}",
+            untouched="the workdir; the tests' build dir is kept",
+            next_step="invoke prepare --pinned",
+        )
+    aside = AsideTree(settings, settings.workdir)
+    (settings.cache_dir / "locks").mkdir(parents=True, exist_ok=True)
+    with FileLock(str(settings.cache_dir / "locks" / "upstream-tests.lock")):
+        start = time.monotonic()
+        base_plan = tree.plan(aside.at(stamp.base_commit), stamp.base_commit, None, aside=True)
+        cache_file = _baseline_file(settings, tree.backend, tree.upstream_sha, base_plan.digest)
+        known = _read_baseline(cache_file)
+        missing = [n for n in failed if n not in known]
+        baseline = f"cached (upstream {tree.upstream_sha[:12]})"
+        if missing:
+            with tree.console.step(f"baseline: {len(missing)} failing tests on the unpatched upstream"):
+                _, base_run, _ = tree.build_and_run(base_plan, missing, own)
+            for name in missing:
+                known[name] = base_run.by_name().get(name) or ctest.Result(
+                    name, "not run", 0.0, "no such test upstream"
+                )
+            _write_baseline(cache_file, tree.upstream_sha, known)
+            took = time.monotonic() - start
+            baseline = f"run ({len(missing)} tests on upstream {tree.upstream_sha[:12]}, {took:.0f} s)"
+        verdicts = _Verdicts(
+            baseline=baseline,
+            red_upstream=frozenset(n for n in failed if known[n].verdict == "failed"),
+            judged=True,
+            baseline_seconds=time.monotonic() - start,
+        )
+        start = time.monotonic()
+        verdicts.blames = _attribute(
+            tree,
+            aside,
+            Repo(settings.workdir, settings.env),
+            span=(stamp.base_commit, patched_sha),
+            broken=[n for n in failed if n not in verdicts.red_upstream],
+            own=own,
+            tip=results,
+            budget=budget,
+        )
+        verdicts.attribution_seconds = time.monotonic() - start
+    return verdicts
+
+
+def _attribute(
+    tree: _Tree,
+    aside: AsideTree,
+    repo: Repo,
+    *,
+    span: tuple[str, str],
+    broken: Iterable[str],
+    own: Sequence[str],
+    tip: Mapping[str, ctest.Result],
+    budget: float,
+) -> dict[str, Blame]:
+    """Bisect the prepared commits for each broken test (probes shared between tests; the
+    whole queue's results, ``tip``, are the last probe)."""
+    names = list(broken)
+    if not names:
+        return {}
+    commits = queue_commits(repo, *span)
+    deadline = time.monotonic() + budget
+    probes: dict[int, dict[str, ctest.Result]] = {len(commits): dict(tip)}
+
+    def probe(k: int) -> dict[str, ctest.Result]:
+        if k not in probes:
+            commit = commits[k - 1].sha
+            with tree.console.step(f"attribution: {', '.join(names)} after patch {k}/{len(commits)}"):
+                _, run, _ = tree.build_and_run(
+                    tree.plan(aside.at(commit), commit, "attribution", aside=True), names, own
+                )
+            probes[k] = run.by_name()
+        return probes[k]
+
+    blames: dict[str, Blame] = {}
+    for name in names:
+
+        def fails_at(k: int, name: str = name) -> bool:
+            found = probe(k).get(name)
+            return found is not None and found.verdict == "failed"
+
+        good, bad, finished = bisect_first_failing(len(commits), fails_at, deadline=deadline)
+        if finished:
+            first = commits[bad - 1]
+            out = probes[bad][name].output if name in probes[bad] else ""
+            blames[name] = Blame(first.label, first.sha, out, probes=len(probes))
+        else:
+            suspects = ", ".join(c.label for c in commits[good:bad])
+            blames[name] = Blame(
+                None,
+                None,
+                gave_up=f"the {budget:.0f} s budget ran out; the first failing patch is one of: {suspects}",
+                probes=len(probes),
+            )
+    return blames

@@ -1,0 +1,168 @@
+"""Upstream's tests: reading CTest's list and verdicts, the queue's own tests, the bisection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from skippy.check import ctest
+from skippy.flows.upstream_tests import _Verdicts, bisect_first_failing, own_test_targets
+from skippy.queue.model import Lane, Patch, Queue
+
+BUILD = Path("/b")
+
+LISTING = {
+    "kind": "ctestInfo",
+    "version": {"major": 1, "minor": 0},
+    "tests": [
+        {
+            "name": "test-sampling",
+            "command": ["/b/bin/test-sampling"],
+            "properties": [{"name": "LABELS", "value": ["main"]}],
+        },
+        {
+            "name": "test-tokenizer-0-gpt-2",
+            "command": ["/b/bin/test-tokenizer-0", "/src/models/ggml-vocab-gpt-2.gguf"],
+            "properties": [{"name": "LABELS", "value": ["main"]}],
+        },
+        {
+            "name": "test-tokenizers-ggml-vocabs",
+            "command": ["/src/tests/test-tokenizers-repo.sh", "https://example.invalid/vocabs"],
+            "properties": [{"name": "LABELS", "value": ["main"]}],
+        },
+        {
+            "name": "test-save-load-state",
+            "command": ["/b/bin/test-save-load-state"],
+            "properties": [
+                {"name": "LABELS", "value": ["model"]},
+                {"name": "FIXTURES_REQUIRED", "value": ["test-download-model"]},
+            ],
+        },
+        {"name": "test-skippy-gemma3", "command": ["/b/bin/test-skippy-gemma3"], "properties": []},
+    ],
+}
+
+JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
+<testsuite name="(empty)" tests="5" failures="3" disabled="0" skipped="1" time="0">
+  <testcase name="ok" classname="ok" time="0.25" status="run"><system-out>fine</system-out></testcase>
+  <testcase name="bad" classname="bad" time="0.5" status="fail">
+    <failure message=""/><system-out>line 1
+assertion failed: top_k</system-out>
+  </testcase>
+  <testcase name="vocabs" classname="vocabs" time="1" status="fail">
+    <failure message=""/><system-out>fatal: unable to access 'https://example.invalid/x/': Could not resolve host</system-out>
+  </testcase>
+  <testcase name="setup" classname="setup" time="0.1" status="fail">
+    <failure message=""/><system-out>download failed</system-out>
+  </testcase>
+  <testcase name="needs" classname="needs" time="0" status="notrun">
+    <skipped message="Fixture dependency failed"/><system-out>Failed test dependencies: setup</system-out>
+  </testcase>
+</testsuite>
+"""
+
+
+def test_listing_names_the_target_that_builds_each_test() -> None:
+    cases = {c.name: c for c in ctest.parse_listing(json.dumps(LISTING), BUILD)}
+    assert cases["test-sampling"].target == "test-sampling"
+    # several tests share one program
+    assert cases["test-tokenizer-0-gpt-2"].target == "test-tokenizer-0"
+    # a script of the source tree is built by no target
+    assert cases["test-tokenizers-ggml-vocabs"].target == ""
+    assert cases["test-save-load-state"].fixtures_required == ("test-download-model",)
+
+
+def test_listing_that_is_not_ctest_json_is_refused() -> None:
+    with pytest.raises(ValueError, match="not JSON"):
+        ctest.parse_listing("Test project /b", BUILD)
+    with pytest.raises(ValueError, match="'tests'"):
+        ctest.parse_listing("{}", BUILD)
+
+
+def test_selection_is_the_main_label_plus_the_queues_own_tests() -> None:
+    cases = ctest.parse_listing(json.dumps(LISTING), BUILD)
+    picked = [c.name for c in ctest.select(cases, own_targets=["test-skippy-gemma3"])]
+    assert picked == ["test-sampling", "test-tokenizer-0-gpt-2", "test-tokenizers-ggml-vocabs", "test-skippy-gemma3"]
+    assert "test-skippy-gemma3" not in [c.name for c in ctest.select(cases)]
+
+
+def test_junit_verdicts_setups_and_network() -> None:
+    results = {r.name: r for r in ctest.parse_junit(JUNIT, ["ok", "bad", "vocabs", "needs"])}
+    assert results["ok"].verdict == "passed" and results["ok"].output == ""
+    assert results["bad"].verdict == "failed"
+    assert "assertion failed: top_k" in results["bad"].output
+    # no network is not a verdict on the tree
+    assert results["vocabs"].verdict == "not run"
+    assert results["vocabs"].output.startswith("needs the network (Could not resolve host)")
+    # CTest added the set-up by itself: marked, so it is reported apart from the selected tests
+    assert results["setup"].setup and results["setup"].verdict == "failed"
+    assert not results["bad"].setup
+    assert results["needs"].verdict == "not run"
+    assert "Fixture dependency failed" in results["needs"].output
+
+
+def test_name_regex_matches_only_the_names() -> None:
+    import re
+
+    pattern = re.compile(ctest.name_regex(["test-a+b", "test-c"]))
+    assert pattern.match("test-a+b") and pattern.match("test-c")
+    assert not pattern.match("test-a+bc") and not pattern.match("xtest-c")
+
+
+def _patch(tmp_path: Path, name: str, body: str, lane: Lane = Lane.CORE) -> Patch:
+    path = tmp_path / name
+    data = body.encode()
+    path.write_bytes(data)
+    return Patch(lane=lane, path=path, number=1, data=data)
+
+
+def test_own_tests_are_the_new_files_under_tests(tmp_path: Path) -> None:
+    adds = _patch(
+        tmp_path,
+        "0001-x.patch",
+        "diff --git a/tests/test-mine.cpp b/tests/test-mine.cpp\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/tests/test-mine.cpp\n@@ -0,0 +1 @@\n+int main() {}\n"
+        "diff --git a/tests/helper.h b/tests/helper.h\n--- /dev/null\n+++ b/tests/helper.h\n",
+    )
+    edits = _patch(
+        tmp_path,
+        "0002-y.patch",
+        "--- a/tests/test-sampling.cpp\n+++ b/tests/test-sampling.cpp\n@@ -1 +1 @@\n-a\n+b\n",
+    )
+    queue = Queue(root=tmp_path, patches=(adds, edits), digest="d")
+    assert own_test_targets(queue) == ("test-mine",)
+
+
+@pytest.mark.parametrize("first", [1, 2, 5, 9])
+def test_bisection_finds_the_first_failing_prefix(first: int) -> None:
+    asked: list[int] = []
+
+    def fails_at(k: int) -> bool:
+        asked.append(k)
+        return k >= first
+
+    good, bad, finished = bisect_first_failing(9, fails_at, deadline=float("inf"))
+    assert finished and bad == first and good == first - 1
+    # a bisection, not a walk: at most ceil(log2(9)) probes
+    assert len(asked) <= 4
+
+
+def test_bisection_stops_at_the_deadline_with_the_range_left() -> None:
+    ticks = iter([0.0, 0.0, 100.0, 100.0])
+
+    good, bad, finished = bisect_first_failing(16, lambda k: k >= 3, deadline=50.0, clock=lambda: next(ticks))
+    assert not finished
+    # two probes ran (8 fails, 4 fails) before the clock passed the deadline
+    assert (good, bad) == (0, 4)
+
+
+def test_a_failure_is_only_the_queues_once_judged() -> None:
+    unjudged = _Verdicts(baseline="not run")
+    assert unjudged.status("t", "failed") == "failed"
+    judged = _Verdicts(baseline="run", red_upstream=frozenset({"red"}), judged=True)
+    assert judged.status("red", "failed") == "red upstream"
+    assert judged.status("t", "failed") == "broken by the queue"
+    assert judged.status("t", "passed") == "passed"
+    assert judged.status("t", "not run") == "not run"
