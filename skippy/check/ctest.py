@@ -29,6 +29,8 @@ OUTPUT_LINES: Final = 40
 NETWORK_SIGNS: Final = re.compile(
     r"Could not resolve host|Failed to connect to|Couldn't connect to server|Temporary failure in name resolution"
     r"|Network is unreachable|Connection timed out|Could not resolve proxy"
+    # llama.cpp's own words when a download it tests cannot reach its server
+    r"|cannot make GET request"
 )
 
 Verdict = Literal["passed", "failed", "not run"]

@@ -36,7 +36,7 @@ from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError, ToolchainMissing, UpstreamTestsFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.upstream_tests import UpstreamTestsReport, run_upstream_tests
+from skippy.flows.upstream_tests import Subject, UpstreamTestsReport, run_backend_ops, run_upstream_tests
 
 #: the environment variable that turns --skip-unavailable on
 SKIP_UNAVAILABLE_ENV: Final = "SKIPPY_SKIP_UNAVAILABLE"
@@ -440,18 +440,19 @@ def _upstream_tests(
     if plan.build_root is not None:
         console.warn("upstream tests not run: the build runs inside a root file system, its tests would too")
         return None
-    report = run_upstream_tests(
-        backend,
-        settings,
-        console,
+    subject = Subject(
         toolchain=toolchain,
         options=options,
         upstream_sha=prepared.upstream_sha,
         patched_sha=prepared.patched_sha,
         queue_digest=prepared.queue_digest,
         build_number=_upstream_count(settings, prepared),
-        prepared=not local,
     )
+    device = spec(backend).device_prefix
+    if device is None:
+        report = run_upstream_tests(backend, settings, console, subject, prepared=not local)
+    else:
+        report = run_backend_ops(backend, settings, console, subject, device=f"{device}0")
     for line in report.render():
         console.info(line)
     if not report.ok:

@@ -30,7 +30,7 @@ from filelock import FileLock
 from skippy.build.builder import BuildReport, execute_plan
 from skippy.build.plan import BuildOptions, BuildPlan, plan_build
 from skippy.build.toolchain import Toolchain, inspect_tree
-from skippy.check import ctest
+from skippy.check import backend_ops, ctest
 from skippy.core.errors import SkippyError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
@@ -44,6 +44,8 @@ TESTS_DEFINE: Final = "-DLLAMA_BUILD_TESTS=ON"
 #: value for every commit and pin, so that moving the tree beside the workdir recompiles only the
 #: files that changed (the unpatched tree puts the commit on every compile line of libllama)
 ASIDE_BUILD_COMMIT: Final = "0" * 40
+#: upstream's program that compares a device's ops with the CPU's
+BACKEND_OPS_TARGET: Final = "test-backend-ops"
 #: seconds the bisection may take before it reports how far it got
 ATTRIBUTION_BUDGET: Final = 1800.0
 #: a new file under tests/ in a patch: the queue's own test (its target is the file's stem)
@@ -108,10 +110,14 @@ class UpstreamTestsReport:
     attribution_seconds: float = 0.0
     #: fixture set-ups CTest added that failed (e.g. a model download without a network)
     setups_failed: tuple[ctest.Result, ...] = ()
+    #: a GPU backend's ops against the CPU (test-backend-ops on the device), and the device
+    ops: tuple[backend_ops.OpResult, ...] = ()
+    ops_device: str | None = None
 
     @property
     def ok(self) -> bool:
-        return not any(t.status in ("broken by the queue", "failed") for t in self.tests)
+        tests_ok = not any(t.status in ("broken by the queue", "failed") for t in self.tests)
+        return tests_ok and not any(o.failed for o in self.ops)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -120,6 +126,10 @@ class UpstreamTestsReport:
         return out
 
     def summary(self) -> str:
+        if self.ops_device is not None:
+            passed = sum(o.passed for o in self.ops)
+            failed = sum(o.failed for o in self.ops)
+            return f"{len(self.ops)} ops on {self.ops_device} against the CPU: {passed} cases passed, {failed} failed"
         counts = self.counts()
         order: tuple[Status, ...] = ("passed", "broken by the queue", "failed", "red upstream", "not run")
         return ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s))
@@ -139,6 +149,8 @@ class UpstreamTestsReport:
             "attribution_seconds": round(self.attribution_seconds, 3),
             "setups_failed": [r.as_dict() for r in self.setups_failed],
             "tests": [t.as_dict() for t in self.tests],
+            "ops_device": self.ops_device,
+            "ops": [o.as_dict() for o in self.ops],
         }
 
     def render(self) -> list[str]:
@@ -159,6 +171,11 @@ class UpstreamTestsReport:
         for s in self.setups_failed:
             first = s.output.strip().splitlines()[-1] if s.output.strip() else "failed"
             lines.append(f"  · set-up {s.name} failed ({first}): the tests needing it did not run")
+        for o in self.ops:
+            mark = "✗" if o.failed else "✓" if o.passed else "·"
+            counts = f"{o.passed} passed, {o.failed} failed, {o.unsupported} not supported, {o.seconds:.0f} s"
+            lines.append(f"  {mark} {o.op}: {counts}" + (f" ({o.cut_short})" if o.cut_short else ""))
+            lines.extend(f"      {f}" for f in o.failures)
         return lines
 
 
@@ -198,6 +215,20 @@ class _Tree:
     build_number: int | None
     console: Console
     jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+    @classmethod
+    def of(cls, backend: str, settings: Settings, console: Console, subject: Subject) -> _Tree:
+        jobs = subject.options.jobs or os.cpu_count() or 1
+        return cls(
+            backend,
+            settings,
+            subject.toolchain,
+            subject.options,
+            subject.upstream_sha,
+            subject.build_number,
+            console,
+            jobs,
+        )
 
     def plan(self, source: Path, commit: str, queue_digest: str | None, *, aside: bool = False) -> BuildPlan:
         return plan_build(
@@ -322,17 +353,56 @@ def bisect_first_failing(
     return good, bad, True
 
 
+@dataclass(frozen=True)
+class Subject:
+    """The tree whose tests run: how it was built and what it is."""
+
+    toolchain: Toolchain
+    options: BuildOptions
+    upstream_sha: str
+    patched_sha: str
+    queue_digest: str | None
+    build_number: int | None
+
+
+def run_backend_ops(
+    backend: str,
+    settings: Settings,
+    console: Console,
+    subject: Subject,
+    *,
+    device: str,
+    budget: float = backend_ops.DEFAULT_BUDGET,
+) -> UpstreamTestsReport:
+    """A GPU backend's share of upstream's tests: its ops against the CPU on ``device``
+    (``test-backend-ops``, the one upstream test that exercises a device; ``ctest -L main``
+    runs on the CPU build)."""
+    tree = _Tree.of(backend, settings, console, subject)
+    plan = tree.plan(settings.workdir, subject.patched_sha, subject.queue_digest)
+    execute_plan(plan, console, build=False)
+    report = execute_plan(_with_targets(plan, [BACKEND_OPS_TARGET]), console)
+    env = {**plan.env, **plan.spot_check_env}
+    with console.step(f"test-backend-ops on {device}: {len(backend_ops.MODEL_OPS)} ops, {budget:.0f} s time box"):
+        ops = backend_ops.run_ops(report.binaries[BACKEND_OPS_TARGET], device, env, budget=budget)
+    return UpstreamTestsReport(
+        backend,
+        subject.upstream_sha,
+        plan.build_dir,
+        report,
+        sum(o.seconds for o in ops),
+        (),
+        baseline="not needed (ctest -L main runs on the CPU build)",
+        ops=ops,
+        ops_device=device,
+    )
+
+
 def run_upstream_tests(
     backend: str,
     settings: Settings,
     console: Console,
+    subject: Subject,
     *,
-    toolchain: Toolchain,
-    options: BuildOptions,
-    upstream_sha: str,
-    patched_sha: str,
-    queue_digest: str | None,
-    build_number: int | None,
     prepared: bool = True,
     budget: float = ATTRIBUTION_BUDGET,
 ) -> UpstreamTestsReport:
@@ -342,8 +412,9 @@ def run_upstream_tests(
     baseline and no blame, since no prepared base says what the queue changed.
     """
     own = own_test_targets(load_queue(settings.patch_dir))
-    tree = _Tree(backend, settings, toolchain, options, upstream_sha, build_number, console)
-    plan = tree.plan(settings.workdir, patched_sha, queue_digest)
+    tree = _Tree.of(backend, settings, console, subject)
+    patched_sha = subject.patched_sha
+    plan = tree.plan(settings.workdir, patched_sha, subject.queue_digest)
     report, run, chosen = tree.build_and_run(plan, None, own)
     own_names = {c.name for c in chosen if c.target in own}
     results = {r.name: r for r in run.results if not r.setup}
@@ -366,7 +437,7 @@ def run_upstream_tests(
     )
     return UpstreamTestsReport(
         backend,
-        upstream_sha,
+        subject.upstream_sha,
         plan.build_dir,
         report,
         run.seconds,
@@ -374,7 +445,7 @@ def run_upstream_tests(
         baseline=verdict.baseline,
         baseline_seconds=verdict.baseline_seconds,
         attribution_seconds=verdict.attribution_seconds,
-        setups_failed=tuple(r for r in run.results if r.setup and r.verdict == "failed"),
+        setups_failed=tuple(r for r in run.results if r.setup and r.verdict != "passed"),
     )
 
 

@@ -166,3 +166,43 @@ def test_a_failure_is_only_the_queues_once_judged() -> None:
     assert judged.status("t", "failed") == "broken by the queue"
     assert judged.status("t", "passed") == "passed"
     assert judged.status("t", "not run") == "not run"
+
+
+OPS_OUTPUT = """Testing 2 devices
+
+Backend 1/2: Vulkan0
+  Device description: llvmpipe (LLVM 15.0.6, 256 bits)
+  ADD(type=f32,ne=[10,5,4,3],nr=[1,1,1,1],nf=1): \x1b[1;32mOK\x1b[0m
+  ADD(type=f16,ne=[10,5,4,3],nr=[2,1,1,1],nf=1): \x1b[1;31mFAIL\x1b[0m
+  ADD(type=bf16,ne=[10,5,4,3],nr=[1,1,1,1],nf=1): not supported [Vulkan0]
+  2/3 tests passed
+  Backend Vulkan0: \x1b[1;31mFAIL\x1b[0m
+"""
+
+
+def test_backend_ops_cases_are_counted_from_the_console_lines() -> None:
+    from skippy.check.backend_ops import parse_cases
+
+    passed, failed, unsupported, failures = parse_cases(OPS_OUTPUT)
+    assert (passed, failed, unsupported) == (1, 1, 1)
+    assert failures == ("ADD(type=f16,ne=[10,5,4,3],nr=[2,1,1,1],nf=1): FAIL",)
+
+
+def test_backend_ops_time_box_cuts_short_and_says_so(tmp_path: Path) -> None:
+    import os
+
+    from skippy.check.backend_ops import run_ops
+
+    program = tmp_path / "test-backend-ops"
+    # prints one passing case of the op it is given; SLOW never finishes
+    program.write_text(
+        '#!/bin/sh\nop="$5"\necho "  $op(type=f32): OK"\n[ "$op" = SLOW ] && exec sleep 30\nexit 0\n'
+    )
+    program.chmod(0o755)
+    ops = (("ADD", None), ("SLOW", None), ("MUL", None))
+    results = run_ops(program, "Vulkan0", dict(os.environ), ops=ops, budget=3.0)
+    by_op = {r.op: r for r in results}
+    assert by_op["ADD"].verdict == "passed" and by_op["ADD"].cut_short is None
+    assert by_op["SLOW"].passed == 1 and by_op["SLOW"].cut_short is not None
+    assert "time box" in by_op["SLOW"].cut_short
+    assert by_op["MUL"].verdict == "not run" and "not reached" in str(by_op["MUL"].cut_short)
