@@ -248,4 +248,4 @@ def check_workdir(settings: Settings, *, from_env: bool) -> None:
 
 
 #: sub-tables owned by other modules (archives, builds, spot checks ...)
-_SUBTABLES = frozenset({"archives", "build", "spot_check", "parity", "generated", "testbed"})
+_SUBTABLES = frozenset({"archives", "build", "spot_check", "parity", "generated", "testbed", "upstream_tests"})

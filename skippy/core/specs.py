@@ -251,5 +251,31 @@ SPOT_CHECK: Final[tuple[Spec, ...]] = (
     ),
 )
 
+#: ``[tool.skippy.upstream_tests]``: upstream's own tests on the patched tree (``--upstream-tests``)
+UPSTREAM_TESTS: Final[tuple[Spec, ...]] = (
+    Spec(
+        "attribution_budget",
+        "float",
+        1800.0,
+        "seconds the bisection for a broken test may take before it reports how far it got",
+        env="SKIPPY_ATTRIBUTION_BUDGET",
+        low=0,
+        high=86400,
+    ),
+    Spec(
+        "ops_budget",
+        "float",
+        300.0,
+        "seconds for a GPU backend's test-backend-ops subset (the ops it did not reach are named)",
+        env="SKIPPY_OPS_BUDGET",
+        low=1,
+        high=86400,
+    ),
+)
+
 #: the sub-tables checked here, by name
-SUBTABLES: Final[Mapping[str, tuple[Spec, ...]]] = {"build": BUILD, "spot_check": SPOT_CHECK}
+SUBTABLES: Final[Mapping[str, tuple[Spec, ...]]] = {
+    "build": BUILD,
+    "spot_check": SPOT_CHECK,
+    "upstream_tests": UPSTREAM_TESTS,
+}

@@ -31,6 +31,7 @@ from skippy.build.builder import BuildReport, execute_plan
 from skippy.build.plan import BuildOptions, BuildPlan, plan_build
 from skippy.build.toolchain import Toolchain, inspect_tree
 from skippy.check import backend_ops, ctest
+from skippy.core import specs
 from skippy.core.errors import SkippyError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
@@ -46,8 +47,15 @@ TESTS_DEFINE: Final = "-DLLAMA_BUILD_TESTS=ON"
 ASIDE_BUILD_COMMIT: Final = "0" * 40
 #: upstream's program that compares a device's ops with the CPU's
 BACKEND_OPS_TARGET: Final = "test-backend-ops"
-#: seconds the bisection may take before it reports how far it got
-ATTRIBUTION_BUDGET: Final = 1800.0
+
+
+def budget_of(settings: Settings, key: str) -> float:
+    """``[tool.skippy.upstream_tests]`` ``attribution_budget`` / ``ops_budget`` (or its variable)."""
+    names = [s.key for s in specs.UPSTREAM_TESTS]
+    table = settings.subtable("upstream_tests", names, example="ops_budget = 600")
+    return float(specs.value(specs.UPSTREAM_TESTS, key, table, settings.env, where="[tool.skippy.upstream_tests]"))
+
+
 #: a new file under tests/ in a patch: the queue's own test (its target is the file's stem)
 _NEW_TEST = re.compile(r"^--- /dev/null\n\+\+\+ b/tests/([A-Za-z0-9_.-]+)\.(?:c|cpp)$", re.MULTILINE)
 
@@ -372,7 +380,6 @@ def run_backend_ops(
     subject: Subject,
     *,
     device: str,
-    budget: float = backend_ops.DEFAULT_BUDGET,
 ) -> UpstreamTestsReport:
     """A GPU backend's share of upstream's tests: its ops against the CPU on ``device``
     (``test-backend-ops``, the one upstream test that exercises a device; ``ctest -L main``
@@ -382,8 +389,9 @@ def run_backend_ops(
     execute_plan(plan, console, build=False)
     report = execute_plan(_with_targets(plan, [BACKEND_OPS_TARGET]), console)
     env = {**plan.env, **plan.spot_check_env}
-    with console.step(f"test-backend-ops on {device}: {len(backend_ops.MODEL_OPS)} ops, {budget:.0f} s time box"):
-        ops = backend_ops.run_ops(report.binaries[BACKEND_OPS_TARGET], device, env, budget=budget)
+    seconds = budget_of(settings, "ops_budget")
+    with console.step(f"test-backend-ops on {device}: {len(backend_ops.MODEL_OPS)} ops, {seconds:.0f} s time box"):
+        ops = backend_ops.run_ops(report.binaries[BACKEND_OPS_TARGET], device, env, budget=seconds)
     return UpstreamTestsReport(
         backend,
         subject.upstream_sha,
@@ -404,7 +412,6 @@ def run_upstream_tests(
     subject: Subject,
     *,
     prepared: bool = True,
-    budget: float = ATTRIBUTION_BUDGET,
 ) -> UpstreamTestsReport:
     """Build and run upstream's tests on the workdir; when some fail, the baseline and the blame.
 
@@ -423,7 +430,9 @@ def run_upstream_tests(
     if failed and not prepared:
         verdict = _Verdicts(baseline="not run (the workdir as it stands has no prepared base to compare with)")
     elif failed:
-        verdict = _judge(tree, patched_sha, failed=failed, own=own, results=results, budget=budget)
+        verdict = _judge(
+            tree, patched_sha, failed=failed, own=own, results=results, budget=budget_of(settings, "attribution_budget")
+        )
     tests = tuple(
         TestOutcome(
             name,
