@@ -26,7 +26,7 @@ from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import run_build_session
+from skippy.flows.build_session import SessionArgs, run_build_session
 from tests.e2e.needs import cannot_run
 
 pytestmark = pytest.mark.e2e
@@ -78,3 +78,39 @@ def test_build_vulkan_runs_on_lavapipe_and_computes_like_the_cpu(
         check=False,
     )
     assert "Vulkan0" in devices.stdout + devices.stderr
+
+
+#: the time box of the ops subset in the suite (the default is 300 s)
+OPS_BUDGET_S = 150
+
+
+def test_vulkan_ops_against_the_cpu_on_lavapipe_within_the_time_box(project_settings: Settings) -> None:
+    """``--upstream-tests`` on a GPU backend: upstream's test-backend-ops compares the forward
+    pass's ops on Vulkan0 with the CPU, one op at a time, inside the time box."""
+    if not any(icd.is_file() for icd in LAVAPIPE_ICDS):
+        cannot_run("no lavapipe: install mesa-vulkan-drivers (see .ci/run)")
+    env = {**project_settings.env, "SKIPPY_OPS_BUDGET": str(OPS_BUDGET_S)}
+    settings = Settings.load(project_settings.root, env)
+    stream = io.StringIO()
+    try:
+        outcome = run_build_session(
+            "vulkan",
+            settings,
+            Console(env={}, stream=stream),
+            SessionArgs(spot_check=False, upstream_tests=True),
+        )
+    except ToolchainMissing as exc:
+        cannot_run(f"the Vulkan toolchain is missing here: {exc.what} (see .ci/run)")
+    report = outcome.upstream
+    assert report is not None, stream.getvalue()[-3000:]
+    assert report.ops_device == "Vulkan0"
+    assert report.ok, "\n".join(report.render())
+    ran = {o.op: o for o in report.ops}
+    # the first ops of the subset ran on the device and agreed with the CPU
+    for op in ("ADD", "MUL", "RMS_NORM"):
+        assert ran[op].passed > 0 and ran[op].failed == 0, ran[op]
+    assert sum(o.seconds for o in report.ops) <= OPS_BUDGET_S + 30
+    # what the box cut short or did not reach is named, never silently dropped
+    for o in report.ops:
+        assert o.verdict == "passed" or o.cut_short, o
+    assert "test-backend-ops on Vulkan0" in stream.getvalue()
