@@ -435,7 +435,13 @@ def _git_lines(workdir: Path, genv: Mapping[str, str], *args: str) -> list[str]:
 
 SECTIONS = ("prepare", "minimal-touch", "builds", "spot-check", "remote-cache")
 #: sections run only when asked for with --only (long: the whole CUDA and ROCm builds)
-ON_REQUEST = ("cuda", "rocm")
+ON_REQUEST = ("cuda", "rocm", "upstream-tests")
+
+
+def _bench_tests(settings: Settings, console: Console) -> dict[str, Any]:
+    from benchmarks.bench_tests import bench_upstream_tests
+
+    return bench_upstream_tests(settings, console)
 
 
 def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: dict[str, Any]) -> None:
@@ -447,6 +453,7 @@ def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: 
         "remote-cache": ("remote_cache", "a new machine served by a Redis cache", bench_proofs.bench_remote_cache),
         "cuda": ("cuda", "the whole CUDA build from the wheel toolkit", bench_proofs.bench_cuda),
         "rocm": ("rocm", "the whole ROCm build inside the Debian root", bench_proofs.bench_rocm),
+        "upstream-tests": ("upstream_tests", "upstream's tests: build, ctest, one attribution", _bench_tests),
     }
     for name, (key, title, bench) in sections.items():
         if name in wanted:
@@ -467,7 +474,7 @@ def run(
     """Run the bench sections (``only`` limits them; figures already in ``output`` are kept)."""
     wanted = set(only) or set(SECTIONS)
     if not builds:
-        wanted -= {"minimal-touch", "builds", "spot-check", "remote-cache", "cuda", "rocm"}
+        wanted -= {"minimal-touch", "builds", "spot-check", "remote-cache", "cuda", "rocm", "upstream-tests"}
     report: dict[str, Any] = {}
     if output.is_file() and only:
         report = json.loads(output.read_text(encoding="utf-8"))

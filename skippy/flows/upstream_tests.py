@@ -16,6 +16,7 @@ The workdir itself is never checked out, built in or changed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -305,7 +306,9 @@ class AsideTree:
     """A ``git clone --shared`` of the workdir under the cache dir, moved between commits."""
 
     def __init__(self, settings: Settings, workdir: Path) -> None:
-        self.path = settings.cache_dir / "upstream-tests" / "llama.cpp"
+        # one per workdir: its commits are reached through that workdir's object store
+        key = hashlib.sha256(str(workdir.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        self.path = settings.cache_dir / "upstream-tests" / f"tree-{key}" / "llama.cpp"
         self.workdir = workdir
         self.env = settings.env
 
