@@ -9,6 +9,8 @@ import argparse
 import contextlib
 import difflib
 import json
+import os
+import stat
 import sys
 import threading
 import time
@@ -307,15 +309,19 @@ class Progress:
 
 
 def tree_size(path: Path) -> int:
-    """Bytes of the regular files at or under ``path`` (0 where nothing is, or it vanished meanwhile)."""
+    """Bytes of the regular files at or under ``path``, links not followed (0 where nothing is;
+    what vanishes meanwhile is not counted)."""
     try:
-        if path.is_file() and not path.is_symlink():
-            return path.stat().st_size
-        total = 0
-        for found in path.rglob("*"):
-            with contextlib.suppress(OSError):
-                if found.is_file() and not found.is_symlink():
-                    total += found.lstat().st_size
-        return total
+        info = path.lstat()
     except OSError:
         return 0
+    if not stat.S_ISDIR(info.st_mode):
+        return info.st_size if stat.S_ISREG(info.st_mode) else 0
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                found = Path(folder, name).lstat()
+                if stat.S_ISREG(found.st_mode):
+                    total += found.st_size
+    return total
