@@ -26,6 +26,7 @@ backups, the compiler cache, toolkits, system roots and models.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +45,10 @@ from skippy.queue.testbed import LLAMA_CPP_PYTHON
 
 #: a build dir without a stamp changed more recently than this (seconds) may be a configure under way
 UNSTAMPED_GRACE: Final = 3600.0
+#: how a build names its dir: ``<backend>-<flags digest>``, ``...-local-<workdir state>`` for
+#: ``--workdir-as-is`` (:func:`skippy.build.plan.plan_build`); a stampless CMake dir named
+#: otherwise is someone's own and stays
+BUILD_DIR_NAME: Final = re.compile(r"^[A-Za-z0-9_.]+-[0-9a-f]{10}(?:-local-[0-9a-f]{12})?$")
 #: what ``invoke clean`` never touches, said in its report
 NEVER_TOUCHED: Final = (
     "the workdir, the patch queue, the backups, the compiler cache, toolkits, system roots and models"
@@ -111,10 +116,29 @@ class _Planner:
         """The id of a process using ``path`` or something inside it, if any."""
         return next((pid for used, pid in self.in_use.items() if used == path or path in used.parents), None)
 
+    def protected(self, path: Path) -> str | None:
+        """What ``path`` is, when it is (or holds, or lies in) something clean never removes."""
+        s = self.settings
+        real = path.resolve()
+        guarded = {
+            "the workdir": s.workdir,
+            "the patch queue": s.patch_dir,
+            "the cache": s.cache_dir,
+            "the project": s.root,
+        }
+        for what, kept in guarded.items():
+            where = kept.resolve()
+            if real == where or real in where.parents or (what == "the workdir" and where in real.parents):
+                return what
+        return None
+
     def add(self, path: Path, why: str, *, removable: bool, size: int | None = None) -> None:
         pid = self.user(path.resolve())
-        if removable and pid is not None:
-            why, removable = f"in use by process {pid}; else: {why}", False
+        guarded = self.protected(path)
+        if guarded is not None:
+            why, removable = f"{guarded}, never removed", False
+        elif removable and pid is not None:
+            why, removable = f"in use by process {pid} ({why})", False
         entry = Entry(path, tree_size(path) if size is None else size, why)
         (self.remove if removable else self.keep).append(entry)
 
@@ -143,7 +167,10 @@ class _Planner:
 
     def unstamped(self, path: Path) -> None:
         age = self.now - _changed_at(path)
-        if age < UNSTAMPED_GRACE:
+        if not BUILD_DIR_NAME.match(path.name):
+            why = "a CMake build dir no build made (a build names its dir <backend>-<digest>)"
+            self.add(path, why, removable=False)
+        elif age < UNSTAMPED_GRACE:
             why = (
                 f"a CMake build dir with no build stamp, changed {age / 60:.0f} min ago: perhaps a configure under way"
             )

@@ -170,7 +170,7 @@ def test_a_build_dir_a_process_works_in_is_kept(built: tuple[Project, dict[str, 
     try:
         plan = plan_clean(project.settings)
         kept = {e.path: e.why for e in plan.keep}
-        assert kept[dirs["local"]].startswith(f"in use by process {child.pid}; ")
+        assert kept[dirs["local"]].startswith(f"in use by process {child.pid} (a cpu build of .deps/llama.cpp as ")
         assert dirs["local"] not in {e.path for e in plan.remove}
     finally:
         child.kill()
@@ -197,3 +197,34 @@ def test_clean_removes_what_the_dry_run_listed_and_keeps_the_rest(built: tuple[P
     assert [(e.path, e.why) for e in plan.remove] == [
         (dirs["other"], "a cpu build of .deps/other-llama.cpp, which no longer exists")
     ]
+
+
+def test_only_dirs_a_build_made_go_never_the_workdir_even_with_a_cmake_cache(tmp_path: Path) -> None:
+    """A build root that holds the workdir and the cache (build_root = ".deps"): an in-tree CMake
+    build in the workdir and someone's own CMake dir stay; a stampless dir named as a build names
+    its dir goes."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "pyproject.toml").write_text('[tool.skippy]\nbuild_root = ".deps"\n', encoding="utf-8")
+    settings = Settings.load(root, {"PATH": os.defpath})
+    assert settings.build_root == settings.workdir.parent == settings.cache_dir.parent
+    made = {}
+    for name in ("llama.cpp", "mine", "cpu-0123456789", "cache"):
+        made[name] = settings.build_root / name
+        made[name].mkdir(parents=True)
+        (made[name] / "CMakeCache.txt").write_text("CMAKE_GENERATOR:INTERNAL=Ninja\n", encoding="utf-8")
+        age(made[name], UNSTAMPED_GRACE + 60)
+    # a workdir named as a build names its dir is still the workdir
+    as_workdir = Settings.load(root, {"PATH": os.defpath, "LLAMA_WORKDIR": str(made["cpu-0123456789"])})
+    plan = plan_clean(as_workdir, in_use={})
+    assert plan.remove == ()
+    assert {e.path.name: e.why for e in plan.keep}["cpu-0123456789"] == "the workdir, never removed"
+
+    plan = plan_clean(settings, in_use={})
+    assert [e.path for e in plan.remove] == [made["cpu-0123456789"]]
+    kept = {e.path.name: e.why for e in plan.keep}
+    assert kept["llama.cpp"] == "the workdir, never removed"
+    assert kept["cache"] == "the cache, never removed"
+    assert kept["mine"] == "a CMake build dir no build made (a build names its dir <backend>-<digest>)"
+    clean(settings, Console(quiet=True), dry_run=False)
+    assert sorted(p.name for p in settings.build_root.iterdir()) == ["cache", "llama.cpp", "mine"]
