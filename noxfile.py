@@ -1,5 +1,9 @@
-"""nox sessions: a menu.  Each session parses its options and makes one call
-into the skippy library; no git or cmake command line is written here."""
+"""skippy's sessions.  `nox` alone runs lint and tests; `nox -s build-<backend>` builds
+the prepared llama.cpp tree for one backend and spot-checks it (`nox -s build-cpu -- --help`
+lists its options).  The patch-queue commands are invoke tasks: `invoke --list`."""
+
+# A menu: each session parses its options and makes one call into the skippy library;
+# no git or cmake command line is written here (nox -l prints the docstring above).
 
 from __future__ import annotations
 
@@ -29,8 +33,10 @@ CI_SCRIPTS = (".ci/run", ".ci/setup", ".ci/as-root")
 
 @nox.session(tags=["check"])
 def lint(session: nox.Session) -> None:
-    """ruff, mypy (strict), the import layers; the workflows: jactionlint (with ShellCheck on every
-    `run:` script), zizmor (pedantic), GitHub's workflow and Dependabot schemas; the setup scripts."""
+    """ruff, mypy (strict), import layers, workflows (jactionlint, ShellCheck, zizmor, schemas), setup scripts.
+
+    jactionlint runs ShellCheck on every `run:` script; zizmor runs pedantic; the workflows and
+    Dependabot's file are checked against GitHub's schemas; the setup scripts by ShellCheck."""
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")

@@ -227,7 +227,7 @@ def _missing(
         f"the {backend_spec.name} backend {what}",
         untouched=untouched,
         next_step=(
-            f"install the toolchain (below) and rerun `nox -s {backend_spec.session}`, "
+            f"install the toolchain (the install lines above) and rerun `nox -s {backend_spec.session}`, "
             f"or pass --skip-unavailable (SKIPPY_SKIP_UNAVAILABLE=1) to skip it"
         ),
         details="install:\n" + backend_spec.install.render(platform),

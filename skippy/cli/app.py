@@ -243,12 +243,14 @@ def triage_main(
 
 
 def build_mode_text(build: Mapping[str, Any], settings: Settings) -> str:
-    """How ``invoke status`` names the mode of a backend's newest build."""
+    """How ``invoke status`` names the mode of a backend's newest build (and says when it has
+    no binaries yet: configured, or its build failed)."""
     sha = str(build.get("patched_sha"))[:12]
+    unbuilt = "" if build.get("binaries") else "; configured only, no binaries yet"
     if build.get("mode") == "local":
         source = settings.relative(Path(str(build.get("source_dir") or settings.workdir)))
-        return f"local: {source} as it stood at HEAD {sha} (--workdir-as-is), queue digest local"
-    return f"prepared, patched {sha}"
+        return f"local: {source} as it stood at HEAD {sha} (--workdir-as-is), queue digest local{unbuilt}"
+    return f"of the prepared tree, patched {sha}{unbuilt}"
 
 
 def status_main(

@@ -247,6 +247,13 @@ COMMANDS: Final[tuple[Command, ...]] = (
         "skippy.cli.maintain:check_main",
         _MAINTAIN,
     ),
+    Command(
+        "clean",
+        "Remove old build dirs (keeping each backend's newest build of the prepared tree) and source archives "
+        "no longer configured; never the workdir, the queue or the backups.",
+        "skippy.cli.clean:clean_main",
+        (Option("dry_run", "list each path that would be removed, with its size and why, and remove nothing"),),
+    ),
 )
 
 

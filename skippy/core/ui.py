@@ -9,12 +9,15 @@ import argparse
 import contextlib
 import difflib
 import json
+import os
+import stat
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, Final, NoReturn, TextIO
 
 from skippy.core.errors import SettingsError
 from skippy.core.redact import redact_urls
@@ -28,6 +31,8 @@ class Console:
     verbose: bool = False
     #: what info and warn have printed, so that a closing list of notes says nothing twice
     said: set[str] = field(default_factory=set, repr=False)
+    #: the progress line shown in place right now (cleared before any other line is printed)
+    _live: Progress | None = field(default=None, init=False, repr=False)
 
     def already_said(self, message: str) -> bool:
         return message in self.said
@@ -36,14 +41,30 @@ class Console:
     def github(self) -> bool:
         return self.env.get("GITHUB_ACTIONS") == "true"
 
+    @property
+    def live(self) -> bool:
+        """Whether progress may redraw one line in place: a terminal, not CI, not quiet."""
+        isatty = getattr(self.stream, "isatty", None)
+        on_ci = self.github or self.env.get("CI", "").lower() in ("1", "true", "yes")
+        return bool(not self.quiet and not on_ci and isatty is not None and isatty())
+
+    def _print(self, text: str) -> None:
+        live = self._live
+        if live is None:
+            print(text, file=self.stream, flush=True)
+            return
+        with live.lock:  # a watcher thread does not redraw between the wipe and the line
+            live.clear()
+            print(text, file=self.stream, flush=True)
+
     def info(self, message: str) -> None:
         self.said.add(message)
         if not self.quiet:
-            print(redact_urls(message), file=self.stream, flush=True)
+            self._print(redact_urls(message))
 
     def detail(self, message: str) -> None:
         if self.verbose and not self.quiet:
-            print("  " + redact_urls(message), file=self.stream, flush=True)
+            self._print("  " + redact_urls(message))
 
     def command(self, line: str) -> None:
         self.detail(line)
@@ -51,17 +72,21 @@ class Console:
     def warn(self, message: str) -> None:
         self.said.add(message)
         prefix = "::warning::" if self.github else "warning: "
-        print(prefix + redact_urls(message), file=self.stream, flush=True)
+        self._print(prefix + redact_urls(message))
 
     def error(self, message: str) -> None:
         message = redact_urls(message)
         if self.github:
             first, _, rest = message.partition("\n")
-            print("::error::" + first.removeprefix("error: "), file=self.stream, flush=True)
+            self._print("::error::" + first.removeprefix("error: "))
             if rest:
-                print(rest, file=self.stream, flush=True)
+                self._print(rest)
         else:
-            print(message, file=self.stream, flush=True)
+            self._print(message)
+
+    def progress(self, label: str, total: int | None = None, *, verb: str = "fetching") -> Progress:
+        """A :class:`Progress` for one long step (``with console.progress(...) as p: p.advance(n)``)."""
+        return Progress(self, label, total, verb=verb)
 
     @contextlib.contextmanager
     def step(self, title: str) -> Iterator[None]:
@@ -149,3 +174,154 @@ def human_size(n: float | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.2f} GiB"
+
+
+#: seconds between two redraws of a progress line on a terminal
+REDRAW_SECONDS: Final = 0.2
+#: seconds between two looks at what a watched step has written (:meth:`Progress.watching`)
+WATCH_SECONDS: Final = 0.5
+
+
+class Progress:
+    """Size, rate and share done of one long step (a download, an unpack, a copy).
+
+    On a terminal (:attr:`Console.live`) one line is redrawn in place, at most
+    every :data:`REDRAW_SECONDS`: ``name: 12.0 MiB / 71.4 MiB (17%), 5.1 MiB/s``;
+    a line the console prints meanwhile clears it first.  Anywhere else (a log,
+    CI) the step gets one line when it starts (``fetching name (71.4 MiB)``) and
+    one when it ends (``name: 71.4 MiB in 14.0 s (5.1 MiB/s)``).  Safe to update
+    from a watcher thread (:meth:`watching`) while the main thread prints.
+    """
+
+    def __init__(
+        self,
+        console: Console,
+        label: str,
+        total: int | None = None,
+        *,
+        verb: str = "fetching",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.console = console
+        self.label = label
+        self.total = total
+        self.live = console.live
+        self.done_bytes = 0
+        self.clock = clock
+        self.started = clock()
+        self.ended = False
+        self._shown: float | None = None
+        self._drawn = False
+        self.lock = threading.RLock()
+        if not self.live:
+            console.info(f"{verb} {label}" + (f" ({human_size(total)})" if total else ""))
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            self.finish()
+        else:
+            self.abandon()
+
+    def advance(self, nbytes: int) -> None:
+        """``nbytes`` more are done."""
+        with self.lock:
+            self.set(self.done_bytes + nbytes)
+
+    def set(self, done: int) -> None:
+        """``done`` bytes are done so far."""
+        with self.lock:
+            if self.ended:
+                return
+            self.done_bytes = done
+            now = self.clock()
+            if self.live and (self._shown is None or now - self._shown >= REDRAW_SECONDS):
+                self._shown = now
+                self._draw(self.line(now, live=True))
+
+    def finish(self, done: int | None = None) -> None:
+        """The step ended well: its closing line (``done`` bytes when given, e.g. the known total)."""
+        with self.lock:
+            if self.ended:
+                return
+            if done is not None:
+                self.done_bytes = done
+            line = self.line(self.clock(), live=False)
+            self._end()
+            self.console.info(line)
+
+    def abandon(self) -> None:
+        """The step failed: the live line is cleared, no closing line (the error says why)."""
+        with self.lock:
+            if not self.ended:
+                self.clear()
+                self._end()
+
+    def clear(self) -> None:
+        """Wipe the live line (before another line is printed; the next update draws it again)."""
+        with self.lock:
+            if self._drawn:
+                self.console.stream.write("\r\x1b[K")
+                self.console.stream.flush()
+                self._drawn = False
+                self._shown = None
+
+    def line(self, now: float, *, live: bool) -> str:
+        elapsed = max(now - self.started, 1e-6)
+        rate = human_size(self.done_bytes / elapsed)
+        of = f" / {human_size(self.total)}" if self.total else ""
+        if live:
+            share = f" ({min(100, 100 * self.done_bytes // self.total)}%)" if self.total else ""
+            return f"{self.label}: {human_size(self.done_bytes)}{of}{share}, {rate}/s"
+        return f"{self.label}: {human_size(self.done_bytes)}{of} in {elapsed:.1f} s ({rate}/s)"
+
+    @contextlib.contextmanager
+    def watching(self, measure: Callable[[], int], *, every: float = WATCH_SECONDS) -> Iterator[Progress]:
+        """While the block runs, a thread sets the bytes done to ``measure()`` every ``every`` seconds
+        (what a child process has written so far, for instance); ``measure`` must not raise."""
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(every):
+                self.set(measure())
+
+        thread = threading.Thread(target=watch, name=f"progress {self.label}", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join()
+
+    def _draw(self, text: str) -> None:
+        self.console._live = self
+        self.console.stream.write("\r" + redact_urls(text) + "\x1b[K")
+        self.console.stream.flush()
+        self._drawn = True
+
+    def _end(self) -> None:
+        self.clear()
+        self.ended = True
+        if self.console._live is self:
+            self.console._live = None
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of the regular files at or under ``path``, links not followed (0 where nothing is;
+    what vanishes meanwhile is not counted)."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return 0
+    if not stat.S_ISDIR(info.st_mode):
+        return info.st_size if stat.S_ISREG(info.st_mode) else 0
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                found = Path(folder, name).lstat()
+                if stat.S_ISREG(found.st_mode):
+                    total += found.st_size
+    return total

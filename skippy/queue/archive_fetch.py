@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import re
-import shutil
 import sys
 import time
 import urllib.error
@@ -21,7 +20,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Final
 
 import filelock
 
@@ -89,51 +88,15 @@ def fetch_file(url: str, into: Path, ctx: FetchContext) -> Path:
             next_step="fix the url in pyproject.toml [tool.skippy.archives] or restore the file",
         )
     target = into / source.name
-    ctx.console.info(f"copying {source.name} ({human_size(source.stat().st_size)})")
-    shutil.copyfile(source, target)
+    with (
+        ctx.console.progress(source.name, source.stat().st_size, verb="copying") as progress,
+        source.open("rb") as src,
+        target.open("wb") as out,
+    ):
+        while chunk := src.read(_CHUNK):
+            out.write(chunk)
+            progress.advance(len(chunk))
     return target
-
-
-class Progress:
-    """Bytes and rate: one line updated in place on a terminal, one line per step elsewhere."""
-
-    def __init__(self, console: Console, label: str, total: int | None, *, live: bool) -> None:
-        self.console = console
-        self.label = label
-        self.total = total
-        self.live = live
-        self.done_bytes = 0
-        self.started = time.monotonic()
-        self._shown = 0.0
-        if not live:
-            console.info(f"fetching {label}" + (f" ({human_size(total)})" if total else ""))
-
-    def update(self, nbytes: int) -> None:
-        self.done_bytes += nbytes
-        now = time.monotonic()
-        if self.live and not self.console.quiet and now - self._shown >= 0.2:
-            self._shown = now
-            self.console.stream.write("\r" + self._line(now) + "\x1b[K")
-            self.console.stream.flush()
-
-    def finish(self) -> None:
-        line = self._line(time.monotonic())
-        if self.live and not self.console.quiet:
-            self.console.stream.write("\r" + line + "\x1b[K\n")
-            self.console.stream.flush()
-        else:
-            self.console.info(line)
-
-    def _line(self, now: float) -> str:
-        elapsed = max(now - self.started, 1e-6)
-        of = f" / {human_size(self.total)}" if self.total else ""
-        rate = human_size(self.done_bytes / elapsed)
-        return f"{self.label}: {human_size(self.done_bytes)}{of} in {elapsed:.1f} s ({rate}/s)"
-
-
-def _is_terminal(stream: TextIO) -> bool:
-    isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty())
 
 
 def _proxies(env: Mapping[str, str]) -> dict[str, str]:
@@ -150,18 +113,16 @@ def fetch_http(url: str, into: Path, ctx: FetchContext) -> Path:
     name = posixpath.basename(urllib.parse.urlsplit(url).path) or "archive"
     target = into / name
     opener = urllib.request.build_opener(urllib.request.ProxyHandler(_proxies(ctx.env)))
-    live = _is_terminal(ctx.console.stream) and not ctx.on_ci
     last: str = ""
     for attempt in range(1, ctx.attempts + 1):
         try:
             request = urllib.request.Request(url, headers={"User-Agent": "skippy"})  # noqa: S310 (scheme checked by url_kind)
             with opener.open(request, timeout=ctx.http_timeout) as response, target.open("wb") as out:
                 length = response.headers.get("Content-Length")
-                progress = Progress(ctx.console, name, int(length) if length else None, live=live)
-                while chunk := response.read(_CHUNK):
-                    out.write(chunk)
-                    progress.update(len(chunk))
-                progress.finish()
+                with ctx.console.progress(name, int(length) if length else None) as progress:
+                    while chunk := response.read(_CHUNK):
+                        out.write(chunk)
+                        progress.advance(len(chunk))
             return target
         except urllib.error.HTTPError as exc:
             last = f"HTTP {exc.code} {exc.reason}"
@@ -190,16 +151,22 @@ def pip_download_argv(python: str, requirement: str, into: Path, *, attempts: in
 
 
 def fetch_pypi_sdist(requirement: str, into: Path, ctx: FetchContext) -> Path:
+    """``pip download`` of one source distribution into ``into/sdist``; pip's temporary files
+    (its download under way, shown as progress) go to ``into/pip-tmp``."""
     ctx.console.info(f"fetching sdist {requirement}")
     started = time.monotonic()
+    tmpdir = into / "pip-tmp"
+    into = into / "sdist"
+    into.mkdir()
     try:
-        proc.run(
-            pip_download_argv(ctx.python, requirement, into, attempts=ctx.attempts),
-            env=ctx.env,
-            timeout=PIP_TIMEOUT,
-            on_line=ctx.console.detail if ctx.console.verbose else None,
-            what=f"pip download {requirement}",
-        )
+        with pip.pip_output(ctx.console, tmpdir) as output:
+            proc.run(
+                pip_download_argv(ctx.python, requirement, into, attempts=ctx.attempts),
+                env=pip.pip_env(ctx.env, tmpdir),
+                timeout=PIP_TIMEOUT,
+                on_line=output,
+                what=f"pip download {requirement}",
+            )
     except CommandError as exc:
         raise NetworkError(
             f"could not fetch the source distribution {requirement}",

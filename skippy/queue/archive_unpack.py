@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from skippy.core.errors import ArchiveError
-from skippy.core.ui import human_size
+from skippy.core.ui import Console, Progress, human_size
 
 _CHUNK = 1 << 20
 
@@ -267,41 +267,24 @@ def read_member_text(archive: Path, name: str) -> str | None:
             return None
 
 
-def safe_unpack(archive: Path, dest: Path, folder: str) -> Path:
+def safe_unpack(archive: Path, dest: Path, folder: str, *, console: Console | None = None) -> Path:
     """Unpack the members under ``folder`` into the empty directory ``dest``; return ``dest/folder``.
 
     Every member is checked first (:func:`plan_unpack`); tar extraction also
     runs through Python's ``data`` filter, and the result is scanned again so
-    that no symlink chain resolves outside the folder.
+    that no symlink chain resolves outside the folder.  With ``console``, the
+    unpacking shows its progress (bytes written of the folder's size).
     """
     plan = plan_unpack(archive_members(archive), folder)
-    wanted = {m.name for m in plan.selected}
     root = dest.resolve()
-    with _open(archive) as opened:
+    size = sum(m.size for m in plan.selected if m.kind is Kind.FILE)
+    label = posixpath.basename(folder) if folder != "." else archive.name
+    progress = console.progress(label, size, verb="unpacking") if console is not None else None
+    with _open(archive) as opened, progress if progress is not None else contextlib.nullcontext():
         if isinstance(opened, tarfile.TarFile):
-            infos = [m for m in opened.getmembers() if _normalise(m.name) in wanted]
-            try:
-                opened.extractall(root, members=infos, filter="data")
-            except tarfile.FilterError as exc:
-                raise ArchiveError(
-                    f"refusing to unpack the archive: {exc}",
-                    untouched="the repository (nothing was committed)",
-                    next_step="check the archive's origin; do not import it",
-                ) from exc
+            _extract_tar(opened, root, {m.name for m in plan.selected}, progress)
         else:
-            by_name = {_normalise(i.filename): i for i in opened.infolist()}
-            for member in plan.selected:
-                target = root / member.name
-                if member.kind is Kind.DIR:
-                    target.mkdir(parents=True, exist_ok=True)
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if member.kind is Kind.SYMLINK:
-                    target.symlink_to(member.link)
-                    continue
-                with opened.open(by_name[member.name]) as src, target.open("xb") as out:
-                    shutil.copyfileobj(src, out, _CHUNK)
-                target.chmod(0o755 if member.executable else 0o644)
+            _extract_zip(opened, root, plan, progress)
     top = root / folder if folder != "." else root
     if not top.is_dir():
         raise ArchiveError(
@@ -312,6 +295,42 @@ def safe_unpack(archive: Path, dest: Path, folder: str) -> Path:
         )
     _rescan(top)
     return top
+
+
+def _extract_tar(opened: tarfile.TarFile, root: Path, wanted: set[str], progress: Progress | None) -> None:
+    def chosen() -> Iterator[tarfile.TarInfo]:
+        for info in opened.getmembers():
+            if _normalise(info.name) in wanted:
+                yield info  # extracted when the next one is asked for: count it then
+                if progress is not None and info.isreg():
+                    progress.advance(info.size)
+
+    try:
+        opened.extractall(root, members=chosen(), filter="data")
+    except tarfile.FilterError as exc:
+        raise ArchiveError(
+            f"refusing to unpack the archive: {exc}",
+            untouched="the repository (nothing was committed)",
+            next_step="check the archive's origin; do not import it",
+        ) from exc
+
+
+def _extract_zip(opened: zipfile.ZipFile, root: Path, plan: UnpackPlan, progress: Progress | None) -> None:
+    by_name = {_normalise(i.filename): i for i in opened.infolist()}
+    for member in plan.selected:
+        target = root / member.name
+        if member.kind is Kind.DIR:
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if member.kind is Kind.SYMLINK:
+            target.symlink_to(member.link)
+            continue
+        with opened.open(by_name[member.name]) as src, target.open("xb") as out:
+            shutil.copyfileobj(src, out, _CHUNK)
+        target.chmod(0o755 if member.executable else 0o644)
+        if progress is not None:
+            progress.advance(member.size)
 
 
 def _rescan(top: Path) -> None:

@@ -223,7 +223,8 @@ def import_archive(
     with console.step(f"importing upstream {upstream_sha[:12]} from {archive.name}"):
         with owned_scratch(scratch_root, "archive-", console=console) as tmp:
             try:
-                unpacked = safe_unpack(archive, tmp / "tree", spec.folder)
+                unpacked = safe_unpack(archive, tmp / "tree", spec.folder, console=console)
+                console.info(f"adding the unpacked {unpacked.name} to git (git add, write-tree)")
                 sha = commit_folder(repo, unpacked, import_message(spec), scratch=tmp / "scratch")
             except OSError as exc:
                 if exc.filename is not None or exc.errno is None:

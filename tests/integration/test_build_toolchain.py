@@ -107,6 +107,9 @@ def test_cpu_probe_without_a_compiler_says_what_is_missing(host: Host) -> None:
         host.probe("cpu")
     assert info.value.what == "the cpu backend needs `c++`, which is not on PATH"
     assert "apt-get install" in str(info.value.details)
+    # the install lines are printed before the next step that refers to them
+    text = info.value.render()
+    assert text.index("apt-get install") < text.index("next: install the toolchain (the install lines above)")
 
 
 def test_ccache_when_asked_and_missing_when_absent(host: Host) -> None:

@@ -455,35 +455,6 @@ def test_missing_local_archive(tmp_path: Path) -> None:
         archive_fetch.fetch_verified("file:nope.tar.gz", "0" * 64, tmp_path / "cache", ctx_for(tmp_path))
 
 
-class FakeTty(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-def test_progress_updates_in_place_on_a_terminal() -> None:
-    stream = FakeTty()
-    progress = archive_fetch.Progress(Console(stream=stream), "a.tgz", 4 << 20, live=True)
-    progress._shown = -1.0  # show the first update at once
-    progress.update(2 << 20)
-    progress.finish()
-    text = stream.getvalue()
-    assert text.startswith("\ra.tgz: 2.0 MiB / 4.0 MiB")
-    assert text.endswith("\x1b[K\n")
-    assert text.count("\n") == 1
-
-
-def test_progress_prints_one_line_per_step_on_ci() -> None:
-    stream = io.StringIO()
-    progress = archive_fetch.Progress(Console(stream=stream), "a.tgz", 1024, live=False)
-    progress.update(512)
-    progress.update(512)
-    progress.finish()
-    lines = stream.getvalue().splitlines()
-    assert lines[0] == "fetching a.tgz (1.0 KiB)"
-    assert lines[1].startswith("a.tgz: 1.0 KiB / 1.0 KiB in ")
-    assert "\r" not in stream.getvalue()
-
-
 def test_import_message_trailers_round_trip() -> None:
     spec = ArchiveSpec(SHA, "pypi-sdist:x==1", DIGEST, "x-1/tree")
     trailers = archives.parse_trailers(archives.import_message(spec))

@@ -140,13 +140,22 @@ def test_the_json_report_says_local_plainly() -> None:
 
 def test_status_names_the_mode_of_the_newest_build(tmp_path: Path) -> None:
     s = settings(tmp_path)
-    local = {"mode": "local", "patched_sha": HEAD, "source_dir": str(s.workdir)}
+    binaries = {"llama-server": "/b/bin/llama-server"}
+    local = {"mode": "local", "patched_sha": HEAD, "source_dir": str(s.workdir), "binaries": binaries}
     assert build_mode_text(local, s) == (
         f"local: .deps/llama.cpp as it stood at HEAD {HEAD[:12]} (--workdir-as-is), queue digest local"
     )
     elsewhere = {**local, "source_dir": str(tmp_path / "copy")}
     assert build_mode_text(elsewhere, s).startswith(f"local: {tmp_path / 'copy'} as it stood")
-    assert build_mode_text({"mode": "prepared", "patched_sha": SHA}, s) == f"prepared, patched {SHA[:12]}"
+    prepared = {"mode": "prepared", "patched_sha": SHA, "binaries": binaries}
+    assert build_mode_text(prepared, s) == f"of the prepared tree, patched {SHA[:12]}"
+    # configured (or its build failed) but nothing built: not called built
+    assert build_mode_text({**prepared, "binaries": {}}, s) == (
+        f"of the prepared tree, patched {SHA[:12]}; configured only, no binaries yet"
+    )
+    assert build_mode_text({**local, "binaries": {}}, s).endswith(
+        "queue digest local; configured only, no binaries yet"
+    )
 
 
 def _built(root: Path, name: str, when: int, **stamp: str) -> Path:
