@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from skippy.build.backends import COMMON_DEFINES, TREE_OPTIONAL_DEFINES, BackendSpec, registry
-from skippy.cli.options import COMMANDS, render_table
+from skippy.build.backends import registry
+from skippy.build.backends.base import COMMON_DEFINES, TREE_OPTIONAL_DEFINES, BackendSpec
+from skippy.cli.options import README_BEGIN, README_END, readme_block
 from skippy.core import specs
 from skippy.core.specs import Spec
 
@@ -70,11 +71,9 @@ class Renderer:
 
 
 def render_options(_root: Path) -> str:
-    """One table per invoke task, in the option table's order (``invoke build`` = ``nox -s build-*``)."""
-    parts = []
-    for c in COMMANDS:
-        parts += [f"`invoke {c.name.replace('_', '-')}`: {c.help}", "", render_table(c.all_options), ""]
-    return "\n".join(parts)
+    """One table per command, in the option table's order: the option table's own reference block,
+    without its markers (this module's markers stand around it)."""
+    return readme_block().removeprefix(README_BEGIN).removesuffix(README_END).strip()
 
 
 # --- the settings keys -----------------------------------------------------------------------

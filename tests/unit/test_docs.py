@@ -12,7 +12,8 @@ from types import MappingProxyType
 
 import pytest
 
-from skippy.build.backends import ENTRY_POINT_GROUP, BackendSpec, InstallHint, registry
+from skippy.build.backends import ENTRY_POINT_GROUP, registry
+from skippy.build.backends.base import BackendSpec, InstallHint
 from skippy.cli import docs
 from skippy.core.specs import SPOT_CHECK, Spec
 
