@@ -310,6 +310,23 @@ def _proof_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+#: the bench report's keys the table reads (the others are named under it)
+_BENCH_KEYS: Final = frozenset(
+    {
+        "schema",
+        "machine",
+        "provenance",
+        "prepare",
+        "minimal_touch",
+        "builds",
+        "spot_check",
+        "remote_cache",
+        "cuda",
+        "rocm",
+    }
+)
+
+
 def render_bench(report: Mapping[str, Any]) -> str:
     """The figures of one bench report (the JSON ``nox -s bench`` writes), one row per figure."""
     machine = report.get("machine", {})
@@ -322,6 +339,9 @@ def render_bench(report: Mapping[str, Any]) -> str:
             f"Prepare figures: the {up.get('files', '?')}-file tree of llama-cpp-python {up.get('version', '?')} "
             f"with a {queue['patches']}-patch queue."
         )
+    unshown = sorted(set(report) - _BENCH_KEYS)
+    if unshown:
+        about.append(f"Sections in the JSON this table does not show yet: {', '.join(unshown)}.")
     if report.get("provenance"):
         about.append(str(report["provenance"]))
     return "\n".join(lines) + "\n\n" + " ".join(about)

@@ -117,6 +117,8 @@ def test_the_bench_table_says_what_was_met_and_what_was_missed() -> None:
     assert "build-cuda" not in table
     assert "build-rocm" in table
     assert docs.render_bench({"machine": {"cpus": 4}}).endswith("Machine: 4 CPUs.")
+    later = docs.render_bench({"machine": {"cpus": 4}, "upstream_tests": {"ctest_s": 40.0}})
+    assert later.endswith("Sections in the JSON this table does not show yet: upstream_tests.")
 
 
 # --- what the pages name exists ------------------------------------------------------------------
