@@ -63,6 +63,13 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs, env={"PYTHONHASHSEED": "0"})
 
 
+@nox.session(tags=["docs"])
+def docs(session: nox.Session) -> None:
+    """The reference site: the generated tables checked, then built strictly (MkDocs) into .deps/site."""
+    session.run(sys.executable, "-m", "skippy.cli.docs", "--check")
+    session.run(sys.executable, "-m", "mkdocs", "build", "--strict", *session.posargs)
+
+
 # --- build sessions: see skippy.flows.build_session --------------------------------
 # posargs (skippy.cli.build.session_parser, from the option table): -DNAME=VALUE (the
 # only arguments that reach CMake), -jN, --skip-unavailable (or SKIPPY_SKIP_UNAVAILABLE=1),

@@ -51,10 +51,3 @@ def test_render_table_lists_flags_with_their_values() -> None:
     assert "| `--dry-run` |" in table
     summary = render_table(next(c for c in COMMANDS if c.name == "summary").options)
     assert "| `OLD` | older upstream commit |" in summary
-
-
-def test_readme_option_block_is_made_from_the_table() -> None:
-    from skippy.cli.options import rewrite_readme
-
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert rewrite_readme(text) == text, "stale: run `python -m skippy.cli.options README.md`"

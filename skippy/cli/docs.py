@@ -1,0 +1,484 @@
+"""The reference tables of README.md and docs/, made from the code and the bench's figures.
+
+A generated block sits between two markers, anywhere in a Markdown file::
+
+    <!-- NAME: made from SOURCE by `python -m skippy.cli.docs` -->
+    ...
+    <!-- NAME: end -->
+
+``NAME`` picks a renderer of :data:`RENDERERS` (``options``, ``settings``, ``backends``,
+``bench``).  ``python -m skippy.cli.docs`` rewrites every block of README.md and every
+``docs/**/*.md``; ``--check`` changes nothing and names the stale blocks (exit code 1).
+A unit test runs the check, so a table the code no longer produces fails the suite.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from skippy.build.backends import registry
+from skippy.build.backends.base import COMMON_DEFINES, TREE_OPTIONAL_DEFINES, BackendSpec
+from skippy.cli.options import README_BEGIN, README_END, readme_block
+from skippy.core import specs
+from skippy.core.specs import Spec
+
+#: the command every marker names
+COMMAND: Final = "python -m skippy.cli.docs"
+#: the committed copy of the bench's figures (``nox -s bench`` writes ``.bench/bench.json``)
+BENCH_JSON: Final = "docs/figures/bench.json"
+
+_BLOCK: Final = re.compile(
+    r"<!-- (?P<name>[a-z][a-z0-9-]*): made from (?P<source>[^\n]*?) by `python -m skippy\.cli\.docs` -->\n"
+    r"(?P<body>.*?)"
+    r"<!-- (?P=name): end -->",
+    re.DOTALL,
+)
+_OPENING: Final = re.compile(r"<!-- ([a-z][a-z0-9-]*): made from ")
+
+
+class DocsError(ValueError):
+    """A generated block that cannot be made: the file, the block and what to do."""
+
+
+@dataclass(frozen=True)
+class Renderer:
+    """One kind of generated block: its name, what it is made from, and how (``root`` -> Markdown)."""
+
+    name: str
+    source: str
+    render: Callable[[Path], str]
+
+    @property
+    def begin(self) -> str:
+        return f"<!-- {self.name}: made from {self.source} by `{COMMAND}` -->"
+
+    @property
+    def end(self) -> str:
+        return f"<!-- {self.name}: end -->"
+
+    def block(self, root: Path) -> str:
+        return f"{self.begin}\n\n{self.render(root).rstrip()}\n\n{self.end}"
+
+
+# --- the option reference --------------------------------------------------------------------
+
+
+def render_options(_root: Path) -> str:
+    """One table per command, in the option table's order: the option table's own reference block,
+    without its markers (this module's markers stand around it)."""
+    return readme_block().removeprefix(README_BEGIN).removesuffix(README_END).strip()
+
+
+# --- the settings keys -----------------------------------------------------------------------
+
+
+def _toml(value: object) -> str:
+    if value is None:
+        return "(none)"
+    if isinstance(value, bool):
+        return "`true`" if value else "`false`"
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    if isinstance(value, (list, tuple)):
+        return "`[" + ", ".join(f'"{v}"' for v in value) + "]`"
+    return f"`{value}`"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_settings_table(table: str, declared: Sequence[Spec]) -> str:
+    """A Markdown table of one ``[tool.skippy...]`` table's keys: type, default, variable, meaning."""
+    lines = [f"`{table}`", "", "| key | type | default | variable | meaning |", "| --- | --- | --- | --- | --- |"]
+    for s in declared:
+        env = f"`{s.env}`" if s.env else ""
+        expected = _cell(s.expected()).replace("*", "\\*")
+        lines.append(f"| `{s.key}` | {expected} | {_toml(s.default)} | {env} | {_cell(s.doc)} |")
+    return "\n".join(lines)
+
+
+#: the declared tables, as ``pyproject.toml`` names them
+SETTINGS_TABLES: Final[Mapping[str, Sequence[Spec]]] = {
+    "[tool.skippy]": specs.TOP,
+    **{f"[tool.skippy.{name}]": declared for name, declared in specs.SUBTABLES.items()},
+}
+
+
+def render_settings(_root: Path, tables: Mapping[str, Sequence[Spec]] = SETTINGS_TABLES) -> str:
+    return "\n\n".join(render_settings_table(name, declared) for name, declared in tables.items())
+
+
+# --- the backends ----------------------------------------------------------------------------
+
+
+def _defines(mapping: Mapping[str, str]) -> str:
+    return ", ".join(f"`{k}={v}`" for k, v in mapping.items())
+
+
+#: ``platform.system()`` names as readers know them
+_SYSTEMS: Final = {"Darwin": "macOS"}
+
+
+def render_backends(backends: Mapping[str, BackendSpec]) -> str:
+    """The build sessions, their CMake switches and spot check, and the install hints, from a registry."""
+    lines = [
+        "| session | backend | CMake switches | `[tool.skippy.build]` keys | builds on | spot check | device | "
+        "artifact gate |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for b in backends.values():
+        switches = {o.switch: ("ON" if o.name == b.name else "OFF") for o in backends.values() if o.switch}
+        keys = ", ".join(f"`{k}`" for k in sorted(b.table_keys)) or "-"
+        hosts = ", ".join(sorted(_SYSTEMS.get(h, h) for h in b.host_systems)) or "any"
+        check = " ".join(b.spot_check_args) or "CPU"
+        check = f"`{check}`" if b.spot_check_args else check
+        device = f"`{b.device_prefix}0`" if b.device_prefix else "-"
+        markers = ", ".join(f"`{m}`" for m in b.artifact_markers)
+        row = [f"`{b.session}`", _cell(b.title), _defines({**switches, **b.extra_defines}), keys, hosts]
+        lines.append("| " + " | ".join([*row, check, device, markers]) + " |")
+    lines += [
+        "",
+        f"Every build also sets {_defines(COMMON_DEFINES)}, and, only where the tree declares the option, "
+        f"{_defines(TREE_OPTIONAL_DEFINES)}.",
+        "",
+        "How to get each toolchain (what a failed probe prints):",
+        "",
+        "| backend | Debian/Ubuntu | Arch | macOS |",
+        "| --- | --- | --- | --- |",
+    ]
+    for b in backends.values():
+        hints = (b.install.debian, b.install.arch, b.install.macos)
+        lines.append(f"| {b.name} | " + " | ".join(_cell(h) if h else "not available" for h in hints) + " |")
+    return "\n".join(lines)
+
+
+# --- the bench figures -----------------------------------------------------------------------
+
+
+def _s(value: object) -> str:
+    return f"{value} s" if value is not None else "?"
+
+
+def _met(section: Mapping[str, Any]) -> str:
+    met = section.get("met")
+    return "?" if met is None else ("met" if met else "**missed**")
+
+
+def _bench_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    rows: list[tuple[str, str, str, str]] = []
+    prepare = report.get("prepare")
+    if prepare:
+        cold, noop = prepare["cold_prepare"], prepare["noop_prepare"]
+        rows.append(
+            (
+                "cold `invoke prepare --pinned` vs raw clone + checkout + `git am --3way`",
+                f"{cold['ratio']}x (median {_s(cold['skippy']['median_s'])} vs {_s(cold['raw_git']['median_s'])})",
+                f"at most {cold['target_ratio']}x",
+                _met(cold),
+            )
+        )
+        rows.append(
+            (
+                "no-op `invoke prepare --pinned`, median",
+                f"{_s(noop['median_s'])}, {noop['files_with_changed_mtime']} file(s) with a changed mtime",
+                f"at most {_s(noop['target_s'])}, 0 files",
+                _met(noop),
+            )
+        )
+    touch = report.get("minimal_touch")
+    if touch:
+        one = touch["one_patch_changed"]
+        steps = (
+            f"{one['compile_steps_skippy_reprepare']} / {one['compile_steps_by_hand']} / "
+            f"{one['compile_steps_reset_reapply']}"
+        )
+        rows.append(
+            (
+                "compile steps after one patch changes: skippy re-prepare / by hand / reset + re-apply",
+                steps,
+                "skippy = by hand",
+                "met" if one["skippy_equals_minimum"] else "**missed**",
+            )
+        )
+        noop_steps = touch["nothing_changed"]["after_skippy_noop"]
+        rows.append(
+            (
+                "compile steps after a re-prepare with nothing changed",
+                str(noop_steps),
+                "0",
+                _met({"met": not noop_steps}),
+            )
+        )
+    builds = report.get("builds")
+    if builds:
+        cold_build, up, cache = builds["cold_build"], builds["up_to_date_nox_build_cpu"], builds["compiler_cache"]
+        rows.append(
+            (
+                "cold CPU build, skippy vs the same cmake + ninja argv raw",
+                f"{_s(cold_build['skippy_s'])} vs {_s(cold_build['raw_s'])} ({cold_build['overhead_pct']:+} %; "
+                f"{_s(cold_build['overhead_outside_cmake_ninja_s'])} outside cmake and ninja)",
+                f"at most {cold_build['target_pct']} %",
+                _met(cold_build),
+            )
+        )
+        rows.append(
+            (
+                "`nox -s build-cpu` when up to date (before the spot check), median",
+                _s(up["median_s"]),
+                f"under {_s(up['target_s'])}",
+                _met(up),
+            )
+        )
+        counts = (
+            "" if cache.get("warm_hits") is None else f" ({cache['warm_hits']} hits, {cache['warm_misses']} misses)"
+        )
+        rows.append(
+            (
+                "rebuild into a fresh dir, warm compiler cache vs cold",
+                f"{_s(cache['warm_fresh_dir_s'])} vs {_s(cache['cold_s'])} = {cache['ratio']}{counts}",
+                f"at most {cache['target_ratio']}",
+                _met(cache),
+            )
+        )
+    rows += _proof_rows(report)
+    return rows
+
+
+def _proof_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    rows: list[tuple[str, str, str, str]] = []
+    spot = report.get("spot_check")
+    if spot:
+        rows.append(
+            (
+                "whole spot check on the CPU build (chat + fingerprint + RPC), median (`--only spot-check`)",
+                f"{_s(spot['median_s'])}; a raw llama-server start + one chat: "
+                f"{_s(spot['raw_start_and_one_chat_median_s'])}",
+                f"at most {_s(spot['target_s'])}",
+                _met(spot),
+            )
+        )
+    remote = report.get("remote_cache")
+    if remote:
+        rows.append(
+            (
+                "a new machine on a shared Redis cache vs the cold build that filled it (`--only remote-cache`)",
+                f"{_s(remote['new_machine_s'])} ({remote['new_machine_hits']} hits / {remote['new_machine_misses']} "
+                f"misses) vs {_s(remote['cold_s'])} = {remote['ratio']}",
+                f"at most {remote['target_ratio']}",
+                _met(remote),
+            )
+        )
+    cuda = report.get("cuda")
+    if cuda:
+        gate = "passed" if not cuda.get("artifact_gate_missing") else "FAILED"
+        rows.append(
+            (
+                "whole `nox -s build-cuda -- --no-spot-check` from the wheel toolkit: cold / a fresh dir from "
+                "the cache (`--only cuda`)",
+                f"{_s(cuda['cold_s'])} ({cuda['cold_compile_steps']} compiles), artifact gate {gate} / "
+                f"{_s(cuda['fresh_dir_s'])} ({cuda['fresh_dir_hits']} hits, {cuda['fresh_dir_misses']} misses)",
+                "-",
+                "-",
+            )
+        )
+    rocm = report.get("rocm")
+    if rocm:
+        fresh = (
+            f"{_s(rocm['fresh_dir_s'])} ({rocm['fresh_dir_hits']} hits, {rocm['fresh_dir_misses']} misses)"
+            if "fresh_dir_s" in rocm
+            else str(rocm.get("fresh_dir", "?"))
+        )
+        rows.append(
+            (
+                "whole `nox -s build-rocm -- --no-spot-check` in the Debian root: cold configure + build / "
+                "up to date / a fresh dir from the cache (`--only rocm`)",
+                f"{_s(rocm['configure_s'])} + {_s(rocm['build_s'])} ({rocm['compile_steps']} compiles), "
+                f"artifact gate {rocm['artifact_gate']} / {_s(rocm['up_to_date_session_s'])} "
+                f"({rocm['up_to_date_compile_steps']} compiles) / {fresh}",
+                "-",
+                "-",
+            )
+        )
+    return rows
+
+
+#: the bench report's keys the table reads (the others are named under it)
+_BENCH_KEYS: Final = frozenset(
+    {
+        "schema",
+        "machine",
+        "provenance",
+        "prepare",
+        "minimal_touch",
+        "builds",
+        "spot_check",
+        "remote_cache",
+        "cuda",
+        "rocm",
+    }
+)
+
+
+def render_bench(report: Mapping[str, Any]) -> str:
+    """The figures of one bench report (the JSON ``nox -s bench`` writes), one row per figure."""
+    machine = report.get("machine", {})
+    lines = ["| figure | measured | target | |", "| --- | --- | --- | --- |"]
+    lines += [f"| {_cell(a)} | {_cell(b)} | {_cell(c)} | {d} |" for a, b, c, d in _bench_rows(report)]
+    about = [f"Machine: {machine.get('cpus', '?')} CPUs."]
+    if "prepare" in report:
+        up, queue = report["prepare"]["upstream"], report["prepare"]["queue"]
+        about.append(
+            f"Prepare figures: the {up.get('files', '?')}-file tree of llama-cpp-python {up.get('version', '?')} "
+            f"with a {queue['patches']}-patch queue."
+        )
+    unshown = sorted(set(report) - _BENCH_KEYS)
+    if unshown:
+        about.append(f"Sections in the JSON this table does not show yet: {', '.join(unshown)}.")
+    if report.get("provenance"):
+        about.append(str(report["provenance"]))
+    return "\n".join(lines) + "\n\n" + " ".join(about)
+
+
+def _bench_from_file(root: Path) -> str:
+    path = root / BENCH_JSON
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DocsError(f"{BENCH_JSON}: cannot read the bench figures ({exc})") from exc
+    return render_bench(report)
+
+
+# --- the modules of each layer --------------------------------------------------------------
+
+#: the package's layers, top first (pyproject.toml [tool.importlinter])
+LAYERS: Final = ("cli", "flows", "maintain", "check", "queue", "build", "core")
+
+
+_ROLE: Final = re.compile(r":[a-z]+:`~?([^`]+)`")
+
+
+def _summary(path: Path) -> str:
+    """The first paragraph of a module's docstring (read, not imported), as Markdown; "" without one."""
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    first = " ".join(doc.split("\n\n")[0].split())
+    return _ROLE.sub(r"`\1`", first).replace("``", "`")
+
+
+def render_modules(root: Path) -> str:
+    """Every module of every layer, and of the benchmarks, with the first paragraph of its docstring."""
+    lines = ["| module | what it holds |", "| --- | --- |"]
+    folders = [root / "skippy" / layer for layer in LAYERS] + [root / "benchmarks"]
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
+            summary = _summary(path)
+            if path.name == "__init__.py" and not summary:
+                continue
+            name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+            lines.append(f"| `{name}` | {_cell(summary) or '(no docstring)'} |")
+    return "\n".join(lines)
+
+
+def render_blocks(_root: Path) -> str:
+    """The kinds of generated block themselves."""
+    lines = ["| name | made from |", "| --- | --- |"]
+    lines += [f"| `{r.name}` | {_cell(r.source)} |" for r in RENDERERS.values()]
+    return "\n".join(lines)
+
+
+#: every kind of generated block, by the name its markers carry
+RENDERERS: Final[Mapping[str, Renderer]] = {
+    r.name: r
+    for r in (
+        Renderer("options", "skippy/cli/options.py", render_options),
+        Renderer("settings", "skippy/core/specs.py", render_settings),
+        Renderer("backends", "skippy.build.backends.registry()", lambda _root: render_backends(registry())),
+        Renderer("bench", BENCH_JSON, _bench_from_file),
+        Renderer("modules", "the docstrings of skippy/*/", render_modules),
+        Renderer("blocks", "skippy/cli/docs.py", render_blocks),
+    )
+}
+
+
+# --- the one mechanism -----------------------------------------------------------------------
+
+
+def rewrite(text: str, root: Path, *, where: str, renderers: Mapping[str, Renderer] = RENDERERS) -> str:
+    """``text`` with every generated block made again; DocsError for an unknown or unclosed block."""
+    found = _BLOCK.findall(text)
+    opened = _OPENING.findall(text)
+    if len(found) != len(opened):
+        closed = {name for name, _source, _body in found}
+        lost = sorted(set(opened) - closed) or sorted(opened)
+        raise DocsError(f"{where}: block {', '.join(lost)} has no end marker (<!-- NAME: end -->)")
+
+    def made(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in renderers:
+            raise DocsError(f"{where}: unknown generated block {name!r}; known: {', '.join(renderers)}")
+        return renderers[name].block(root)
+
+    return _BLOCK.sub(made, text)
+
+
+def block_names(text: str) -> list[str]:
+    return [name for name, _source, _body in _BLOCK.findall(text)]
+
+
+def doc_files(root: Path) -> list[Path]:
+    """README.md and every Markdown page of the docs site."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def stale(root: Path) -> list[str]:
+    """``file: block`` for every generated block that differs from what its renderer makes now."""
+    out = []
+    for path in doc_files(root):
+        text = path.read_text(encoding="utf-8")
+        fresh = rewrite(text, root, where=str(path.relative_to(root)))
+        for old, new in zip(_BLOCK.finditer(text), _BLOCK.finditer(fresh), strict=True):
+            if old[0] != new[0]:
+                out.append(f"{path.relative_to(root)}: {old['name']}")
+    return out
+
+
+def write_all(root: Path) -> list[str]:
+    """Rewrite every file's blocks (none when one cannot be made); the files changed."""
+    made = {}
+    for path in doc_files(root):  # every block made before any file is written
+        text = path.read_text(encoding="utf-8")
+        fresh = rewrite(text, root, where=str(path.relative_to(root)))
+        if fresh != text:
+            made[path] = fresh
+    for path, fresh in made.items():
+        path.write_text(fresh, encoding="utf-8")
+    return [str(path.relative_to(root)) for path in made]
+
+
+def main(argv: Sequence[str], root: Path) -> int:
+    check = "--check" in argv
+    try:
+        if check:
+            found = stale(root)
+            for line in found:
+                print(f"stale: {line}", file=sys.stderr)
+            if found:
+                print(f"run `{COMMAND}` to make them again", file=sys.stderr)
+            return 1 if found else 0
+        for name in write_all(root):
+            print(f"rewrote {name}", file=sys.stderr)
+    except DocsError as exc:
+        print(f"error: {exc}; no file was written", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:], Path.cwd()))
