@@ -40,6 +40,7 @@ from skippy.build.localtree import MODE_LOCAL
 from skippy.core.errors import SkippyError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, human_size, tree_size
+from skippy.flows.upstream_tests import TESTS_DEFINE
 from skippy.queue.archive_specs import load_archive_specs
 from skippy.queue.testbed import LLAMA_CPP_PYTHON
 
@@ -97,6 +98,14 @@ class _Build:
     @property
     def local(self) -> bool:
         return self.stamp.get("mode") == MODE_LOCAL
+
+    @property
+    def kind(self) -> str:
+        """``"cpu"``, or ``"cpu tests"`` for the build dir of upstream's tests (``--upstream-tests``),
+        which is kept beside the binaries' build, not instead of it."""
+        args = self.stamp.get("configure_args")
+        tests = isinstance(args, list) and TESTS_DEFINE in args
+        return f"{self.backend} tests" if tests else self.backend
 
     def source(self, workdir: Path) -> Path:
         """The tree it was built from (a stamp that names none is taken for the workdir's)."""
@@ -161,7 +170,7 @@ class _Planner:
         newest: dict[tuple[Path, str], _Build] = {}
         for build in sorted(found, key=lambda b: b.built):  # oldest first: the newest wins
             if not build.local:
-                newest[(build.source(workdir), build.backend)] = build
+                newest[(build.source(workdir), build.kind)] = build
         for build in found:
             self.build(build, workdir, newest)
 
@@ -193,11 +202,11 @@ class _Planner:
             self.add(build.path, why, removable=True)
         elif not mine and not source.is_dir():
             self.add(build.path, f"a {build.backend} build of {shown}, which no longer exists", removable=True)
-        elif newest.get((source, build.backend)) is build:
-            self.add(build.path, f"the newest {build.backend} build of {tree} (patched {head})", removable=False)
+        elif newest.get((source, build.kind)) is build:
+            self.add(build.path, f"the newest {build.kind} build of {tree} (patched {head})", removable=False)
         else:
-            latest = newest[(source, build.backend)].path.name
-            why = f"an older {build.backend} build of {tree} (other CMake settings or an older tree) than {latest}"
+            latest = newest[(source, build.kind)].path.name
+            why = f"an older {build.kind} build of {tree} (other CMake settings or an older tree) than {latest}"
             self.add(build.path, why, removable=True)
 
     def archives(self) -> None:

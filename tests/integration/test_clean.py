@@ -80,6 +80,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Project, d
     older = project.build("-DGGML_NATIVE=ON")
     age(older.build_dir, 7200)
     newest = project.build()
+    # upstream's tests have a build dir of their own (--upstream-tests), built after the binaries'
+    tests = project.build("-DLLAMA_BUILD_TESTS=ON")
     local = project.build(local=True)
     failed = project.build("-DLLAMA_OPENSSL=ON", build=False)
     (failed.build_dir / STAMP_NAME).unlink()  # as a configure that failed its checks leaves it
@@ -103,6 +105,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Project, d
         {
             "older": older.build_dir,
             "newest": newest.build_dir,
+            "tests": tests.build_dir,
             "local": local.build_dir,
             "failed": failed.build_dir,
             "fresh": fresh.build_dir,
@@ -134,6 +137,7 @@ def test_dry_run_lists_each_path_with_its_size_and_why_and_removes_nothing(
     }
     assert set(kept) == {
         dirs["newest"],
+        dirs["tests"],
         dirs["fresh"],
         dirs["other"],
         dirs["notes"],
@@ -145,6 +149,8 @@ def test_dry_run_lists_each_path_with_its_size_and_why_and_removes_nothing(
     assert "(--workdir-as-is)" in removed[dirs["local"]]["why"]
     assert "no build stamp" in removed[dirs["failed"]]["why"]
     assert "the newest cpu build of the prepared tree" in kept[dirs["newest"]]["why"]
+    # the tests' build dir is newer, and kept beside the binaries' build, not instead of it
+    assert "the newest cpu tests build of the prepared tree" in kept[dirs["tests"]]["why"]
     assert "perhaps a configure under way" in kept[dirs["fresh"]]["why"]
     assert "other-llama.cpp" in kept[dirs["other"]]["why"]
     assert "not a build dir" in kept[dirs["notes"]]["why"]
