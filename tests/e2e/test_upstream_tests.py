@@ -10,7 +10,7 @@ check's greedy chat does not see it.
    ``ctest -L main`` plus the queue's own test (``test-skippy-gemma3``). Every other test passes
    or is named red upstream / not run with its reason; ``test-sampling`` fails, passes on the
    unpatched pin (the baseline, run once and kept), and the bisection over the prepared
-   commits names ``core/0005-...``. The session fails (exit 15) with the report in ``--json``.
+   commits names ``core/0005-...``. The session fails (skippy's exit code 15) with the report in ``--json``.
 2. ``invoke pin-bump --sha <README-only commit>`` builds, runs the tests, finds the same break
    and leaves the pin where it was.
 """
@@ -67,9 +67,9 @@ def test_a_broken_upstream_test_is_traced_to_its_patch_and_keeps_the_pin(
 
     # 1. the build session: every test of ctest -L main and the queue's own, the break traced
     result = week.run("nox -s build-cpu -- --upstream-tests --no-spot-check --json", ok=False)
-    assert result.returncode == 15, result.stderr[-4000:]
+    assert result.returncode != 0, result.stderr[-4000:]
     failure = json.loads(result.stdout)
-    assert failure["error"] == "UpstreamTestsFailed"
+    assert failure["error"] == "UpstreamTestsFailed" and failure["exit_code"] == 15, failure
     report = failure["upstream_tests"]
     tests = {t["name"]: t for t in report["tests"]}
     assert len(tests) >= 30, sorted(tests)
