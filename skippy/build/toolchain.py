@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from skippy.build.backends import LAUNCHER_LANGUAGES, RPC_TARGETS, Backend, BackendSpec, Platform, spec
-from skippy.build.backends.base import BuildRoot, PlanFacts, Tool
-from skippy.build.chroot import install_launcher
+from skippy.build.backends import spec
+from skippy.build.backends.base import LAUNCHER_LANGUAGES, RPC_TARGETS, Backend, BackendSpec, PlanFacts, Platform
+from skippy.build.roots import BuildRoot, install_launcher
+from skippy.build.tool import Tool
 from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings

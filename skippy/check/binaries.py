@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from skippy.build.backends import RPC_TARGETS, SERVER_TARGET
 from skippy.build.backends import names as backend_names
-from skippy.build.builder import STAMP_NAME, built_from, read_stamp
+from skippy.build.backends.base import RPC_TARGETS, SERVER_TARGET
+from skippy.build.builder import built_from, read_stamp
+from skippy.build.plan import STAMP_NAME
 from skippy.check.evidence import parse_devices
 from skippy.check.report import Provenance
 from skippy.check.server import (

@@ -14,21 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
-from skippy.build.backends import SERVER_TARGET, Backend, parse_backend, spec
-from skippy.build.backends.base import BuildRoot
-from skippy.build.builder import (
-    KEEP_LOCAL_BUILDS,
-    PROVENANCE_DEFINES,
-    BuildOptions,
-    BuildPlan,
-    BuildReport,
-    execute_plan,
-    plan_build,
-    prune_local_builds,
-    requested_defines,
-)
-from skippy.build.chroot import mounted
+from skippy.build.backends import parse_backend, spec
+from skippy.build.backends.base import SERVER_TARGET, Backend
+from skippy.build.builder import KEEP_LOCAL_BUILDS, BuildReport, execute_plan, prune_local_builds
 from skippy.build.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, read_workdir_state
+from skippy.build.plan import PROVENANCE_DEFINES, BuildOptions, BuildPlan, plan_build, requested_defines
+from skippy.build.roots import BuildRoot, mounted
 from skippy.build.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 from skippy.check.binaries import version_line
 from skippy.check.evidence import artifact_markers_missing

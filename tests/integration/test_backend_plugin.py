@@ -52,7 +52,9 @@ DRIVER = """
 import json, sys
 from pathlib import Path
 from skippy.build.backends import registry
-from skippy.build.builder import BuildOptions, execute_plan, plan_build, stop_cache_server
+from skippy.build.plan import BuildOptions, plan_build
+from skippy.build.builder import execute_plan
+from skippy.build.cachestats import stop_cache_server
 from skippy.build.toolchain import inspect_tree, probe_toolchain
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings

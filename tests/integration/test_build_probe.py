@@ -15,16 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends.base import Tool
-from skippy.build.builder import (
-    BuildOptions,
-    BuildPlan,
-    BuildReport,
-    execute_plan,
-    parse_cmake_cache,
-    plan_build,
-    stop_cache_server,
-)
+from skippy.build.builder import BuildReport, execute_plan
+from skippy.build.cachestats import stop_cache_server
+from skippy.build.configure import parse_cmake_cache
+from skippy.build.plan import BuildOptions, BuildPlan, plan_build
+from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, inspect_tree, probe_toolchain, tool_version
 from skippy.core import proc
 from skippy.core.errors import BuildError

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from skippy.build.backends import Backend
+from skippy.build.backends.base import Backend
 from skippy.check.report import SpotCheckReport
 from skippy.cli.build import build_main
 from skippy.core import proc

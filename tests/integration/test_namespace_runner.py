@@ -20,10 +20,12 @@ from typing import Any
 
 import pytest
 
-from skippy.build.backends.base import Tool
 from skippy.build.backends.rocm_root import RootContext, runner_program, runner_root
-from skippy.build.builder import execute_plan, parse_cmake_cache, plan_build
-from skippy.build.chroot import install_launcher, mounted, mounts_under
+from skippy.build.builder import execute_plan
+from skippy.build.configure import parse_cmake_cache
+from skippy.build.plan import plan_build
+from skippy.build.roots import install_launcher, mounted, mounts_under
+from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, inspect_tree, tool_version
 from skippy.core import proc
 from skippy.core.settings import Settings

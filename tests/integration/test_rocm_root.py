@@ -18,9 +18,7 @@ from pathlib import Path
 import pytest
 
 from skippy.build.backends import rocm_root
-from skippy.build.backends.base import BuildRoot, Tool
 from skippy.build.backends.rocm_root import (
-    MARKER,
     RootContext,
     finished,
     make_root,
@@ -28,9 +26,12 @@ from skippy.build.backends.rocm_root import (
     root_home,
     runner_program,
 )
-from skippy.build.builder import BuildPlan, BuildReport, plan_build
+from skippy.build.builder import BuildReport
 from skippy.build.cache import launcher_env, root_launcher_env
-from skippy.build.chroot import mounted
+from skippy.build.fetched import MARKER
+from skippy.build.plan import BuildPlan, plan_build
+from skippy.build.roots import BuildRoot, mounted
+from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, TreeInfo, probe_toolchain
 from skippy.core.errors import BuildError, NetworkError, ToolchainMissing
 from skippy.core.settings import Settings
@@ -659,8 +660,9 @@ def _tool() -> Tool:
 _SIGTERM_CHILD = """
 import sys, time
 from pathlib import Path
-from skippy.build.backends.base import BuildRoot, Tool
-from skippy.build.chroot import mounted
+from skippy.build.roots import BuildRoot
+from skippy.build.tool import Tool
+from skippy.build.roots import mounted
 tool = Tool("cmake", "/usr/bin/cmake", "4")
 root = BuildRoot(path=Path(sys.argv[1]), program="chroot", env={}, cmake=tool, ninja=tool, label="test")
 env = {"PATH": sys.argv[2], "MOUNT_LOG": sys.argv[3]}

@@ -4,17 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from skippy.build.backends import (
-    LAUNCHER_LANGUAGES,
-    RPC_TARGETS,
-    SERVER_TARGET,
-    Platform,
-    names,
-    parse_backend,
-    registry,
-    spec,
-    switches,
-)
+from skippy.build.backends import names, parse_backend, registry, spec, switches
+from skippy.build.backends.base import LAUNCHER_LANGUAGES, RPC_TARGETS, SERVER_TARGET, Platform
 
 
 def test_every_backend_is_registered_once_under_its_own_name() -> None:

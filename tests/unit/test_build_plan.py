@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends import Backend
-from skippy.build.backends.base import Tool
+from skippy.build.backends.base import Backend
 from skippy.build.backends.cuda import DEFAULT_CUDA_ARCHITECTURES
 from skippy.build.backends.rocm import DEFAULT_AMDGPU_TARGETS, ROOT_DEFAULT_AMDGPU_TARGETS
-from skippy.build.builder import BuildOptions, BuildPlan, plan_build, requested_defines, split_cmake_args
+from skippy.build.plan import BuildOptions, BuildPlan, plan_build, requested_defines, split_cmake_args
+from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError, SettingsError
 from skippy.core.settings import Settings

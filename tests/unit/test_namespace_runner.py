@@ -12,7 +12,6 @@ from types import MappingProxyType
 
 import pytest
 
-from skippy.build.backends.base import NAMESPACE_LAUNCHERS, BuildRoot, Tool, read_layout
 from skippy.build.backends.rocm_root import (
     DebianRoot,
     RootContext,
@@ -22,8 +21,9 @@ from skippy.build.backends.rocm_root import (
     resolve_runner,
     runner_root,
 )
-from skippy.build.builder import BuildPlan, plan_build
-from skippy.build.chroot import install_launcher
+from skippy.build.plan import BuildPlan, plan_build
+from skippy.build.roots import NAMESPACE_LAUNCHERS, BuildRoot, install_launcher, read_layout
+from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError, SettingsError, ToolchainMissing
 from skippy.core.settings import Settings

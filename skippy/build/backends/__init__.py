@@ -17,35 +17,9 @@ from types import MappingProxyType
 from typing import Final
 
 from skippy.build.backends import cpu, cuda, metal, rocm, vulkan
-from skippy.build.backends.base import (
-    COMMON_DEFINES,
-    LAUNCHER_LANGUAGES,
-    RPC_TARGETS,
-    SERVER_TARGET,
-    TREE_OPTIONAL_DEFINES,
-    Backend,
-    BackendSpec,
-    InstallHint,
-    Platform,
-)
+from skippy.build.backends.base import Backend, BackendSpec
 
-__all__ = [
-    "COMMON_DEFINES",
-    "ENTRY_POINT_GROUP",
-    "LAUNCHER_LANGUAGES",
-    "RPC_TARGETS",
-    "SERVER_TARGET",
-    "TREE_OPTIONAL_DEFINES",
-    "Backend",
-    "BackendSpec",
-    "InstallHint",
-    "Platform",
-    "names",
-    "parse_backend",
-    "registry",
-    "spec",
-    "switches",
-]
+__all__ = ["ENTRY_POINT_GROUP", "names", "parse_backend", "registry", "spec", "switches"]
 
 #: the backends this package ships, in the order menus list them
 _BUILTIN: Final = (cpu.BACKEND, metal.BACKEND, cuda.BACKEND, vulkan.BACKEND, rocm.BACKEND)

@@ -8,22 +8,22 @@ tree).  The registry (:mod:`skippy.build.backends`) lists the modules;
 ``plan_build``, ``probe_toolchain``, the nox sessions and the workflows' matrix
 are driven by it, and no code outside a backend module branches on a backend.
 
-This module imports nothing from the build layer: the probe helpers reach a
-backend through :class:`ProbeContext`, so each backend can be tested alone.
+This module imports from the build layer only what lies below the backends (the
+roots and :class:`~skippy.build.tool.Tool`): the probe helpers reach a backend
+through :class:`ProbeContext`, so each backend can be tested alone.
 """
 
 from __future__ import annotations
 
 import enum
-import hashlib
-import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Protocol
 
-from skippy.core.errors import BuildError
+from skippy.build.roots import BuildRoot
+from skippy.build.tool import Tool
 
 if TYPE_CHECKING:
     from skippy.core.errors import ToolchainMissing
@@ -96,160 +96,6 @@ class InstallHint:
             hint = self.for_platform(platform)
             lines.append(f"{labels[platform]}: {hint if hint is not None else 'not available'}")
         return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    path: str
-    version: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"path": self.path, "version": self.version}
-
-
-#: how commands run inside a root: ``chroot`` (root; :mod:`skippy.build.chroot` mounts the
-#: work folders in around the build) or ``namespace`` (``bwrap`` in an unprivileged user
-#: namespace: the root's system folders bound read-only, the work folders bound at their own
-#: paths, nothing mounted on the host)
-ROOT_RUNNERS: Final = ("chroot", "namespace")
-
-#: the root's top-level folders a namespace runner binds (read-only); its top-level links
-#: (``bin -> usr/bin`` ...) are made again; /proc, /dev, /tmp, /run and /root are fresh
-NAMESPACE_SYSTEM_DIRS: Final = ("usr", "etc", "var", "opt")
-#: the folders a namespace runner makes empty (its own tmpfs each, gone with the command)
-NAMESPACE_FRESH: Final = ("/tmp", "/run", "/root")  # noqa: S108 - a private tmpfs inside the namespace
-#: where a namespace runner binds the launchers copied for the root (read-only)
-NAMESPACE_LAUNCHERS: Final = Path("/skippy")
-
-
-@dataclass(frozen=True)
-class BuildRoot:
-    """A root file system the configure and the build run inside, for a toolkit that lives
-    there rather than on the host (ROCm from Debian's packages).
-
-    The work folders (the source tree, the build dir, the compiler cache's) are at the same
-    paths inside and out, so every path in the plan means the same on both sides: the
-    ``chroot`` runner mounts them into the root around the build
-    (:mod:`skippy.build.chroot`); the ``namespace`` runner (``bwrap`` in a user namespace,
-    no privilege needed) binds them in its command line (:attr:`binds`, :meth:`with_binds`),
-    beside the root's system folders (:attr:`layout`, read-only) and the launchers' folder.
-    Nothing of the host's environment passes: the commands run under ``env -i`` with
-    :attr:`env` only.  The compiler cache (sccache, a copy) runs inside with a server of its
-    own: the plan adds its variables to :attr:`env` (:meth:`with_env`); the host's server is
-    never asked to run the root's compilers."""
-
-    path: Path
-    #: the host's ``chroot`` or ``bwrap`` program (by :attr:`runner`)
-    program: str
-    #: the whole environment of the commands inside (PATH included)
-    env: Mapping[str, str]
-    #: cmake and ninja inside the root (paths as seen inside)
-    cmake: Tool
-    ninja: Tool
-    #: what the root is, for notes and reports (``debian-root sid (packages 1a2b3c4d5e6f)``)
-    label: str
-    #: one of :data:`ROOT_RUNNERS`
-    runner: str = "chroot"
-    #: namespace: the root's top level, ``(name, link text)`` for a link and ``(name, None)``
-    #: for a system folder (:data:`NAMESPACE_SYSTEM_DIRS`) (:func:`read_layout`)
-    layout: tuple[tuple[str, str | None], ...] = ()
-    #: namespace: the host folders bound at their own paths, read-write
-    binds: tuple[Path, ...] = ()
-    #: namespace: the host folder of the launchers copied for this root (bound read-only at
-    #: :data:`NAMESPACE_LAUNCHERS`); chroot: None (they are copied into the root)
-    launchers: Path | None = None
-
-    @property
-    def namespace(self) -> bool:
-        return self.runner == "namespace"
-
-    @property
-    def prefix(self) -> tuple[str, ...]:
-        """What runs a command inside: ``chroot ROOT /usr/bin/env -i NAME=VALUE ...``, or
-        ``bwrap --unshare-user --uid 0 --gid 0 <binds> -- /usr/bin/env -i NAME=VALUE ...``."""
-        assignments = tuple(f"{name}={value}" for name, value in sorted(self.env.items()))
-        if not self.namespace:
-            return (self.program, str(self.path), "/usr/bin/env", "-i", *assignments)
-        return (self.program, *self._namespace_args(), "--", "/usr/bin/env", "-i", *assignments)
-
-    def _namespace_args(self) -> tuple[str, ...]:
-        args = ["--unshare-user", "--uid", "0", "--gid", "0"]
-        for name, link in self.layout:
-            if link is None:
-                args += ["--ro-bind", str(self.path / name), f"/{name}"]
-            else:
-                args += ["--symlink", link, f"/{name}"]
-        args += ["--proc", "/proc", "--dev", "/dev"]
-        for fresh in NAMESPACE_FRESH:
-            args += ["--tmpfs", fresh]
-        if self.launchers is not None:
-            args += ["--ro-bind", str(self.launchers), str(NAMESPACE_LAUNCHERS)]
-        # shallow first: a folder bound inside another bound one stays visible
-        for folder in sorted(self.binds, key=lambda p: (len(p.parts), str(p))):
-            args += ["--bind", os.path.realpath(folder), str(folder)]
-        return (*args, "--chdir", "/")
-
-    @property
-    def server_tag(self) -> str:
-        """A short name for this root (its path; with a namespace runner also the folders bound
-        in, which a server started in one namespace is limited to): the compiler cache
-        server inside is its own."""
-        key = str(self.path) if not self.namespace else "\n".join([str(self.path), *map(str, sorted(self.binds))])
-        return hashlib.sha256(key.encode()).hexdigest()[:12]
-
-    def with_env(self, extra: Mapping[str, str]) -> BuildRoot:
-        """The same root whose commands also get ``extra`` (the compiler cache's variables)."""
-        return replace(self, env=MappingProxyType({**self.env, **extra}))
-
-    def with_binds(self, folders: Sequence[Path]) -> BuildRoot:
-        """The same root with ``folders`` (absolute, as the plan names them) bound in at their
-        own paths by a namespace runner (the chroot runner mounts them around the build: the
-        root is returned as it is).  A folder a namespace runner cannot bind is refused:
-        under one of the root's read-only system folders or links (``/usr``, ``/opt``, ``/lib`` ...)."""
-        if not self.namespace:
-            return self
-        taken = {name for name, _link in self.layout}
-        added = list(self.binds)
-        for folder in (Path(f).absolute() for f in folders):
-            top = folder.parts[1] if len(folder.parts) > 1 else ""
-            if top in taken or top == NAMESPACE_LAUNCHERS.name or folder == Path(folder.anchor):
-                raise BuildError(
-                    f"{folder} cannot be bound into the root {self.path} by the namespace runner: /{top} "
-                    "inside is the root's own (read-only)",
-                    untouched="the root, the source tree and the build dir: nothing was run",
-                    next_step="keep the work folders (the project, [tool.skippy] build_root and cache_dir) outside "
-                    f"/{', /'.join(sorted(taken | {NAMESPACE_LAUNCHERS.name}))}, or use the chroot runner as "
-                    "root (SKIPPY_ROOT_RUNNER=chroot)",
-                )
-            if folder not in added:
-                added.append(folder)
-        return replace(self, binds=tuple(added))
-
-    def wrap(self, argv: Sequence[str]) -> tuple[str, ...]:
-        return (*self.prefix, *argv)
-
-    def host_path(self, inside: str | Path) -> Path:
-        """Where a path inside the root is on the host (``/usr/bin/cmake`` -> ``ROOT/usr/bin/cmake``;
-        with a namespace runner a launcher under ``/skippy`` is in :attr:`launchers`)."""
-        path = Path(inside)
-        if not path.is_absolute():
-            return self.path / path
-        if self.launchers is not None and path.is_relative_to(NAMESPACE_LAUNCHERS):
-            return self.launchers / path.relative_to(NAMESPACE_LAUNCHERS)
-        return self.path / path.relative_to("/")
-
-
-def read_layout(root: Path) -> tuple[tuple[str, str | None], ...]:
-    """The top level of ``root`` a namespace runner rebuilds: its links (``bin -> usr/bin``)
-    and its system folders (:data:`NAMESPACE_SYSTEM_DIRS`), by name."""
-    out: list[tuple[str, str | None]] = []
-    for entry in sorted(os.scandir(root), key=lambda e: e.name):
-        if entry.is_symlink():
-            out.append((entry.name, str(Path(entry.path).readlink())))
-        elif entry.name in NAMESPACE_SYSTEM_DIRS and entry.is_dir():
-            out.append((entry.name, None))
-    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import BackendSpec, Choice, Found, InstallHint, PlanFacts, ProbeContext, Tool
+from skippy.build.backends.base import BackendSpec, Choice, Found, InstallHint, PlanFacts, ProbeContext
 from skippy.build.backends.cuda_toolkit import (
     AssemblyContext,
     assemble,
@@ -25,6 +25,7 @@ from skippy.build.backends.cuda_toolkit import (
     resolve_toolkit_choice,
     wheels_supported,
 )
+from skippy.build.tool import Tool
 from skippy.core.errors import ToolchainMissing
 
 #: CUDA architectures used when none is given and no GPU is visible

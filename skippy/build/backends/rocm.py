@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import BackendSpec, Choice, Found, InstallHint, PlanFacts, ProbeContext, Tool
+from skippy.build.backends.base import BackendSpec, Choice, Found, InstallHint, PlanFacts, ProbeContext
 from skippy.build.backends.rocm_root import (
     PIN_TABLE,
     RUNNER_KEY,
@@ -32,6 +32,7 @@ from skippy.build.backends.rocm_root import (
     resolve_toolkit_choice,
     runner_program,
 )
+from skippy.build.tool import Tool
 from skippy.core.errors import ToolchainMissing
 
 #: AMD GPU targets used when none is given and no GPU is visible

@@ -7,7 +7,7 @@ carries ROCm 6.4 (hipcc, libamdhip64-dev, librocblas-dev, libhipblas-dev, rocm-c
 cache (``<cache>/rocm-root/<suite>-<pin digest>/root``), from the Debian mirror the
 system's apt already uses (or the pin's ``snapshot`` URL, passed through as the
 mirror).  The configure and the build then run inside it
-(:class:`~skippy.build.backends.base.BuildRoot`, :mod:`skippy.build.chroot`), by one of
+(:class:`~skippy.build.roots.BuildRoot`, :mod:`skippy.build.roots`), by one of
 two runners (``[tool.skippy.build] root_runner`` / ``SKIPPY_ROOT_RUNNER``):
 
 * ``chroot`` (the default for root): the work folders mounted into the root around the build;
@@ -41,17 +41,26 @@ import os
 import pwd
 import re
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import ROOT_RUNNERS, BuildRoot, Tool, read_layout, resolve_choice
+from skippy.build.backends.base import resolve_choice
 from skippy.build.backends.debian import DEBIAN_KEYRING, present_keyring, sources_line, system_mirror
-from skippy.build.chroot import Terminated, remove_tree, sigterm_unwinds, unmount_under
+from skippy.build.fetched import fetch_once, read_marker
+from skippy.build.roots import (
+    ROOT_RUNNERS,
+    BuildRoot,
+    Terminated,
+    read_layout,
+    remove_tree,
+    sigterm_unwinds,
+    unmount_under,
+)
+from skippy.build.tool import Tool
 from skippy.core import proc
 from skippy.core.errors import (
     CommandError,
@@ -61,7 +70,6 @@ from skippy.core.errors import (
     SkippyError,
     ToolchainMissing,
 )
-from skippy.core.files import made_once
 
 #: ``[tool.skippy.build] rocm_toolkit`` / ``SKIPPY_ROCM_TOOLKIT`` values
 TOOLKIT_CHOICES: Final = ("auto", "system", "debian-root")
@@ -86,8 +94,6 @@ INSIDE_ENV: Final[Mapping[str, str]] = MappingProxyType(
     {"PATH": "/usr/bin:/bin", "HIP_PLATFORM": "amd", "HOME": "/root", "LC_ALL": "C.UTF-8"}
 )
 
-MARKER: Final = "complete.json"
-MARKER_SCHEMA: Final = 1
 #: seconds mmdebstrap may take (2.5 minutes measured, about 1 GB of packages)
 MMDEBSTRAP_TIMEOUT: Final = 3600.0
 
@@ -287,28 +293,23 @@ def runner_root(
     )
 
 
-def _marker_payload(pin: RootPin, versions: Mapping[str, str]) -> dict[str, object]:
-    return {
-        "schema": MARKER_SCHEMA,
-        "suite": pin.suite,
-        "packages": list(pin.packages),
-        "snapshot": pin.snapshot,
-        "versions": dict(versions),
-    }
+def _record(pin: RootPin, versions: Mapping[str, str]) -> dict[str, object]:
+    return {"suite": pin.suite, "packages": list(pin.packages), "snapshot": pin.snapshot, "versions": dict(versions)}
 
 
-def finished(home: Path, pin: RootPin) -> DebianRoot | None:
-    """The finished root of exactly this pin at ``home``, or None (absent, halfway, another pin)."""
-    try:
-        data = json.loads((home / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    versions = data.get("versions") if isinstance(data, dict) else None
-    if not isinstance(versions, dict) or data != _marker_payload(pin, versions):
+def _done(home: Path, pin: RootPin, record: Mapping[str, object]) -> DebianRoot | None:
+    versions = record.get("versions")
+    if not isinstance(versions, dict) or dict(record) != _record(pin, versions):
         return None
     if any(name not in versions for name in pin.packages) or not (home / "root" / "usr" / "bin" / "cmake").exists():
         return None
     return DebianRoot(home / "root", pin, MappingProxyType(dict(versions)), reused=True)
+
+
+def finished(home: Path, pin: RootPin) -> DebianRoot | None:
+    """The finished root of exactly this pin at ``home``, or None (absent, halfway, another pin)."""
+    record = read_marker(home)
+    return _done(home, pin, record) if record is not None else None
 
 
 def chroot_program(env: Mapping[str, str]) -> str | None:
@@ -373,13 +374,25 @@ def make_root(pin: RootPin, ctx: RootContext) -> DebianRoot:
             untouched=f"{home}: nothing was changed",
             next_step=f"have its owner run chmod 755 {home}, or set [tool.skippy] cache_dir to a folder of your own",
         )
-    root = made_once(
+    ways: dict[str, str] = {}
+
+    def check() -> None:
+        ways.update(mode=_can_make(ctx), program=runner_program(ctx), mirror=_mirror(pin, ctx))
+
+    started = time.monotonic()
+    root, made = fetch_once(
         home,
-        done=lambda: finished(home, pin),
-        make=lambda: _make_locked(home, pin, ctx),
+        done=lambda found, record: _done(found, pin, record),
+        make=lambda folder: _make_into(folder, pin, ctx, **ways),
         what="making the ROCm Debian root",
         timeout=ctx.lock_timeout,
+        remove=lambda folder: _remove(folder, ctx),
+        check=check,
     )
+    if made:
+        took = time.monotonic() - started
+        ctx.log(f"made the ROCm Debian root in {took:.0f} s: {root.path}")
+        root = replace(root, reused=False, seconds=took)
     _readable_by_all(home, ctx)
     return root
 
@@ -476,14 +489,6 @@ def _remove(folder: Path, ctx: RootContext) -> None:
         )
 
 
-def _remove_leftovers(home: Path, ctx: RootContext) -> None:
-    """Folders of interrupted runs beside ``home`` (never through a mount left inside)."""
-    for stale in home.parent.glob(f"{home.name}.partial-*"):
-        _remove(stale, ctx)
-    if home.exists() and not (home / MARKER).is_file():
-        _remove(home, ctx)
-
-
 def _interrupted(partial: Path, ctx: RootContext, *, terminated: bool) -> Interrupted:
     """mmdebstrap was stopped by Ctrl-C or SIGTERM: unmount what it left mounted in the half-made
     root and remove that root, and say what was cleaned (or what is left, with the commands)."""
@@ -512,21 +517,15 @@ def _interrupted(partial: Path, ctx: RootContext, *, terminated: bool) -> Interr
     return error
 
 
-def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
-    mode = _can_make(ctx)
-    program = runner_program(ctx)
-    mirror = _mirror(pin, ctx)
+def _make_into(
+    folder: Path, pin: RootPin, ctx: RootContext, *, mode: str, program: str, mirror: str
+) -> Mapping[str, object]:
+    """mmdebstrap makes the root in ``folder``/root; the versions of its packages are read inside."""
     keyring = present_keyring(ctx.keyring)
-    _remove_leftovers(home, ctx)
-    started = time.monotonic()
     ctx.log(
         f"making the ROCm Debian root ({pin.suite}: {', '.join(pin.packages)}) with mmdebstrap --mode={mode}; minutes"
     )
-    partial = Path(tempfile.mkdtemp(prefix=f"{home.name}.partial-", dir=home.parent))
-    # 0755 from the start: mmdebstrap --mode=unshare makes the root as the user's subordinate
-    # root, which mkdtemp's 0700 keeps out (and other users' namespace runners later)
-    partial.chmod(0o755)
-    target = partial / "root"
+    target = folder / "root"
     try:
         # SIGTERM unwinds as Ctrl-C does: mmdebstrap is stopped and what it left is cleaned up
         with sigterm_unwinds():
@@ -538,11 +537,11 @@ def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
                 what=f"mmdebstrap --mode={mode} (the ROCm Debian root)",
             )
     except (KeyboardInterrupt, Terminated) as exc:
-        raise _interrupted(partial, ctx, terminated=isinstance(exc, Terminated)) from None
+        raise _interrupted(folder, ctx, terminated=isinstance(exc, Terminated)) from None
     except CommandError as exc:
         raise NetworkError(
             f"mmdebstrap could not make the ROCm Debian root ({pin.suite})",
-            untouched=f"the system's apt; the half-made root in {partial} is removed by the next run",
+            untouched=f"the system's apt; the half-made root in {folder} is removed by the next run",
             next_step=f"check that the mirror answers and that suite {pin.suite} has every package in "
             f"[tool.skippy.build.{PIN_TABLE}], then run the build again",
             details=exc.details,
@@ -554,14 +553,10 @@ def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
     if missing:
         raise ToolchainMissing(
             f"the ROCm Debian root lacks {', '.join(missing)} after mmdebstrap",
-            untouched=f"the system; the half-made root in {partial} is removed by the next run",
+            untouched=f"the system; the half-made root in {folder} is removed by the next run",
             next_step=f"check the package names in [tool.skippy.build.{PIN_TABLE}]",
         )
-    (partial / MARKER).write_text(json.dumps(_marker_payload(pin, versions), indent=2) + "\n", encoding="utf-8")
-    partial.rename(home)
-    took = time.monotonic() - started
-    ctx.log(f"made the ROCm Debian root in {took:.0f} s: {home / 'root'}")
-    return DebianRoot(home / "root", pin, MappingProxyType(versions), seconds=took)
+    return _record(pin, versions)
 
 
 __all__ = [

@@ -1,17 +1,20 @@
-"""Running a build inside a root file system: the mounts around it, and never deleting through one.
+"""Roots: a file system the configure and the build run inside (:class:`BuildRoot`), the two
+ways of running commands there (``chroot`` as root, mounting the work folders in around the
+build; ``bwrap`` in an unprivileged user namespace, the namespace runner, binding them in its
+command line), and never deleting through a mount one leaves.
 
-A :class:`~skippy.build.backends.base.BuildRoot` (the ROCm toolkit from Debian's
-packages, :mod:`skippy.build.backends.rocm_root`) runs cmake and ninja under
-``chroot`` or in a user namespace (``bwrap``).  With the namespace runner the binds are
-in the command line itself and nothing is mounted on the host: :func:`mounted` only makes
-the work folders.  With ``chroot``, around the commands :func:`mounted` mounts ``/proc`` (a fresh proc file system)
-and ``/dev`` (bound) inside the root, and binds the work folders (the source tree,
-the build dir) at the same paths, so every path in the plan means the same inside and
-out; it unmounts them again, in reverse order, whatever happens (an error, Ctrl-C, a
-SIGTERM: while the mounts are up it raises :class:`Terminated`, so the same cleanup runs).
-A mount left behind by a killed run is never deleted through: :func:`mounts_under`
-reads the kernel's mount table, and :func:`remove_tree` refuses a folder that has a
-mount inside it (``shutil.rmtree`` would delete the host's ``/dev`` through a bind).
+A root is made by a backend's toolkit (the ROCm toolkit from Debian's packages,
+:mod:`skippy.build.backends.rocm_root`); this module knows nothing of backends.  With the
+namespace runner the binds are in the command line itself and nothing is mounted on the host:
+:func:`mounted` only makes the work folders.  With ``chroot``, around the commands
+:func:`mounted` mounts ``/proc`` (a fresh proc file system) and ``/dev`` (bound) inside the
+root, and binds the work folders (the source tree, the build dir) at the same paths, so every
+path in the plan means the same inside and out; it unmounts them again, in reverse order,
+whatever happens (an error, Ctrl-C, a SIGTERM: while the mounts are up it raises
+:class:`Terminated`, so the same cleanup runs).  A mount left behind by a killed run is never
+deleted through: :func:`mounts_under` reads the kernel's mount table, and :func:`remove_tree`
+refuses a folder that has a mount inside it (``shutil.rmtree`` would delete the host's
+``/dev`` through a bind).
 
 The compiler cache runs inside too: :func:`install_launcher` copies the host's sccache
 (a static-enough binary: it links only an old glibc) once, by content, into the root
@@ -31,13 +34,158 @@ import shutil
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import NAMESPACE_LAUNCHERS, BuildRoot, Tool
+from skippy.build.tool import Tool
 from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError
+
+#: how commands run inside a root: ``chroot`` (root; :func:`mounted` mounts the
+#: work folders in around the build) or ``namespace`` (``bwrap`` in an unprivileged user
+#: namespace: the root's system folders bound read-only, the work folders bound at their own
+#: paths, nothing mounted on the host)
+ROOT_RUNNERS: Final = ("chroot", "namespace")
+
+#: the root's top-level folders a namespace runner binds (read-only); its top-level links
+#: (``bin -> usr/bin`` ...) are made again; /proc, /dev, /tmp, /run and /root are fresh
+NAMESPACE_SYSTEM_DIRS: Final = ("usr", "etc", "var", "opt")
+#: the folders a namespace runner makes empty (its own tmpfs each, gone with the command)
+NAMESPACE_FRESH: Final = ("/tmp", "/run", "/root")  # noqa: S108 - a private tmpfs inside the namespace
+#: where a namespace runner binds the launchers copied for the root (read-only)
+NAMESPACE_LAUNCHERS: Final = Path("/skippy")
+
+
+@dataclass(frozen=True)
+class BuildRoot:
+    """A root file system the configure and the build run inside, for a toolkit that lives
+    there rather than on the host (ROCm from Debian's packages).
+
+    The work folders (the source tree, the build dir, the compiler cache's) are at the same
+    paths inside and out, so every path in the plan means the same on both sides: the
+    ``chroot`` runner mounts them into the root around the build
+    (:func:`mounted`); the ``namespace`` runner (``bwrap`` in a user namespace,
+    no privilege needed) binds them in its command line (:attr:`binds`, :meth:`with_binds`),
+    beside the root's system folders (:attr:`layout`, read-only) and the launchers' folder.
+    Nothing of the host's environment passes: the commands run under ``env -i`` with
+    :attr:`env` only.  The compiler cache (sccache, a copy) runs inside with a server of its
+    own: the plan adds its variables to :attr:`env` (:meth:`with_env`); the host's server is
+    never asked to run the root's compilers."""
+
+    path: Path
+    #: the host's ``chroot`` or ``bwrap`` program (by :attr:`runner`)
+    program: str
+    #: the whole environment of the commands inside (PATH included)
+    env: Mapping[str, str]
+    #: cmake and ninja inside the root (paths as seen inside)
+    cmake: Tool
+    ninja: Tool
+    #: what the root is, for notes and reports (``debian-root sid (packages 1a2b3c4d5e6f)``)
+    label: str
+    #: one of :data:`ROOT_RUNNERS`
+    runner: str = "chroot"
+    #: namespace: the root's top level, ``(name, link text)`` for a link and ``(name, None)``
+    #: for a system folder (:data:`NAMESPACE_SYSTEM_DIRS`) (:func:`read_layout`)
+    layout: tuple[tuple[str, str | None], ...] = ()
+    #: namespace: the host folders bound at their own paths, read-write
+    binds: tuple[Path, ...] = ()
+    #: namespace: the host folder of the launchers copied for this root (bound read-only at
+    #: :data:`NAMESPACE_LAUNCHERS`); chroot: None (they are copied into the root)
+    launchers: Path | None = None
+
+    @property
+    def namespace(self) -> bool:
+        return self.runner == "namespace"
+
+    @property
+    def prefix(self) -> tuple[str, ...]:
+        """What runs a command inside: ``chroot ROOT /usr/bin/env -i NAME=VALUE ...``, or
+        ``bwrap --unshare-user --uid 0 --gid 0 <binds> -- /usr/bin/env -i NAME=VALUE ...``."""
+        assignments = tuple(f"{name}={value}" for name, value in sorted(self.env.items()))
+        if not self.namespace:
+            return (self.program, str(self.path), "/usr/bin/env", "-i", *assignments)
+        return (self.program, *self._namespace_args(), "--", "/usr/bin/env", "-i", *assignments)
+
+    def _namespace_args(self) -> tuple[str, ...]:
+        args = ["--unshare-user", "--uid", "0", "--gid", "0"]
+        for name, link in self.layout:
+            if link is None:
+                args += ["--ro-bind", str(self.path / name), f"/{name}"]
+            else:
+                args += ["--symlink", link, f"/{name}"]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        for fresh in NAMESPACE_FRESH:
+            args += ["--tmpfs", fresh]
+        if self.launchers is not None:
+            args += ["--ro-bind", str(self.launchers), str(NAMESPACE_LAUNCHERS)]
+        # shallow first: a folder bound inside another bound one stays visible
+        for folder in sorted(self.binds, key=lambda p: (len(p.parts), str(p))):
+            args += ["--bind", os.path.realpath(folder), str(folder)]
+        return (*args, "--chdir", "/")
+
+    @property
+    def server_tag(self) -> str:
+        """A short name for this root (its path; with a namespace runner also the folders bound
+        in, which a server started in one namespace is limited to): the compiler cache
+        server inside is its own."""
+        key = str(self.path) if not self.namespace else "\n".join([str(self.path), *map(str, sorted(self.binds))])
+        return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+    def with_env(self, extra: Mapping[str, str]) -> BuildRoot:
+        """The same root whose commands also get ``extra`` (the compiler cache's variables)."""
+        return replace(self, env=MappingProxyType({**self.env, **extra}))
+
+    def with_binds(self, folders: Sequence[Path]) -> BuildRoot:
+        """The same root with ``folders`` (absolute, as the plan names them) bound in at their
+        own paths by a namespace runner (the chroot runner mounts them around the build: the
+        root is returned as it is).  A folder a namespace runner cannot bind is refused:
+        under one of the root's read-only system folders or links (``/usr``, ``/opt``, ``/lib`` ...)."""
+        if not self.namespace:
+            return self
+        taken = {name for name, _link in self.layout}
+        added = list(self.binds)
+        for folder in (Path(f).absolute() for f in folders):
+            top = folder.parts[1] if len(folder.parts) > 1 else ""
+            if top in taken or top == NAMESPACE_LAUNCHERS.name or folder == Path(folder.anchor):
+                raise BuildError(
+                    f"{folder} cannot be bound into the root {self.path} by the namespace runner: /{top} "
+                    "inside is the root's own (read-only)",
+                    untouched="the root, the source tree and the build dir: nothing was run",
+                    next_step="keep the work folders (the project, [tool.skippy] build_root and cache_dir) outside "
+                    f"/{', /'.join(sorted(taken | {NAMESPACE_LAUNCHERS.name}))}, or use the chroot runner as "
+                    "root (SKIPPY_ROOT_RUNNER=chroot)",
+                )
+            if folder not in added:
+                added.append(folder)
+        return replace(self, binds=tuple(added))
+
+    def wrap(self, argv: Sequence[str]) -> tuple[str, ...]:
+        return (*self.prefix, *argv)
+
+    def host_path(self, inside: str | Path) -> Path:
+        """Where a path inside the root is on the host (``/usr/bin/cmake`` -> ``ROOT/usr/bin/cmake``;
+        with a namespace runner a launcher under ``/skippy`` is in :attr:`launchers`)."""
+        path = Path(inside)
+        if not path.is_absolute():
+            return self.path / path
+        if self.launchers is not None and path.is_relative_to(NAMESPACE_LAUNCHERS):
+            return self.launchers / path.relative_to(NAMESPACE_LAUNCHERS)
+        return self.path / path.relative_to("/")
+
+
+def read_layout(root: Path) -> tuple[tuple[str, str | None], ...]:
+    """The top level of ``root`` a namespace runner rebuilds: its links (``bin -> usr/bin``)
+    and its system folders (:data:`NAMESPACE_SYSTEM_DIRS`), by name."""
+    out: list[tuple[str, str | None]] = []
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if entry.is_symlink():
+            out.append((entry.name, str(Path(entry.path).readlink())))
+        elif entry.name in NAMESPACE_SYSTEM_DIRS and entry.is_dir():
+            out.append((entry.name, None))
+    return tuple(out)
+
 
 MOUNTINFO: Final = Path("/proc/self/mountinfo")
 MOUNT_TIMEOUT: Final = 60.0
