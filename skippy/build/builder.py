@@ -24,6 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
+from skippy.build.backends import languages
 from skippy.build.backends.base import RPC_TARGETS, SERVER_TARGET, Backend
 from skippy.build.cacheserver import claimed_server
 from skippy.build.cachestats import (
@@ -53,7 +54,8 @@ from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError
 from skippy.core.ui import Console
 
-COMPILE_LINE: Final = re.compile(r"^\[\d+/\d+\] Building (?:C|CXX|CUDA|HIP|OBJC|OBJCXX) object ")
+#: a compile step of Ninja's output, in any language a registered backend compiles
+COMPILE_LINE: Final = re.compile(rf"^\[\d+/\d+\] Building (?:{'|'.join(map(re.escape, languages()))}) object ")
 
 
 @dataclass(frozen=True)

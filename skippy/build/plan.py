@@ -220,7 +220,7 @@ def _registry_values(s: BackendSpec, settings: Settings, tree: TreeInfo, toolcha
     for name, value in TREE_OPTIONAL_DEFINES.items():
         if name in tree.options:
             out.put(name, value)
-    for name, value in {**switches(s.name), **s.extra_defines}.items():
+    for name, value in {**switches(s.name, toolchain.system), **s.extra_defines}.items():
         out.put(name, value)
     if settings.on_ci or not _native(settings):
         # portable code: the same binaries (and compiler cache) locally and on CI, and no

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skippy.build.backends import reference_backend, upstream_areas
 from skippy.core.errors import ConflictError, SettingsError, SkippyError
 from skippy.core.files import write_text_atomic
 from skippy.core.git import Repo
@@ -233,7 +234,14 @@ def run_summary(settings: Settings, old: str, new: str, *, console: Console) -> 
             untouched="everything",
             next_step="summarize OLD..NEW where OLD is an upstream ancestor of NEW",
         )
-    return summarize(repo, old_base, new_at.base, load_queue(settings.patch_dir), upstream_url=settings.upstream_url)
+    return summarize(
+        repo,
+        old_base,
+        new_at.base,
+        load_queue(settings.patch_dir),
+        upstream_url=settings.upstream_url,
+        backend_areas=upstream_areas(),
+    )
 
 
 def _in_history(at: Resolved) -> bool:
@@ -355,7 +363,7 @@ def pin_bump(
     *,
     sha: str | None,
     console: Console,
-    backends: Sequence[str] = ("cpu",),
+    backends: Sequence[str] | None = None,
     dry_run: bool = False,
     allow_non_descendant: bool = False,
     newest_compatible: bool = False,
@@ -369,7 +377,8 @@ def pin_bump(
     comes from it, as prepare does; what needs upstream history degrades with a note: the
     descendant check cannot be made (a real bump then needs ``allow_non_descendant``; a dry run
     goes on and says so), the summary gives the diffstat without a commit list, and there is no
-    bisection (``newest_compatible`` is refused)."""
+    bisection (``newest_compatible`` is refused).  ``backends`` default to the reference one (the CPU)."""
+    backends = tuple(backends or (reference_backend(),))
     if offline and not sha:
         raise _offline_needs_sha(settings)
     repo = _repo_for(settings, console, offline=offline)
@@ -410,8 +419,10 @@ def pin_bump(
             outcomes[backend] = build_fn(backend, settings, console, prepare_new)
     with console.step("parity audit against the new upstream"):
         parity = parity_fn(settings, console, repo, new_base, new_pin)
-    summary = summarize(repo, old_base, new_base, queue, upstream_url=settings.upstream_url)
-    numerics = _numerics(settings, outcomes.get("cpu"), write=not dry_run)
+    summary = summarize(
+        repo, old_base, new_base, queue, upstream_url=settings.upstream_url, backend_areas=upstream_areas()
+    )
+    numerics = _numerics(settings, outcomes.get(reference_backend()), write=not dry_run)
     written = False
     if not dry_run:
         notes += _write_pins(settings, new_pin)

@@ -40,8 +40,8 @@ class Platform(enum.StrEnum):
     MACOS = "macos"
 
 
-#: languages a compiler launcher can be set for (CMAKE_<LANG>_COMPILER_LAUNCHER)
-LAUNCHER_LANGUAGES: Final = ("C", "CXX", "CUDA", "HIP", "OBJC", "OBJCXX")
+#: the languages every backend compiles (a backend adds its own: ``BackendSpec.languages``)
+BASE_LANGUAGES: Final = ("C", "CXX")
 
 #: the server binary every backend builds, and the RPC server's target names,
 #: newest first (``ggml-rpc-server`` on current trees, ``rpc-server`` before)
@@ -192,6 +192,33 @@ class PlanFacts:
 
 
 @dataclass(frozen=True)
+class CiJob:
+    """One row of the build workflow's matrix (``.github/workflows/build.yml``, written by
+    :mod:`skippy.build.backends.matrix` from the registry): where ``nox -s build-<name>`` runs."""
+
+    #: what the job's title says after the session's name (``ubuntu, build + spot check``)
+    title: str
+    #: the hosted runner's label
+    runs_on: str = "ubuntu-24.04"
+    #: appended to the backend's name for the job's key (``arm64`` -> ``cpu-arm64``)
+    key_suffix: str = ""
+    #: a container image the job runs in ("" for the runner itself)
+    container: str = ""
+    #: workflow-lint rules ignored on the container line (``unpinned-images``), the why in ``notes``
+    container_ignores: tuple[str, ...] = ()
+    #: Debian packages installed first (on the runner with sudo, in a container as root)
+    apt: tuple[str, ...] = ()
+    #: variables the build session gets (``SKIPPY_CUDA_TOOLKIT=wheels``)
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: the session's arguments (``--no-spot-check``, ``-DCMAKE_CUDA_ARCHITECTURES=89-real``)
+    posargs: tuple[str, ...] = ()
+    #: a folder under the project kept between runs by the Actions cache: (cache name, path)
+    keep: tuple[str, str] | None = None
+    #: comment lines written above the row (why it runs there, what it proves)
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class BackendSpec:
     """One backend: data plus hooks.  Subclass it in the backend's module to override a hook."""
 
@@ -229,10 +256,46 @@ class BackendSpec:
     #: symbols only a binary that contains the backend has (the artifact gate: a build that
     #: silently fell back to CPU lacks them)
     artifact_markers: tuple[str, ...] = ("ggml_backend_cpu_reg", "ggml_backend_rpc_reg")
+    #: the backend every other one is compared with: the default build and spot check, and the
+    #: committed fingerprint reference (exactly one registered backend: the CPU)
+    reference: bool = False
+    #: ``platform.system()`` values where the tree turns ``switch`` ON by default (Metal on macOS):
+    #: there every other backend's build sets it OFF.  Elsewhere no other backend's build names it,
+    #: so a backend's switch is never part of another backend's build-dir key
+    default_on_systems: frozenset[str] = frozenset()
+    #: a short name for reports (the upstream summary's area: ``CUDA``, ``Vulkan``); "" = the name
+    label: str = ""
+    #: the upstream tree's files of this backend (fnmatch; a trailing / means anything below):
+    #: ``invoke summary`` counts the upstream commits that touch them
+    upstream_areas: tuple[str, ...] = ()
+    #: known failure lines of this backend in a llama-server log: (regex, what it means),
+    #: matched case-sensitively per line by the spot check
+    failure_patterns: tuple[tuple[str, str], ...] = ()
+    #: a binary built inside a root (:attr:`Found.build_root`): what it links from the root, so it
+    #: runs only there and the spot check is not run on the host
+    root_links: str = "the root's libraries"
+    #: ... and the mark of the start-up line its ``llama-server --version`` prints there, which the
+    #: gate inside the root reports (``ggml_cuda_init`` for HIP); None: the first line
+    root_gate_line: str | None = None
+    #: the build workflow's jobs of this backend (empty: one on ubuntu-24.04, built and
+    #: spot-checked, or built only for a GPU backend: hosted runners have none)
+    ci: tuple[CiJob, ...] = ()
 
     @property
     def session(self) -> str:
         return f"build-{self.name}"
+
+    @property
+    def area(self) -> str:
+        return self.label or self.name
+
+    @property
+    def ci_jobs(self) -> tuple[CiJob, ...]:
+        if self.ci:
+            return self.ci
+        if self.gpu:
+            return (CiJob("ubuntu, build only: hosted runners have no GPU", posargs=("--no-spot-check",)),)
+        return (CiJob("ubuntu, build + spot check"),)
 
     def spot_check_env_for(self, cache_dir: Path) -> dict[str, str]:
         """The spot check's environment for this backend, its caches under ``cache_dir``."""
@@ -262,6 +325,11 @@ class BackendSpec:
 
     def tree_problem(self, plan: PlanFacts) -> str | None:
         """Why this toolchain cannot build the tree (checked before configuring), or None."""
+        return None
+
+    def version_line(self, program: str, output: str) -> str | None:
+        """The line of one of this backend's programs' ``--version`` output that names its
+        version (None: the first line is taken)."""
         return None
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import BackendSpec, Choice, Found, InstallHint, PlanFacts, ProbeContext
+from skippy.build.backends.base import BackendSpec, Choice, CiJob, Found, InstallHint, PlanFacts, ProbeContext
 from skippy.build.backends.rocm_root import (
     PIN_TABLE,
     RUNNER_KEY,
@@ -175,4 +175,23 @@ BACKEND: Final = _Rocm(
     artifact_markers=("ggml_backend_cuda_reg", "ggml_backend_rpc_reg"),
     table_defines=MappingProxyType({"amdgpu_targets": "AMDGPU_TARGETS"}),
     extra_table_keys=frozenset({TOOLKIT_KEY, PIN_TABLE, RUNNER_KEY}),
+    label="ROCm",
+    upstream_areas=("ggml/src/ggml-hip/", "ggml/src/ggml-cuda/vendors/hip.h"),
+    failure_patterns=((r"\bHIP error\b|\bROCm error\b", "HIP/ROCm error"),),
+    root_links="a newer glibc, the ROCm runtime",
+    # without a GPU: "ggml_cuda_init: failed to initialize ROCm: no ROCm-capable device is detected"
+    root_gate_line="ggml_cuda_init",
+    ci=(
+        CiJob(
+            "rocm/dev container, build only: hosted runners have no GPU",
+            container="rocm/dev-ubuntu-24.04:6.4.4-complete",
+            container_ignores=("unpinned-images",),
+            apt=("git", "ca-certificates"),
+            posargs=("--no-spot-check", "-DAMDGPU_TARGETS=gfx1100"),
+            notes=(
+                "-complete: hipBLAS and rocBLAS included.  Pinned by tag, not digest: digests cannot be",
+                "resolved where these workflows are written and checked (see .github/zizmor.yml)",
+            ),
+        ),
+    ),
 )
