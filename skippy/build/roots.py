@@ -41,7 +41,7 @@ from typing import Final
 
 from skippy.build.tool import Tool
 from skippy.core import proc
-from skippy.core.errors import BuildError, CommandError
+from skippy.core.errors import BuildError, CommandError, SettingsError, ToolchainMissing
 
 #: how commands run inside a root: ``chroot`` (root; :func:`mounted` mounts the
 #: work folders in around the build) or ``namespace`` (``bwrap`` in an unprivileged user
@@ -418,3 +418,110 @@ def install_launcher(root: BuildRoot, tool: Tool) -> Tool:
         shutil.copy2(source, partial)
         partial.replace(target)
     return Tool(tool.name, str(inside), tool.version)
+
+
+# --- the runners: which one, and the host's program for it ---------------------------------
+
+#: ``[tool.skippy.build] root_runner`` / ``SKIPPY_ROOT_RUNNER`` values (auto: chroot for root)
+RUNNER_CHOICES: Final = ("auto", *ROOT_RUNNERS)
+RUNNER_ENV: Final = "SKIPPY_ROOT_RUNNER"
+RUNNER_KEY: Final = "root_runner"
+
+
+def resolve_runner(table: Mapping[str, object], env: Mapping[str, str], uid: int) -> str:
+    """``SKIPPY_ROOT_RUNNER``, else ``[tool.skippy.build] root_runner``, else ``auto``: chroot
+    for root, the namespace runner for everyone else."""
+    raw = env.get(RUNNER_ENV) or table.get(RUNNER_KEY) or RUNNER_CHOICES[0]
+    choice = str(raw).strip().lower()
+    if choice not in RUNNER_CHOICES:
+        raise SettingsError(
+            f"unknown root runner {raw!r}",
+            untouched="everything: nothing was downloaded or built",
+            next_step=f"set {RUNNER_ENV} (or [tool.skippy.build] {RUNNER_KEY}) to {', '.join(RUNNER_CHOICES)}",
+        )
+    if choice == "auto":
+        return "chroot" if uid == 0 else "namespace"
+    return choice
+
+
+def runner_root(
+    path: Path,
+    program: str,
+    runner: str,
+    *,
+    env: Mapping[str, str],
+    launchers: Path | None = None,
+    cmake: Tool | None = None,
+    ninja: Tool | None = None,
+    label: str = "",
+) -> BuildRoot:
+    """A :class:`BuildRoot` for the file system at ``path``, its commands run by ``runner`` with
+    ``program`` under ``env`` only (its top level read now, for a namespace runner)."""
+    namespace = runner == "namespace"
+    if namespace and launchers is not None:
+        launchers.mkdir(parents=True, exist_ok=True)
+    return BuildRoot(
+        path=path,
+        program=program,
+        env=MappingProxyType(dict(env)),
+        cmake=cmake or Tool("cmake", "/usr/bin/cmake", ""),
+        ninja=ninja or Tool("ninja", "/usr/bin/ninja", ""),
+        label=label or str(path),
+        runner=runner,
+        layout=read_layout(path) if namespace else (),
+        launchers=launchers if namespace else None,
+    )
+
+
+def chroot_program(env: Mapping[str, str]) -> str | None:
+    """The host's ``chroot`` (often in /usr/sbin, which a user's PATH may lack)."""
+    return proc.which("chroot", env) or next(
+        (str(p) for p in (Path("/usr/sbin/chroot"), Path("/sbin/chroot")) if os.access(p, os.X_OK)), None
+    )
+
+
+#: the namespace runner's own check: a user namespace mapping the user to root, the host's
+#: / read-only (milliseconds)
+BWRAP_CHECK: Final = ("--unshare-user", "--uid", "0", "--gid", "0", "--ro-bind", "/", "/", "--", "true")
+
+
+def runner_program(runner: str, *, uid: int, env: Mapping[str, str], what: str = "the root") -> str:
+    """The host's program for ``runner`` (chroot as root; ``bwrap``, checked to make a user
+    namespace here), or ToolchainMissing naming what is missing and the next command
+    (``what``: the root, as the messages call it)."""
+    untouched = "everything: nothing was downloaded or built"
+    if runner == "chroot":
+        if uid != 0:
+            raise ToolchainMissing(
+                f"{what}'s chroot runner needs root (chroot and mount)",
+                untouched=untouched,
+                next_step=f"run the build as root, or use the namespace runner ({RUNNER_ENV}=namespace or auto)",
+            )
+        chroot = chroot_program(env)
+        if chroot is None:
+            raise ToolchainMissing(
+                f"{what} needs chroot, which was not found",
+                untouched=untouched,
+                next_step="apt-get install coreutils, then run the build again",
+            )
+        return chroot
+    bwrap = proc.which("bwrap", env)
+    if bwrap is None:
+        raise ToolchainMissing(
+            f"{what}'s namespace runner needs bwrap (bubblewrap), which is not on PATH",
+            untouched=untouched,
+            next_step="apt-get install bubblewrap, then run the build again"
+            + (f" (or, as root, {RUNNER_ENV}=chroot)" if uid == 0 else ""),
+        )
+    check = proc.run([bwrap, *BWRAP_CHECK], env=env, check=False, timeout=60)
+    if not check.ok:
+        raise ToolchainMissing(
+            f"{what}'s namespace runner cannot make a user namespace here "
+            f"(`bwrap --unshare-user` exit code {check.returncode})",
+            untouched=untouched,
+            next_step="let unprivileged users make user namespaces (sysctl user.max_user_namespaces=10000; "
+            "kernel.unprivileged_userns_clone=1 or kernel.apparmor_restrict_unprivileged_userns=0 where the "
+            f"kernel has them), or run the build as root with {RUNNER_ENV}=chroot",
+            details=check.tail(),
+        )
+    return bwrap

@@ -24,13 +24,12 @@ from skippy.build.backends.rocm_root import (
     make_root,
     parse_root_pin,
     root_home,
-    runner_program,
 )
 from skippy.build.builder import BuildReport
 from skippy.build.cache import launcher_env, root_launcher_env
 from skippy.build.fetched import MARKER
 from skippy.build.plan import BuildPlan, plan_build
-from skippy.build.roots import BuildRoot, mounted
+from skippy.build.roots import BuildRoot, mounted, runner_program
 from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, TreeInfo, probe_toolchain
 from skippy.core.errors import BuildError, NetworkError, ToolchainMissing
@@ -103,6 +102,10 @@ def _calls(host: Host) -> list[str]:
     return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
 
 
+def _program(ctx: RootContext) -> str:
+    return runner_program(ctx.runner, uid=ctx.uid, env=ctx.env, what=rocm_root.WHAT)
+
+
 PIN = parse_root_pin({"suite": "sid", "packages": PACKAGES})
 
 
@@ -163,7 +166,7 @@ def test_a_package_missing_after_mmdebstrap_is_refused(host: Host) -> None:
 
 def test_not_root_or_no_mmdebstrap_name_the_way_out(host: Host) -> None:
     with pytest.raises(ToolchainMissing) as info:
-        runner_program(replace(_ctx(host, uid=1000), runner="chroot"))
+        _program(replace(_ctx(host, uid=1000), runner="chroot"))
     assert "chroot runner needs root" in info.value.what
     assert "SKIPPY_ROOT_RUNNER=namespace" in (info.value.next_step or "")
     (host.bin / "mmdebstrap").unlink()
@@ -273,14 +276,14 @@ def test_a_root_of_another_user_that_cannot_be_read_is_left_as_it_is(
 def test_a_namespace_the_kernel_refuses_and_a_missing_bwrap_say_what_to_do(host: Host, tmp_path: Path) -> None:
     ctx = _rootless(host, tmp_path)
     with pytest.raises(ToolchainMissing) as info:
-        runner_program(replace(ctx, env={**ctx.env, "BWRAP_FAIL": "1"}))
+        _program(replace(ctx, env={**ctx.env, "BWRAP_FAIL": "1"}))
     err = info.value
     assert "cannot make a user namespace here" in err.what
     assert "user.max_user_namespaces" in (err.next_step or "") and "SKIPPY_ROOT_RUNNER=chroot" in (err.next_step or "")
     assert "setting up uid map: Permission denied" in (err.details or "")
     (host.bin / "bwrap").unlink()
     with pytest.raises(ToolchainMissing) as none:
-        runner_program(replace(ctx, env={"PATH": str(host.bin)}))
+        _program(replace(ctx, env={"PATH": str(host.bin)}))
     assert none.value.next_step == "apt-get install bubblewrap, then run the build again"
 
 

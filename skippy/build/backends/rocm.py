@@ -22,16 +22,15 @@ from typing import Final
 from skippy.build.backends.base import BackendSpec, Choice, CiJob, Found, InstallHint, PlanFacts, ProbeContext
 from skippy.build.backends.rocm_root import (
     PIN_TABLE,
-    RUNNER_KEY,
     TOOLKIT_KEY,
+    WHAT,
     RootContext,
     launchers_home,
     make_root,
     parse_root_pin,
-    resolve_runner,
     resolve_toolkit_choice,
-    runner_program,
 )
+from skippy.build.roots import RUNNER_KEY, resolve_runner, runner_program
 from skippy.build.tool import Tool
 from skippy.core.errors import ToolchainMissing
 
@@ -66,7 +65,7 @@ def _debian_root(ctx: ProbeContext, why: str) -> Found:
     uid = os.geteuid()
     runner = resolve_runner(ctx.build_table, ctx.env, uid)
     rctx = RootContext(cache_dir=ctx.cache_dir, env=ctx.env, uid=uid, runner=runner, log=notes.append)
-    program = runner_program(rctx)
+    program = runner_program(runner, uid=uid, env=ctx.env, what=WHAT)
     root = make_root(pin, rctx)
     facts = {"rocm_toolkit": "debian-root", "rocm_root": str(root.path), "toolkit": root.toolkit}
     how = "chroot" if runner == "chroot" else "bwrap, an unprivileged user namespace"

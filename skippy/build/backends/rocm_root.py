@@ -52,11 +52,11 @@ from skippy.build.backends.base import resolve_choice
 from skippy.build.backends.debian import DEBIAN_KEYRING, present_keyring, sources_line, system_mirror
 from skippy.build.fetched import fetch_once, read_marker
 from skippy.build.roots import (
-    ROOT_RUNNERS,
     BuildRoot,
     Terminated,
-    read_layout,
     remove_tree,
+    runner_program,
+    runner_root,
     sigterm_unwinds,
     unmount_under,
 )
@@ -76,10 +76,6 @@ TOOLKIT_CHOICES: Final = ("auto", "system", "debian-root")
 TOOLKIT_ENV: Final = "SKIPPY_ROCM_TOOLKIT"
 TOOLKIT_KEY: Final = "rocm_toolkit"
 PIN_TABLE: Final = "rocm_debian_root"
-#: ``[tool.skippy.build] root_runner`` / ``SKIPPY_ROOT_RUNNER`` values (auto: chroot for root)
-RUNNER_CHOICES: Final = ("auto", *ROOT_RUNNERS)
-RUNNER_ENV: Final = "SKIPPY_ROOT_RUNNER"
-RUNNER_KEY: Final = "root_runner"
 #: the host's files naming each user's subordinate ids (``mmdebstrap --mode=unshare`` maps them)
 SUBID_FILES: Final = (Path("/etc/subuid"), Path("/etc/subgid"))
 
@@ -88,6 +84,9 @@ REQUIRED_PACKAGES: Final = ("hipcc", "libamdhip64-dev", "libhipblas-dev", "libro
 
 #: rocBLAS's GPU kernels: 2.9 GB of the root, only needed to run
 ROCBLAS_KERNELS: Final = "/usr/lib/*/rocblas/*/library/*"
+
+#: what the runners' messages call it
+WHAT: Final = "the ROCm Debian root"
 
 #: the environment inside the root: nothing of the host's
 INSIDE_ENV: Final[Mapping[str, str]] = MappingProxyType(
@@ -158,15 +157,6 @@ def resolve_toolkit_choice(table: Mapping[str, object], env: Mapping[str, str]) 
     )
 
 
-def resolve_runner(table: Mapping[str, object], env: Mapping[str, str], uid: int) -> str:
-    """``SKIPPY_ROOT_RUNNER``, else ``[tool.skippy.build] root_runner``, else ``auto``: chroot
-    for root, the namespace runner for everyone else."""
-    choice = resolve_choice(table, env, key=RUNNER_KEY, env_var=RUNNER_ENV, choices=RUNNER_CHOICES, what="root runner")
-    if choice == "auto":
-        return "chroot" if uid == 0 else "namespace"
-    return choice
-
-
 def mmdebstrap_argv(pin: RootPin, mirror: str, target: Path, keyring: Path | None, *, mode: str = "root") -> list[str]:
     """The one ``mmdebstrap`` command that makes the root at ``target`` (``mode``: ``root``
     as root, ``unshare`` without)."""
@@ -234,7 +224,9 @@ class DebianRoot:
         or bwrap); a namespace runner binds ``launchers`` (made here) read-only."""
         cmake = Tool("cmake", "/usr/bin/cmake", f"cmake {self.versions.get('cmake', '?')} ({self.label})")
         ninja = Tool("ninja", "/usr/bin/ninja", f"ninja {self.versions.get('ninja-build', '?')} ({self.label})")
-        return runner_root(self.path, program, runner, launchers=launchers, cmake=cmake, ninja=ninja, label=self.label)
+        return runner_root(
+            self.path, program, runner, env=INSIDE_ENV, launchers=launchers, cmake=cmake, ninja=ninja, label=self.label
+        )
 
     def pinned_tools(self) -> tuple[Tool, ...]:
         """The pinned packages' versions as tools: they go into the build stamp."""
@@ -247,7 +239,7 @@ class RootContext:
     env: Mapping[str, str] = field(repr=False)
     #: the effective user (chroot and mmdebstrap --mode=root need 0)
     uid: int = field(default_factory=os.geteuid)
-    #: how commands run in the root (:func:`resolve_runner`)
+    #: how commands run in the root (:func:`skippy.build.roots.resolve_runner`)
     runner: str = "chroot"
     #: the subordinate id files (tests pass their own)
     subid_files: tuple[Path, ...] = SUBID_FILES
@@ -263,34 +255,6 @@ def root_home(cache_dir: Path, pin: RootPin) -> Path:
 def launchers_home(cache_dir: Path) -> Path:
     """Where launchers copied for a namespace runner live (the root may not be writable)."""
     return cache_dir / "rocm-root" / "launchers"
-
-
-def runner_root(
-    path: Path,
-    program: str,
-    runner: str,
-    *,
-    launchers: Path | None = None,
-    cmake: Tool | None = None,
-    ninja: Tool | None = None,
-    label: str = "",
-) -> BuildRoot:
-    """A :class:`BuildRoot` for the file system at ``path`` (its top level read now, for a
-    namespace runner)."""
-    namespace = runner == "namespace"
-    if namespace and launchers is not None:
-        launchers.mkdir(parents=True, exist_ok=True)
-    return BuildRoot(
-        path=path,
-        program=program,
-        env=INSIDE_ENV,
-        cmake=cmake or Tool("cmake", "/usr/bin/cmake", ""),
-        ninja=ninja or Tool("ninja", "/usr/bin/ninja", ""),
-        label=label or str(path),
-        runner=runner,
-        layout=read_layout(path) if namespace else (),
-        launchers=launchers if namespace else None,
-    )
 
 
 def _record(pin: RootPin, versions: Mapping[str, str]) -> dict[str, object]:
@@ -312,59 +276,6 @@ def finished(home: Path, pin: RootPin) -> DebianRoot | None:
     return _done(home, pin, record) if record is not None else None
 
 
-def chroot_program(env: Mapping[str, str]) -> str | None:
-    """The host's ``chroot`` (often in /usr/sbin, which a user's PATH may lack)."""
-    return proc.which("chroot", env) or next(
-        (str(p) for p in (Path("/usr/sbin/chroot"), Path("/sbin/chroot")) if os.access(p, os.X_OK)), None
-    )
-
-
-#: the namespace runner's own check: a user namespace mapping the user to root, the host's
-#: / read-only (milliseconds)
-BWRAP_CHECK: Final = ("--unshare-user", "--uid", "0", "--gid", "0", "--ro-bind", "/", "/", "--", "true")
-
-
-def runner_program(ctx: RootContext) -> str:
-    """The host's program for ``ctx.runner`` (chroot as root; ``bwrap``, checked to make a user
-    namespace here), or ToolchainMissing naming what is missing and the next command."""
-    untouched = "everything: nothing was downloaded or built"
-    if ctx.runner == "chroot":
-        if ctx.uid != 0:
-            raise ToolchainMissing(
-                "the ROCm Debian root's chroot runner needs root (chroot and mount)",
-                untouched=untouched,
-                next_step=f"run the build as root, or use the namespace runner ({RUNNER_ENV}=namespace or auto)",
-            )
-        chroot = chroot_program(ctx.env)
-        if chroot is None:
-            raise ToolchainMissing(
-                "the ROCm Debian root needs chroot, which was not found",
-                untouched=untouched,
-                next_step="apt-get install coreutils, then run the build again",
-            )
-        return chroot
-    bwrap = proc.which("bwrap", ctx.env)
-    if bwrap is None:
-        raise ToolchainMissing(
-            "the ROCm Debian root's namespace runner needs bwrap (bubblewrap), which is not on PATH",
-            untouched=untouched,
-            next_step="apt-get install bubblewrap, then run the build again"
-            + (f" (or, as root, {RUNNER_ENV}=chroot)" if ctx.uid == 0 else ""),
-        )
-    check = proc.run([bwrap, *BWRAP_CHECK], env=ctx.env, check=False, timeout=60)
-    if not check.ok:
-        raise ToolchainMissing(
-            "the ROCm Debian root's namespace runner cannot make a user namespace here "
-            f"(`bwrap --unshare-user` exit code {check.returncode})",
-            untouched=untouched,
-            next_step="let unprivileged users make user namespaces (sysctl user.max_user_namespaces=10000; "
-            "kernel.unprivileged_userns_clone=1 or kernel.apparmor_restrict_unprivileged_userns=0 where the "
-            f"kernel has them), or run the build as root with {RUNNER_ENV}=chroot",
-            details=check.tail(),
-        )
-    return bwrap
-
-
 def make_root(pin: RootPin, ctx: RootContext) -> DebianRoot:
     """The pinned root under the project cache: reused when finished, else made."""
     home = root_home(ctx.cache_dir, pin)
@@ -377,7 +288,11 @@ def make_root(pin: RootPin, ctx: RootContext) -> DebianRoot:
     ways: dict[str, str] = {}
 
     def check() -> None:
-        ways.update(mode=_can_make(ctx), program=runner_program(ctx), mirror=_mirror(pin, ctx))
+        ways.update(
+            mode=_can_make(ctx),
+            program=runner_program(ctx.runner, uid=ctx.uid, env=ctx.env, what=WHAT),
+            mirror=_mirror(pin, ctx),
+        )
 
     started = time.monotonic()
     root, made = fetch_once(
@@ -546,7 +461,7 @@ def _make_into(
             f"[tool.skippy.build.{PIN_TABLE}], then run the build again",
             details=exc.details,
         ) from exc
-    inside = runner_root(target, program, ctx.runner)
+    inside = runner_root(target, program, ctx.runner, env=INSIDE_ENV)
     query = proc.run(inside.wrap(DPKG_QUERY), env=ctx.env, timeout=120, what="dpkg-query in the root")
     versions = parse_package_versions(query.stdout)
     missing = [name for name in pin.packages if name not in versions]
@@ -561,9 +476,6 @@ def _make_into(
 
 __all__ = [
     "PIN_TABLE",
-    "RUNNER_CHOICES",
-    "RUNNER_ENV",
-    "RUNNER_KEY",
     "TOOLKIT_CHOICES",
     "TOOLKIT_ENV",
     "DebianRoot",
@@ -574,8 +486,6 @@ __all__ = [
     "mmdebstrap_argv",
     "parse_package_versions",
     "parse_root_pin",
-    "resolve_runner",
     "resolve_toolkit_choice",
-    "runner_program",
     "versions_digest",
 ]
