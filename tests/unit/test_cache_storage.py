@@ -16,12 +16,12 @@ from skippy.build.cache import (
     CacheStorage,
     local_fallback_env,
     reachable,
-    redact_url,
     select_storage,
 )
 from skippy.build.cachestats import CacheStats
 from skippy.build.tool import Tool
 from skippy.core.errors import SettingsError
+from skippy.core.redact import redact_url
 from tests.redisserver import Listener, free_port
 from tests.unit.test_build_plan import plan
 
