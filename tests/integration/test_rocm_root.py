@@ -35,7 +35,14 @@ from skippy.build.toolchain import Toolchain, TreeInfo, probe_toolchain
 from skippy.core.errors import BuildError, NetworkError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionArgs, SessionOutcome, SpotCheckRequest, root_gate, run_build_session
+from skippy.flows.build_session import (
+    SessionArgs,
+    SessionOutcome,
+    SpotCheckRequest,
+    root_gate,
+    root_spot_check,
+    run_build_session,
+)
 from tests.integration.test_build_toolchain import Host, fake_tool
 
 pytestmark = pytest.mark.integration
@@ -468,6 +475,9 @@ def test_the_root_gate_runs_the_binary_inside_the_root(tmp_path: Path) -> None:
         root_gate(plan, report, {**env, "NO_GLIBC": "1"}, console)
     assert "GLIBC_2.43 not found" in (info.value.details or "")
     assert _mount_log(tmp_path)[-1].startswith("umount "), "unmounted after the failure too"
+    # why the spot check is not run on the host: the root's name, and what the ROCm backend says it links
+    why = root_spot_check(plan)
+    assert "inside a root file system (debian-root sid" in why and "(a newer glibc, the ROCm runtime)" in why
 
 
 # --- a whole build session inside the root, with stand-ins for every program ---------------------
