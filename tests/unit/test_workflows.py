@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import pytest
+from ruamel.yaml import YAML
 
 from skippy.build.backends import matrix, registry
 from skippy.build.backends.cuda_toolkit import TOOLKIT_ENV, resolve_toolkit_choice
@@ -82,6 +83,11 @@ def test_the_build_matrix_is_generated_from_the_registry_and_up_to_date() -> Non
     (build,) = _building_steps(BUILD, "build")
     for name in matrix.session_env():
         assert build.step["env"][name] == f"${{{{ matrix.{name} }}}}"
+
+
+def test_matrix_values_read_back_as_the_same_text() -> None:
+    for value in ("ubuntu-24.04", "", "1", "off", "1.5", "a: b", "x # y", "--no-spot-check -DX=1"):
+        assert YAML(typ="safe", pure=True).load(f"k: {matrix._scalar(value)}\n") == {"k": value}, value
 
 
 def test_a_stale_matrix_is_caught_and_rewritten(tmp_path: Any) -> None:

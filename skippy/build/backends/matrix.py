@@ -32,6 +32,8 @@ BLOCKS: Final = {
 }
 
 _PLAIN: Final = re.compile(r"[A-Za-z0-9./_-][A-Za-z0-9 ./_()+,=-]*")
+#: plain scalars YAML would read as something else than a string (a number, a boolean, null)
+_NOT_TEXT: Final = re.compile(r"[-+.0-9_eE]+|true|false|yes|no|on|off|y|n|null|~", re.IGNORECASE)
 
 
 def _begin(block: str) -> str:
@@ -44,7 +46,8 @@ def _end(block: str) -> str:
 
 def _scalar(value: str) -> str:
     """A YAML scalar: plain when that reads back the same, else double-quoted (JSON's quoting)."""
-    return value if _PLAIN.fullmatch(value) and not value.endswith(" ") else json.dumps(value)
+    plain = _PLAIN.fullmatch(value) and not value.endswith(" ") and not _NOT_TEXT.fullmatch(value)
+    return value if plain else json.dumps(value)
 
 
 def job_row(backend: BackendSpec, job: CiJob) -> dict[str, str]:
