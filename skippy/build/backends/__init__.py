@@ -71,9 +71,10 @@ def spec(backend: str) -> BackendSpec:
     return registry()[parse_backend(backend)]
 
 
-def switches(backend: str, system: str) -> dict[str, str]:
+def switches(backend: str, system: str = "") -> dict[str, str]:
     """``backend``'s own switch ON, and OFF the switches the tree turns on by default on
-    ``system`` (``platform.system()``: Metal's on macOS); no other backend's switch is named."""
+    ``system`` (``platform.system()``: Metal's on macOS; "" names no host: none of them); no
+    other backend's switch is named."""
     own = spec(backend)
     out = {b.switch: "OFF" for b in registry().values() if b.switch and system in b.default_on_systems}
     if own.switch:
