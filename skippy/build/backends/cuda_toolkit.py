@@ -382,6 +382,7 @@ def _download(pins: tuple[WheelPin, ...], into: Path, ctx: AssemblyContext) -> t
                 what="pip download (CUDA toolkit wheels)",
             )
         except CommandError as exc:
+            requirements.unlink(missing_ok=True)
             raise NetworkError(
                 "could not download the CUDA toolkit wheels",
                 untouched="the wheels already in the cache; nothing was built",
@@ -389,6 +390,7 @@ def _download(pins: tuple[WheelPin, ...], into: Path, ctx: AssemblyContext) -> t
                 "exist for this platform, then run the build again",
                 details=exc.details,
             ) from exc
+        requirements.unlink(missing_ok=True)
         for pin in todo:
             wheel = _wheel_of(pin, into)
             if wheel is None or sha256_of(wheel) != pin.sha256:
