@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -128,3 +129,10 @@ def test_nvcc_names_its_version_on_its_release_line() -> None:
     assert spec("cuda").version_line("nvcc", output) == "Cuda compilation tools, release 13.0, V13.0.88"
     assert spec("cuda").version_line("nvidia-smi", output) is None
     assert spec("cpu").version_line("nvcc", output) is None
+
+
+def test_vulkans_ci_job_keeps_the_shader_cache_its_spot_check_fills() -> None:
+    (job,) = spec("vulkan").ci_jobs
+    assert job.keep is not None
+    # the project's default cache dir (.deps/cache): the folder the spot check points Mesa at
+    assert spec("vulkan").spot_check_env_for(Path(".deps/cache"))["MESA_SHADER_CACHE_DIR"] == job.keep[1]
