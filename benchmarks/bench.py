@@ -377,7 +377,8 @@ def _build_once(
 ) -> tuple[Path, dict[str, str], float]:
     """Configure and build the bench tree exactly as ``nox -s build-cpu`` plans it (flags, launcher,
     provenance, build info); ``(build dir, its environment, seconds)``."""
-    from skippy.build.builder import execute_plan, plan_build
+    from skippy.build.builder import execute_plan
+    from skippy.build.plan import plan_build
     from skippy.build.toolchain import inspect_tree, probe_toolchain
     from skippy.queue import workdir as wd
 

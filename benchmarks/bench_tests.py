@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_proofs import _prepared, _quiet, machine_settings, share_downloads
-from skippy.build.builder import BuildOptions, requested_defines
+from skippy.build.plan import BuildOptions, requested_defines
 from skippy.build.toolchain import probe_toolchain
 from skippy.core.git import Repo
 from skippy.core.settings import Settings

@@ -8,9 +8,6 @@ that moved is recovered, :mod:`skippy.build.configure` decides), fail on unused
 report timings and the compiler cache hit rate (:mod:`skippy.build.cachestats`).
 :func:`skippy.flows.build_session.run_build_session` is what ``nox -s
 build-<backend>`` calls: probe, prepare, plan, execute, spot check.
-
-The names of the planning, configure and cache modules are re-exported here, so
-``from skippy.build.builder import plan_build`` keeps working.
 """
 
 from __future__ import annotations
@@ -27,18 +24,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from skippy.build.backends import RPC_TARGETS, SERVER_TARGET, Backend
-from skippy.build.cache import launcher_env
+from skippy.build.backends import languages
+from skippy.build.backends.base import RPC_TARGETS, SERVER_TARGET, Backend
 from skippy.build.cacheserver import claimed_server
 from skippy.build.cachestats import (
     CacheProbe,
     CacheStats,
-    ccache_counts,
-    sccache_counts,
-    sccache_languages,
-    stop_cache_server,
 )
-from skippy.build.chroot import remove_tree
 from skippy.build.configure import (
     ConfigureDecision,
     cache_mismatches,
@@ -53,26 +45,17 @@ from skippy.build.configure import (
 from skippy.build.localtree import MODE_LOCAL, MODE_PREPARED
 from skippy.build.noise import NoiseFilter
 from skippy.build.plan import (
-    COMMON_TABLE_KEYS,
-    DEFINE_ARG,
-    GENERATOR,
-    PROVENANCE_DEFINES,
     STAMP_NAME,
-    STAMP_SCHEMA,
-    BuildOptions,
     BuildPlan,
-    Define,
-    build_table_keys,
-    plan_build,
-    requested_defines,
-    split_cmake_args,
 )
+from skippy.build.roots import remove_tree
 from skippy.build.toolchain import parse_ninja_targets
 from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError
 from skippy.core.ui import Console
 
-COMPILE_LINE: Final = re.compile(r"^\[\d+/\d+\] Building (?:C|CXX|CUDA|HIP|OBJC|OBJCXX) object ")
+#: a compile step of Ninja's output, in any language a registered backend compiles
+COMPILE_LINE: Final = re.compile(rf"^\[\d+/\d+\] Building (?:{'|'.join(map(re.escape, languages()))}) object ")
 
 
 @dataclass(frozen=True)
@@ -456,39 +439,3 @@ def _resolve_rpc_target(plan: BuildPlan, console: Console) -> tuple[str, ...]:
         untouched=f"the source tree; {plan.build_dir} is configured",
         next_step="check that GGML_RPC still builds an RPC server in this llama.cpp tree",
     )
-
-
-__all__ = [
-    "COMMON_TABLE_KEYS",
-    "COMPILE_LINE",
-    "DEFINE_ARG",
-    "GENERATOR",
-    "KEEP_LOCAL_BUILDS",
-    "PROVENANCE_DEFINES",
-    "STAMP_NAME",
-    "STAMP_SCHEMA",
-    "BuildOptions",
-    "BuildPlan",
-    "BuildReport",
-    "CacheProbe",
-    "CacheStats",
-    "ConfigureDecision",
-    "Define",
-    "build_table_keys",
-    "cache_mismatches",
-    "ccache_counts",
-    "decide_configure",
-    "execute_plan",
-    "launcher_env",
-    "newest_builds",
-    "parse_cmake_cache",
-    "parse_unused_variables",
-    "plan_build",
-    "prune_local_builds",
-    "read_stamp",
-    "requested_defines",
-    "sccache_counts",
-    "sccache_languages",
-    "split_cmake_args",
-    "stop_cache_server",
-]

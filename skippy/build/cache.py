@@ -461,7 +461,6 @@ __all__ = [
     "local_fallback_env",
     "local_storage",
     "reachable",
-    "redact_url",
     "root_launcher_env",
     "select_storage",
 ]

@@ -19,16 +19,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from skippy.build.backends import (
-    COMMON_DEFINES,
-    RPC_TARGETS,
-    TREE_OPTIONAL_DEFINES,
-    Backend,
-    registry,
-    spec,
-    switches,
-)
-from skippy.build.backends.base import BackendSpec, BuildRoot, Tool
+from skippy.build.backends import registry, spec, switches
+from skippy.build.backends.base import COMMON_DEFINES, RPC_TARGETS, TREE_OPTIONAL_DEFINES, Backend, BackendSpec
 from skippy.build.cache import (
     CacheStorage,
     basedirs_env,
@@ -39,6 +31,8 @@ from skippy.build.cache import (
     select_storage,
 )
 from skippy.build.localtree import MODE_LOCAL, WorkdirState, local_dir_name
+from skippy.build.roots import BuildRoot
+from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, TreeInfo
 from skippy.core import specs
 from skippy.core.errors import BuildError
@@ -105,7 +99,7 @@ class BuildPlan:
     #: ``vulkan headers debian 1.4.309``): in the build report; it also names the build dir
     toolkit: str | None = None
     #: set when configure and build run inside a root file system (their argv start with
-    #: ``runner``; :func:`skippy.build.chroot.mounted` binds the work folders in around them
+    #: ``runner``; :func:`skippy.build.roots.mounted` binds the work folders in around them
     #: for chroot, a namespace runner's binds are in ``runner`` itself)
     build_root: BuildRoot | None = None
 
@@ -226,7 +220,7 @@ def _registry_values(s: BackendSpec, settings: Settings, tree: TreeInfo, toolcha
     for name, value in TREE_OPTIONAL_DEFINES.items():
         if name in tree.options:
             out.put(name, value)
-    for name, value in {**switches(s.name), **s.extra_defines}.items():
+    for name, value in {**switches(s.name, toolchain.system), **s.extra_defines}.items():
         out.put(name, value)
     if settings.on_ci or not _native(settings):
         # portable code: the same binaries (and compiler cache) locally and on CI, and no

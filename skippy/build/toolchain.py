@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from skippy.build.backends import LAUNCHER_LANGUAGES, RPC_TARGETS, Backend, BackendSpec, Platform, spec
-from skippy.build.backends.base import BuildRoot, PlanFacts, Tool
-from skippy.build.chroot import install_launcher
+from skippy.build.backends import languages, spec
+from skippy.build.backends.base import RPC_TARGETS, Backend, BackendSpec, PlanFacts, Platform
+from skippy.build.roots import BuildRoot, install_launcher
+from skippy.build.tool import Tool
 from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings
@@ -115,9 +116,10 @@ def parse_cmake_languages(text: str) -> set[str]:
     found: set[str] = set()
     chunks = [m.group(1) for m in _ENABLE_LANG_RE.finditer(text)]
     chunks += [m.group(1) for m in _PROJECT_RE.finditer(text)]
+    known = languages()
     for chunk in chunks:
         for token in re.split(r"[\s\"]+", chunk):
-            if token in LAUNCHER_LANGUAGES:
+            if token in known:
                 found.add(token)
     return found
 
@@ -250,13 +252,18 @@ def find_program(name: str, env: Mapping[str, str], extra_dirs: Iterable[Path] =
     return None
 
 
-def tool_version(path: str, env: Mapping[str, str], args: tuple[str, ...] = ("--version",)) -> str:
+def tool_version(
+    path: str,
+    env: Mapping[str, str],
+    args: tuple[str, ...] = ("--version",),
+    backend_spec: BackendSpec | None = None,
+) -> str:
+    """The version line of ``path``'s output: the one its backend names
+    (:meth:`BackendSpec.version_line`), else the first."""
     result = proc.run([path, *args], env=env, check=False, timeout=60)
     text = result.stdout + "\n" + result.stderr
-    if Path(path).name == "nvcc":
-        lines = [line for line in text.splitlines() if "release" in line]
-        return lines[-1].strip() if lines else first_line(text)
-    return first_line(text)
+    named = backend_spec.version_line(Path(path).name, text) if backend_spec is not None else None
+    return named or first_line(text)
 
 
 def _require(
@@ -271,7 +278,7 @@ def _require(
     path = find_program(name, env, extra_dirs)
     if path is None:
         raise _missing(backend_spec, f"needs `{name}`, which is not on PATH", platform)
-    return Tool(label or Path(name).name, path, tool_version(path, env))
+    return Tool(label or Path(name).name, path, tool_version(path, env, backend_spec=backend_spec))
 
 
 def _build_table(settings: Settings) -> Mapping[str, object]:
@@ -445,7 +452,7 @@ class _Context:
         return result.stdout if result.ok else None
 
     def version(self, path: str) -> str:
-        return tool_version(path, self.env)
+        return tool_version(path, self.env, backend_spec=self.backend_spec)
 
     def missing(self, what: str) -> ToolchainMissing:
         return _missing(self.backend_spec, what, self.platform)

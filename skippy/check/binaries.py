@@ -8,9 +8,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from skippy.build.backends import RPC_TARGETS, SERVER_TARGET
 from skippy.build.backends import names as backend_names
-from skippy.build.builder import STAMP_NAME, built_from, read_stamp
+from skippy.build.backends import reference_backend
+from skippy.build.backends.base import RPC_TARGETS, SERVER_TARGET
+from skippy.build.builder import built_from, read_stamp
+from skippy.build.plan import STAMP_NAME
 from skippy.check.evidence import parse_devices
 from skippy.check.report import Provenance
 from skippy.check.server import (
@@ -68,12 +70,12 @@ def backend_of(server: Path, settings: Settings) -> str:
     """The backend a server binary was built for (``<build_root>/<backend>-<digest>/bin/...``)."""
     build_dir = build_dir_of(server, settings)
     if build_dir is None:
-        return "cpu"
+        return reference_backend()
     name = build_dir.name
     for backend in backend_names():
         if name == backend or name.startswith(backend + "-"):
             return backend
-    return "cpu"
+    return reference_backend()
 
 
 def read_version(server_binary: Path, env: Mapping[str, str], console: Console) -> str:
@@ -138,7 +140,8 @@ def default_server(settings: Settings, backend: str | None = None) -> Path:
         found = sorted(filter(ours, settings.build_root.glob(pattern)), key=lambda p: p.stat().st_mtime)
         return found[-1] if found else None
 
-    patterns = [f"{backend or 'cpu'}-*/bin/{SERVER_TARGET}", f"{backend or 'cpu'}/bin/{SERVER_TARGET}"]
+    wanted = backend or reference_backend()
+    patterns = [f"{wanted}-*/bin/{SERVER_TARGET}", f"{wanted}/bin/{SERVER_TARGET}"]
     if backend is None:
         patterns.append(f"*/bin/{SERVER_TARGET}")
     for pattern in patterns:
@@ -148,7 +151,7 @@ def default_server(settings: Settings, backend: str | None = None) -> Path:
     raise SpotCheckFailed(
         f"no {backend + ' ' if backend else ''}{SERVER_TARGET} build under {settings.relative(settings.build_root)}",
         untouched="everything: nothing was started",
-        next_step=f"nox -s build-{backend or 'cpu'} (or pass --server PATH)",
+        next_step=f"nox -s build-{wanted} (or pass --server PATH)",
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from skippy.build.backends import failure_patterns
 from skippy.check.report import ModelResult, Options
 from skippy.check.server import (
     HOST,
@@ -26,20 +27,16 @@ from skippy.check.server import (
 PROMPT: Final = "Say OK"
 
 
-#: known failure lines: (regex, what it means).  Matched case-sensitively per line.
+#: known failure lines: (regex, what it means).  Matched case-sensitively per line: these, then
+#: each registered backend's own (``BackendSpec.failure_patterns``)
 FAILURE_PATTERNS: Final[tuple[tuple[re.Pattern[str], str], ...]] = tuple(
     (re.compile(rx), why)
     for rx, why in (
-        (r"metal_library_init: error", "Metal shader library failed to build"),
         (r"model-open failure", "the model file could not be opened"),
         (r"error loading model", "llama.cpp could not load the model"),
         (r"failed to load model", "llama.cpp could not load the model"),
         (r"GGML_ASSERT", "a ggml assertion failed"),
-        (r"\bCUDA error\b", "CUDA error"),
-        (r"ggml_cuda\w*: .*\berror\b", "CUDA error"),
-        (r"\bHIP error\b|\bROCm error\b", "HIP/ROCm error"),
-        (r"\bVK_ERROR_\w+", "Vulkan error"),
-        (r"ggml_vulkan: .*\b(?:[Ee]rror|failed)\b", "Vulkan error"),
+        *failure_patterns(),
         (r"ERROR: \w*Sanitizer", "sanitizer report"),
         (r"WARNING: ThreadSanitizer", "sanitizer report"),
         (r"runtime error:", "undefined behaviour (UBSan)"),

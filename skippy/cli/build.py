@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from skippy.build.builder import DEFINE_ARG
+from skippy.build.plan import DEFINE_ARG
 from skippy.check.report import SpotCheckReport
 from skippy.cli.options import BUILD_SESSION, COMMON, Option
 from skippy.core.errors import InternalError, Interrupted, SkippyError

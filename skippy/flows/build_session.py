@@ -14,21 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
-from skippy.build.backends import SERVER_TARGET, Backend, parse_backend, spec
-from skippy.build.backends.base import BuildRoot
-from skippy.build.builder import (
-    KEEP_LOCAL_BUILDS,
-    PROVENANCE_DEFINES,
-    BuildOptions,
-    BuildPlan,
-    BuildReport,
-    execute_plan,
-    plan_build,
-    prune_local_builds,
-    requested_defines,
-)
-from skippy.build.chroot import mounted
+from skippy.build.backends import parse_backend, reference_backend, spec
+from skippy.build.backends.base import SERVER_TARGET, Backend
+from skippy.build.builder import KEEP_LOCAL_BUILDS, BuildReport, execute_plan, prune_local_builds
 from skippy.build.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, read_workdir_state
+from skippy.build.plan import PROVENANCE_DEFINES, BuildOptions, BuildPlan, plan_build, requested_defines
+from skippy.build.roots import BuildRoot, mounted
 from skippy.build.toolchain import Toolchain, check_tree_needs, inspect_tree, probe_toolchain
 from skippy.check.binaries import version_line
 from skippy.check.evidence import artifact_markers_missing
@@ -105,10 +96,11 @@ def _refuse_conflict_markers(settings: Settings, backend: str) -> None:
         )
 
 
-def local_tree(settings: Settings, console: Console, backend: str = "cpu") -> LocalTree:
+def local_tree(settings: Settings, console: Console, backend: str | None = None) -> LocalTree:
     """Read the workdir's state, touching nothing (no prepare, read-only git)."""
     from skippy.queue import workdir as wd
 
+    backend = backend or reference_backend()
     workdir = settings.workdir
     if not workdir.is_dir():
         raise BuildError(
@@ -253,18 +245,22 @@ def artifact_gate(backend: Backend, plan: BuildPlan, report: BuildReport, consol
     console.info(f"{backend}: {server.name} contains its backend ({', '.join(markers)})")
 
 
-#: why a build made inside a root file system is not spot-checked on the host
-ROOT_SPOT_CHECK: Final = (
-    "the binaries were built inside a root file system (the ROCm Debian root) and link its libraries "
-    "(a newer glibc, the ROCm runtime), so they run there, not on this host; the artifact gate (the backend's "
-    "symbols, and --version run inside the root) is the proof that was made"
-)
+def root_spot_check(plan: BuildPlan) -> str:
+    """Why a build made inside a root file system is not spot-checked on the host."""
+    inside = plan.build_root
+    label = f" ({inside.label})" if inside is not None else ""
+    return (
+        f"the binaries were built inside a root file system{label} and link its libraries "
+        f"({spec(plan.backend).root_links}), so they run there, not on this host; the artifact gate (the backend's "
+        "symbols, and --version run inside the root) is the proof that was made"
+    )
 
 
 def root_gate(plan: BuildPlan, report: BuildReport, env: Mapping[str, str], console: Console) -> str:
     """A binary built inside a root file system links the root's libraries: ``llama-server
     --version`` must run there (the build dir bound in, as for the build).  Returns its
-    backend's start-up line (``ggml_cuda_init: failed to initialize ROCm: ...`` without a GPU)."""
+    backend's start-up line (``BackendSpec.root_gate_line``: for ROCm ``ggml_cuda_init: failed to
+    initialize ROCm: ...`` without a GPU)."""
     inside = plan.build_root
     assert inside is not None
     server = report.binaries[SERVER_TARGET]
@@ -282,7 +278,12 @@ def root_gate(plan: BuildPlan, report: BuildReport, env: Mapping[str, str], cons
             + " and read what it says",
             details=result.tail(),
         )
-    init = next((line.strip() for line in text.splitlines() if "ggml_cuda_init" in line), "no ggml_cuda_init line")
+    mark = spec(plan.backend).root_gate_line
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if mark is None:
+        init = lines[0] if lines else "no output"
+    else:
+        init = next((line for line in lines if mark in line), f"no {mark} line")
     console.info(f"{plan.backend}: {server.name} --version runs inside the root ({version}): {init}")
     return init
 
@@ -394,7 +395,7 @@ def run_build_session(
     _gates_and_where(plan, report, settings, console, local=local is not None)
     spot = None
     if args.spot_check and plan.build_root is not None:
-        console.warn(f"spot check not run: {ROOT_SPOT_CHECK}")
+        console.warn(f"spot check not run: {root_spot_check(plan)}")
     elif args.spot_check:
         request = SpotCheckRequest(
             server_binary=report.binaries[SERVER_TARGET],

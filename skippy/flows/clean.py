@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from skippy.build.backends import SERVER_TARGET
-from skippy.build.builder import STAMP_NAME, read_stamp
-from skippy.build.chroot import remove_tree
+from skippy.build.backends.base import SERVER_TARGET
+from skippy.build.builder import read_stamp
 from skippy.build.localtree import MODE_LOCAL
+from skippy.build.plan import STAMP_NAME
+from skippy.build.roots import remove_tree
 from skippy.core.errors import SkippyError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, human_size, tree_size

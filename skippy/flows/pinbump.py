@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skippy.build.backends import reference_backend, upstream_areas
 from skippy.core.errors import ConflictError, SettingsError, SkippyError
 from skippy.core.files import write_text_atomic
 from skippy.core.git import Repo
@@ -233,7 +234,14 @@ def run_summary(settings: Settings, old: str, new: str, *, console: Console) -> 
             untouched="everything",
             next_step="summarize OLD..NEW where OLD is an upstream ancestor of NEW",
         )
-    return summarize(repo, old_base, new_at.base, load_queue(settings.patch_dir), upstream_url=settings.upstream_url)
+    return summarize(
+        repo,
+        old_base,
+        new_at.base,
+        load_queue(settings.patch_dir),
+        upstream_url=settings.upstream_url,
+        backend_areas=upstream_areas(),
+    )
 
 
 def _in_history(at: Resolved) -> bool:
@@ -302,7 +310,7 @@ def _default_build(
     from skippy.flows.build_session import SessionArgs, run_build_session
 
     # upstream's tests on the CPU build: a test the queue breaks raises, and the pin stays
-    args = SessionArgs(upstream_tests=upstream_tests and backend == "cpu")
+    args = SessionArgs(upstream_tests=upstream_tests and backend == reference_backend())
     # the new upstream's numbers may move on purpose: compared with the reference and reported, not failed
     outcome = run_build_session(backend, settings, console, args, prepare_fn=prepare_fn, numerics_must_match=False)
     if outcome.skipped:
@@ -362,7 +370,7 @@ def pin_bump(
     *,
     sha: str | None,
     console: Console,
-    backends: Sequence[str] = ("cpu",),
+    backends: Sequence[str] | None = None,
     dry_run: bool = False,
     allow_non_descendant: bool = False,
     newest_compatible: bool = False,
@@ -377,10 +385,11 @@ def pin_bump(
     comes from it, as prepare does; what needs upstream history degrades with a note: the
     descendant check cannot be made (a real bump then needs ``allow_non_descendant``; a dry run
     goes on and says so), the summary gives the diffstat without a commit list, and there is no
-    bisection (``newest_compatible`` is refused).
+    bisection (``newest_compatible`` is refused).  ``backends`` default to the reference one (the CPU).
 
-    ``upstream_tests``: the CPU build also runs upstream's tests, and a test the queue breaks
-    (traced to its patch) leaves the pin where it was."""
+    ``upstream_tests``: the reference backend's build also runs upstream's tests, and a test the
+    queue breaks (traced to its patch) leaves the pin where it was."""
+    backends = tuple(backends or (reference_backend(),))
     build = build_fn or functools.partial(_default_build, upstream_tests=upstream_tests)
     if offline and not sha:
         raise _offline_needs_sha(settings)
@@ -422,8 +431,10 @@ def pin_bump(
             outcomes[backend] = build(backend, settings, console, prepare_new)
     with console.step("parity audit against the new upstream"):
         parity = parity_fn(settings, console, repo, new_base, new_pin)
-    summary = summarize(repo, old_base, new_base, queue, upstream_url=settings.upstream_url)
-    numerics = _numerics(settings, outcomes.get("cpu"), write=not dry_run)
+    summary = summarize(
+        repo, old_base, new_base, queue, upstream_url=settings.upstream_url, backend_areas=upstream_areas()
+    )
+    numerics = _numerics(settings, outcomes.get(reference_backend()), write=not dry_run)
     written = False
     if not dry_run:
         notes += _write_pins(settings, new_pin)

@@ -20,14 +20,14 @@ from skippy.queue.mail import label_of
 from skippy.queue.model import Queue
 from skippy.queue.triage import touched_paths
 
-#: area -> path patterns (fnmatch; a trailing / means "anything below")
-AREAS: Final[Mapping[str, tuple[str, ...]]] = {
+#: area -> path patterns (fnmatch; a trailing / means "anything below").  Each backend's own
+#: area comes from its registry entry (``BackendSpec.upstream_areas``), passed in by the flows:
+#: queue maintenance never imports the build
+CORE_AREAS: Final[Mapping[str, tuple[str, ...]]] = {
     "runtime": ("src/", "include/", "common/", "tools/server/"),
     "GGUF": ("gguf-py/", "ggml/src/gguf.cpp", "ggml/include/gguf.h"),
-    "Metal": ("ggml/src/ggml-metal/", "ggml/include/ggml-metal.h"),
-    "CUDA": ("ggml/src/ggml-cuda/", "ggml/include/ggml-cuda.h"),
-    "ROCm": ("ggml/src/ggml-hip/", "ggml/src/ggml-cuda/vendors/hip.h"),
-    "Vulkan": ("ggml/src/ggml-vulkan/", "ggml/include/ggml-vulkan.h"),
+}
+AREAS: Final[Mapping[str, tuple[str, ...]]] = {
     "tokenizer": ("src/llama-vocab.*", "src/unicode*", "models/ggml-vocab-*"),
     "build": ("CMakeLists.txt", "*/CMakeLists.txt", "cmake/", "*.cmake", "Makefile", ".github/", "ci/"),
     "tests": ("tests/",),
@@ -129,14 +129,24 @@ def github_base(url: str) -> str | None:
     return f"https://github.com/{match[1]}/{match[2]}" if match else None
 
 
-def summarize(repo: Repo, old: str, new: str, queue: Queue, *, upstream_url: str, top: int = 15) -> Summary:
+def summarize(
+    repo: Repo,
+    old: str,
+    new: str,
+    queue: Queue,
+    *,
+    upstream_url: str,
+    top: int = 15,
+    backend_areas: Mapping[str, tuple[str, ...]] | None = None,
+) -> Summary:
     """The summary of ``old..new`` (local commits; ``old`` an ancestor of ``new``, unless one of them is
     the import of a source archive: then there is no history between them, and the summary gives the
     diffstat between the two trees and says its commit list is unavailable).
 
     The summary names the upstream SHAs the commits stand for (an import's ``Upstream-Commit``), and
     its commit list holds upstream commits only: never the queue's own (``Skippy-Patch`` trailer) nor
-    an archive import."""
+    an archive import.  ``backend_areas`` are the backends' own areas (from the build's registry),
+    counted after the runtime's and GGUF's."""
     old_up, new_up = upstream_of(repo, old), upstream_of(repo, new)
     no_history = None
     if old_up is not None or new_up is not None:
@@ -156,7 +166,8 @@ def summarize(repo: Repo, old: str, new: str, queue: Queue, *, upstream_url: str
         lines = (int(added) if added.isdigit() else 0) + (int(deleted) if deleted.isdigit() else 0)
         sizes.append((path, lines))
     sizes.sort(key=lambda item: (-item[1], item[0]))
-    areas = {area: sum(1 for c in commits if any(in_area(p, pats) for p in c.paths)) for area, pats in AREAS.items()}
+    every = {**CORE_AREAS, **(backend_areas or {}), **AREAS}
+    areas = {area: sum(1 for c in commits if any(in_area(p, pats) for p in c.paths)) for area, pats in every.items()}
     # without history, the files that differ between the two trees are what upstream changed
     changed = {p for p, _n in sizes} if no_history else {p for c in commits for p in c.paths}
     exposures: list[Exposure] = []

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends import SERVER_TARGET
+from skippy.build.backends.base import SERVER_TARGET
 from skippy.build.builder import BuildReport
 from skippy.check.models import DEFAULT_MODEL, parse_model_ref, resolve_model
 from skippy.core.errors import NetworkError

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import BuildReport, parse_cmake_cache, read_stamp
+from skippy.build.builder import BuildReport, read_stamp
+from skippy.build.configure import parse_cmake_cache
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import parse_cmake_cache
+from skippy.build.configure import parse_cmake_cache
 from skippy.check.report import SpotCheckReport
 from skippy.core import proc
 from skippy.core.errors import ToolchainMissing

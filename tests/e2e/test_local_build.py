@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends import SERVER_TARGET
-from skippy.build.builder import STAMP_NAME, BuildReport, read_stamp
+from skippy.build.backends.base import SERVER_TARGET
+from skippy.build.builder import BuildReport, read_stamp
+from skippy.build.plan import STAMP_NAME
 from skippy.check.binaries import parse_provenance
 from skippy.check.report import SpotCheckReport
 from skippy.core import proc

@@ -22,18 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends.rocm_root import MARKER
-from skippy.build.builder import (
-    BuildOptions,
-    BuildPlan,
-    CacheProbe,
-    CacheStats,
-    execute_plan,
-    parse_cmake_cache,
-    plan_build,
-)
+from skippy.build.builder import execute_plan
 from skippy.build.cacheserver import claimed_server
-from skippy.build.chroot import mounted, mounts_under
+from skippy.build.cachestats import CacheProbe, CacheStats
+from skippy.build.configure import parse_cmake_cache
+from skippy.build.fetched import MARKER
+from skippy.build.plan import BuildOptions, BuildPlan, plan_build
+from skippy.build.roots import mounted, mounts_under
 from skippy.build.toolchain import Toolchain, check_tree_needs, inspect_tree, parse_ninja_targets, probe_toolchain
 from skippy.core import proc
 from skippy.core.errors import NetworkError

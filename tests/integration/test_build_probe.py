@@ -15,16 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends.base import Tool
-from skippy.build.builder import (
-    BuildOptions,
-    BuildPlan,
-    BuildReport,
-    execute_plan,
-    parse_cmake_cache,
-    plan_build,
-    stop_cache_server,
-)
+from skippy.build.builder import BuildReport, execute_plan
+from skippy.build.cachestats import stop_cache_server
+from skippy.build.configure import parse_cmake_cache
+from skippy.build.plan import BuildOptions, BuildPlan, plan_build
+from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, inspect_tree, probe_toolchain, tool_version
 from skippy.core import proc
 from skippy.core.errors import BuildError
@@ -86,7 +81,9 @@ def test_configure_passes_our_values_and_builds_both_binaries(env: Env) -> None:
     assert got["GGML_CCACHE"] == "OFF"
     assert got["LLAMA_OPENSSL"] == "OFF"
     assert got["LLAMA_BUILD_UI"] == "OFF"
+    # the other backends' switches are not given: the tree's defaults (OFF) apply
     assert got["GGML_CUDA"] == got["GGML_METAL"] == got["GGML_HIP"] == got["GGML_VULKAN"] == "OFF"
+    assert not [d for d in plan.defines if d.name in ("GGML_CUDA", "GGML_METAL", "GGML_HIP", "GGML_VULKAN")]
     assert got["CMAKE_BUILD_TYPE"] == "Release"
     assert report.configured
     assert report.compiled == 3
@@ -315,7 +312,8 @@ def test_artifact_gate_refuses_a_binary_without_its_backend(env: Env) -> None:
     # the stand-in server has no backend registration: like a build whose backend switch was ignored
     with pytest.raises(BuildError, match="does not contain the cpu backend: ggml_backend_cpu_reg") as info:
         artifact_gate("cpu", plan, report, env.console)
-    assert "GGML_CUDA=OFF" in (info.value.next_step or "")
+    assert "GGML_RPC=ON" in (info.value.next_step or "")
+    assert "GGML_CUDA" not in (info.value.next_step or ""), "no other backend's switch is set"
     assert str(plan.build_dir) in (info.value.next_step or "")
     # the same server with the registration symbols linked in passes
     (env.src / "src" / "common.c").write_text(

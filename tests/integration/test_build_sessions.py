@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from skippy.build.backends import Backend
+from skippy.build.backends import registry
+from skippy.build.backends.base import Backend
 from skippy.check.report import SpotCheckReport
 from skippy.cli.build import build_main
 from skippy.core import proc
@@ -67,8 +68,8 @@ def test_build_metal_is_skipped_on_request() -> None:
 
 def test_sessions_are_listed_with_tags() -> None:
     result = nox("-l")
-    for backend in ("cpu", "metal", "cuda", "vulkan", "rocm"):
-        assert f"build-{backend} [build" in result.stdout
+    for backend, entry in registry().items():
+        assert f"build-{backend} [build{',gpu' if entry.gpu else ''}]" in result.stdout
     assert "build-cuda [build,gpu]" in result.stdout
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends import Backend
+from skippy.build.backends.base import Backend
 from skippy.build.backends.cuda import find_cuda_library
 from skippy.build.toolchain import Toolchain, TreeInfo, check_tree_needs, probe_toolchain
 from skippy.core.errors import NetworkError, SettingsError, ToolchainMissing

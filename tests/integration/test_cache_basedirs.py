@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import BuildReport, execute_plan, plan_build, stop_cache_server
+from skippy.build.builder import BuildReport, execute_plan
 from skippy.build.cacheserver import claimed_server, recorded_basedirs, server_id
+from skippy.build.cachestats import stop_cache_server
+from skippy.build.plan import plan_build
 from skippy.build.toolchain import inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.settings import Settings

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import STAMP_NAME, BuildOptions, BuildPlan, execute_plan, plan_build
+from skippy.build.builder import execute_plan
 from skippy.build.localtree import WorkdirState
+from skippy.build.plan import STAMP_NAME, BuildOptions, BuildPlan, plan_build
 from skippy.build.toolchain import inspect_tree, probe_toolchain
 from skippy.cli.clean import clean_main
 from skippy.core.settings import Settings

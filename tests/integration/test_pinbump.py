@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from skippy.build.backends import upstream_areas
 from skippy.core.errors import ConflictError, SettingsError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -90,6 +91,9 @@ def test_summary_sections(history: tuple[Project, dict[str, str]]) -> None:
     assert "### Diffstat" in md and "files changed" in summary.shortstat
     assert summary.areas["runtime"] == 3  # u0 (arch), u2 (model), u4 (arch)
     assert summary.areas["CUDA"] == 1
+    # the backends' areas come from the registry, after the runtime's and GGUF's
+    assert list(summary.areas)[:2] == ["runtime", "GGUF"]
+    assert list(summary.areas)[2 : 2 + len(upstream_areas())] == list(upstream_areas())
     assert summary.areas["tests"] == 1
     exposed = {e.patch: [c.sha for c in e.commits] for e in summary.exposures}
     assert exposed == {

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import BuildPlan, BuildReport, execute_plan, plan_build, stop_cache_server
+from skippy.build.builder import BuildReport, execute_plan
+from skippy.build.cachestats import stop_cache_server
+from skippy.build.plan import BuildPlan, plan_build
 from skippy.build.toolchain import inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.settings import Settings

@@ -18,24 +18,31 @@ from pathlib import Path
 import pytest
 
 from skippy.build.backends import rocm_root
-from skippy.build.backends.base import BuildRoot, Tool
 from skippy.build.backends.rocm_root import (
-    MARKER,
     RootContext,
     finished,
     make_root,
     parse_root_pin,
     root_home,
-    runner_program,
 )
-from skippy.build.builder import BuildPlan, BuildReport, plan_build
+from skippy.build.builder import BuildReport
 from skippy.build.cache import launcher_env, root_launcher_env
-from skippy.build.chroot import mounted
+from skippy.build.fetched import MARKER
+from skippy.build.plan import BuildPlan, plan_build
+from skippy.build.roots import BuildRoot, mounted, runner_program
+from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, TreeInfo, probe_toolchain
 from skippy.core.errors import BuildError, NetworkError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionArgs, SessionOutcome, SpotCheckRequest, root_gate, run_build_session
+from skippy.flows.build_session import (
+    SessionArgs,
+    SessionOutcome,
+    SpotCheckRequest,
+    root_gate,
+    root_spot_check,
+    run_build_session,
+)
 from tests.integration.test_build_toolchain import Host, fake_tool
 
 pytestmark = pytest.mark.integration
@@ -102,6 +109,10 @@ def _calls(host: Host) -> list[str]:
     return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
 
 
+def _program(ctx: RootContext) -> str:
+    return runner_program(ctx.runner, uid=ctx.uid, env=ctx.env, what=rocm_root.WHAT)
+
+
 PIN = parse_root_pin({"suite": "sid", "packages": PACKAGES})
 
 
@@ -162,7 +173,7 @@ def test_a_package_missing_after_mmdebstrap_is_refused(host: Host) -> None:
 
 def test_not_root_or_no_mmdebstrap_name_the_way_out(host: Host) -> None:
     with pytest.raises(ToolchainMissing) as info:
-        runner_program(replace(_ctx(host, uid=1000), runner="chroot"))
+        _program(replace(_ctx(host, uid=1000), runner="chroot"))
     assert "chroot runner needs root" in info.value.what
     assert "SKIPPY_ROOT_RUNNER=namespace" in (info.value.next_step or "")
     (host.bin / "mmdebstrap").unlink()
@@ -272,14 +283,14 @@ def test_a_root_of_another_user_that_cannot_be_read_is_left_as_it_is(
 def test_a_namespace_the_kernel_refuses_and_a_missing_bwrap_say_what_to_do(host: Host, tmp_path: Path) -> None:
     ctx = _rootless(host, tmp_path)
     with pytest.raises(ToolchainMissing) as info:
-        runner_program(replace(ctx, env={**ctx.env, "BWRAP_FAIL": "1"}))
+        _program(replace(ctx, env={**ctx.env, "BWRAP_FAIL": "1"}))
     err = info.value
     assert "cannot make a user namespace here" in err.what
     assert "user.max_user_namespaces" in (err.next_step or "") and "SKIPPY_ROOT_RUNNER=chroot" in (err.next_step or "")
     assert "setting up uid map: Permission denied" in (err.details or "")
     (host.bin / "bwrap").unlink()
     with pytest.raises(ToolchainMissing) as none:
-        runner_program(replace(ctx, env={"PATH": str(host.bin)}))
+        _program(replace(ctx, env={"PATH": str(host.bin)}))
     assert none.value.next_step == "apt-get install bubblewrap, then run the build again"
 
 
@@ -464,6 +475,9 @@ def test_the_root_gate_runs_the_binary_inside_the_root(tmp_path: Path) -> None:
         root_gate(plan, report, {**env, "NO_GLIBC": "1"}, console)
     assert "GLIBC_2.43 not found" in (info.value.details or "")
     assert _mount_log(tmp_path)[-1].startswith("umount "), "unmounted after the failure too"
+    # why the spot check is not run on the host: the root's name, and what the ROCm backend says it links
+    why = root_spot_check(plan)
+    assert "inside a root file system (debian-root sid" in why and "(a newer glibc, the ROCm runtime)" in why
 
 
 # --- a whole build session inside the root, with stand-ins for every program ---------------------
@@ -659,8 +673,9 @@ def _tool() -> Tool:
 _SIGTERM_CHILD = """
 import sys, time
 from pathlib import Path
-from skippy.build.backends.base import BuildRoot, Tool
-from skippy.build.chroot import mounted
+from skippy.build.roots import BuildRoot
+from skippy.build.tool import Tool
+from skippy.build.roots import mounted
 tool = Tool("cmake", "/usr/bin/cmake", "4")
 root = BuildRoot(path=Path(sys.argv[1]), program="chroot", env={}, cmake=tool, ninja=tool, label="test")
 env = {"PATH": sys.argv[2], "MOUNT_LOG": sys.argv[3]}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from skippy.build.backends.rocm_root import parse_root_pin, root_home
-from skippy.build.chroot import mounts_under
+from skippy.build.roots import mounts_under
 from skippy.core.errors import Interrupted
 from tests.e2e.needs import cannot_run
 from tests.integration.test_build_toolchain import Host

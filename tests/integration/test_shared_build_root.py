@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import STAMP_NAME
+from skippy.build.plan import STAMP_NAME
 from skippy.cli.app import status_main
 from skippy.core.ui import Console
 from skippy.queue.prepare import Target, prepare

@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from skippy.build.backends import (
-    LAUNCHER_LANGUAGES,
-    RPC_TARGETS,
-    SERVER_TARGET,
-    Platform,
+    failure_patterns,
+    languages,
     names,
     parse_backend,
+    reference_backend,
     registry,
     spec,
     switches,
+    upstream_areas,
 )
+from skippy.build.backends.base import BASE_LANGUAGES, RPC_TARGETS, SERVER_TARGET, Platform
+
+#: the backends this package ships (a plug-in distribution may add more: the tests below
+#: iterate the registry, and hold these only to what each of them is)
+SHIPPED = ("cpu", "metal", "cuda", "vulkan", "rocm")
 
 
 def test_every_backend_is_registered_once_under_its_own_name() -> None:
-    assert names() == ("cpu", "metal", "cuda", "vulkan", "rocm")
+    assert names()[: len(SHIPPED)] == SHIPPED
+    assert reference_backend() == "cpu"
     for name, entry in registry().items():
         assert entry.name == name
         assert entry.session == f"build-{name}"
@@ -28,13 +37,24 @@ def test_every_backend_is_registered_once_under_its_own_name() -> None:
 def test_spec_is_complete(backend: str) -> None:
     entry = spec(backend)
     assert entry.title
-    assert set(entry.languages) <= set(LAUNCHER_LANGUAGES)
-    assert {"C", "CXX"} <= set(entry.languages)
+    assert set(entry.languages) <= set(languages())
+    assert set(BASE_LANGUAGES) <= set(entry.languages)
     assert entry.default_targets == (SERVER_TARGET, RPC_TARGETS[0])
-    # every backend names every switch, and turns on at most its own
-    own = switches(backend)
-    assert set(own) == {"GGML_METAL", "GGML_CUDA", "GGML_HIP", "GGML_VULKAN"}
-    assert sum(v == "ON" for v in own.values()) == (0 if backend == "cpu" else 1)
+    # a backend names its own switch only; on a host where the tree turns another one on by
+    # default (Metal on macOS) that one is turned off
+    for system in ("Linux", "Darwin", "Windows"):
+        own = switches(backend, system)
+        assert {k for k, v in own.items() if v == "ON"} == ({entry.switch} if entry.switch else set())
+        others_off = {
+            b.switch for b in registry().values() if b.switch != entry.switch and system in b.default_on_systems
+        }
+        assert {k for k, v in own.items() if v == "OFF"} == others_off
+    assert entry.reference is (backend == reference_backend())
+    # every pattern compiles, and a CI job for every backend
+    for rx, why in entry.failure_patterns:
+        assert re.compile(rx) and why
+    assert entry.ci_jobs
+    assert all(job.title for job in entry.ci_jobs)
     # an install hint for at least one platform, and an explicit None elsewhere
     assert any(entry.install.for_platform(p) for p in Platform)
     if entry.host_systems:
@@ -79,7 +99,7 @@ def test_install_hint_render_puts_the_host_first() -> None:
 def test_parse_backend() -> None:
     assert parse_backend(" CUDA ") == "cuda"
     assert parse_backend("cpu") == "cpu"
-    with pytest.raises(ValueError, match="known: cpu, metal, cuda, vulkan, rocm"):
+    with pytest.raises(ValueError, match="known: " + ", ".join(names())):
         parse_backend("opencl")
 
 
@@ -92,3 +112,27 @@ def test_gpu_backends_name_their_devices_and_artifact_markers() -> None:
         else:
             assert entry.device_prefix is None
     assert spec("rocm").artifact_markers[0] == "ggml_backend_cuda_reg"  # HIP registers under CUDA's names
+
+
+def test_the_backends_own_their_upstream_areas_and_log_patterns() -> None:
+    areas = upstream_areas()
+    assert areas["CUDA"] == ("ggml/src/ggml-cuda/", "ggml/include/ggml-cuda.h")
+    assert areas["ROCm"] == ("ggml/src/ggml-hip/", "ggml/src/ggml-cuda/vendors/hip.h")
+    assert {"Metal", "Vulkan"} <= set(areas) and "CPU" not in areas
+    whys = {why for _rx, why in failure_patterns()}
+    assert {"Metal shader library failed to build", "CUDA error", "HIP/ROCm error", "Vulkan error"} <= whys
+    assert languages()[:2] == ("C", "CXX") and {"CUDA", "HIP", "OBJC", "OBJCXX"} <= set(languages())
+
+
+def test_nvcc_names_its_version_on_its_release_line() -> None:
+    output = "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\nBuild cuda_13.0\n"
+    assert spec("cuda").version_line("nvcc", output) == "Cuda compilation tools, release 13.0, V13.0.88"
+    assert spec("cuda").version_line("nvidia-smi", output) is None
+    assert spec("cpu").version_line("nvcc", output) is None
+
+
+def test_vulkans_ci_job_keeps_the_shader_cache_its_spot_check_fills() -> None:
+    (job,) = spec("vulkan").ci_jobs
+    assert job.keep is not None
+    # the project's default cache dir (.deps/cache): the folder the spot check points Mesa at
+    assert spec("vulkan").spot_check_env_for(Path(".deps/cache"))["MESA_SHADER_CACHE_DIR"] == job.keep[1]

@@ -13,20 +13,13 @@ from typing import Any
 
 import pytest
 
-from skippy.build.backends.base import Tool
 from skippy.build.backends.cuda import parse_cuda_compute_caps
 from skippy.build.backends.rocm import parse_amdgpu_targets
 from skippy.build.backends.vulkan import parse_vulkan_header
-from skippy.build.builder import (
-    BuildPlan,
-    cache_mismatches,
-    ccache_counts,
-    decide_configure,
-    parse_cmake_cache,
-    parse_unused_variables,
-    plan_build,
-    sccache_counts,
-)
+from skippy.build.cachestats import ccache_counts, sccache_counts
+from skippy.build.configure import cache_mismatches, decide_configure, parse_cmake_cache, parse_unused_variables
+from skippy.build.plan import BuildPlan, plan_build
+from skippy.build.tool import Tool
 from skippy.build.toolchain import (
     Toolchain,
     TreeInfo,
@@ -288,7 +281,7 @@ def test_unavailable_backend_fails_unless_skipping_was_asked(tmp_path: Path) -> 
 
 def test_provenance_defines_only_for_trees_that_declare_them(tmp_path: Path) -> None:
     """The queue's provenance goes to trees that know the variables, and stays out of the dir digest."""
-    from skippy.build.builder import PROVENANCE_DEFINES
+    from skippy.build.plan import PROVENANCE_DEFINES
 
     assert parse_cmake_options('set(SKIPPY_UPSTREAM_SHA "" CACHE STRING "x")\noption(GGML_RPC "rpc" OFF)\n') == {
         "SKIPPY_UPSTREAM_SHA",

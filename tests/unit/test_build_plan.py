@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends import Backend
-from skippy.build.backends.base import Tool
+from skippy.build.backends import names, registry, spec
+from skippy.build.backends.base import Backend
 from skippy.build.backends.cuda import DEFAULT_CUDA_ARCHITECTURES
 from skippy.build.backends.rocm import DEFAULT_AMDGPU_TARGETS, ROOT_DEFAULT_AMDGPU_TARGETS
-from skippy.build.builder import BuildOptions, BuildPlan, plan_build, requested_defines, split_cmake_args
+from skippy.build.plan import BuildOptions, BuildPlan, plan_build, requested_defines, split_cmake_args
+from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError, SettingsError
 from skippy.core.settings import Settings
@@ -85,12 +86,8 @@ def test_cpu_full_plan(tmp_path: Path) -> None:
         "CMAKE_C_COMPILER_LAUNCHER": "/opt/t/sccache",
         "CMAKE_MAKE_PROGRAM": "/opt/t/ninja",
         "GGML_CCACHE": "OFF",
-        "GGML_CUDA": "OFF",
-        "GGML_HIP": "OFF",
-        "GGML_METAL": "OFF",
         "GGML_NATIVE": "OFF",
         "GGML_RPC": "ON",
-        "GGML_VULKAN": "OFF",
         "LLAMA_BUILD_UI": "OFF",
         "LLAMA_OPENSSL": "OFF",
         "LLAMA_USE_PREBUILT_UI": "OFF",
@@ -155,7 +152,8 @@ def test_metal_plan(tmp_path: Path) -> None:
     p = plan(tmp_path, "metal", tc={"system": "Darwin"})
     d = defines(p)
     assert d["GGML_METAL"] == "ON"
-    assert d["GGML_CUDA"] == d["GGML_HIP"] == d["GGML_VULKAN"] == "OFF"
+    # no other backend's switch is named: the tree leaves them OFF by default
+    assert not {"GGML_CUDA", "GGML_HIP", "GGML_VULKAN"} & set(d)
     # the tree does not enable OBJC/OBJCXX: setting their launchers would be "unused"
     assert "CMAKE_OBJC_COMPILER_LAUNCHER" not in d
     with_objc = plan(tmp_path, "metal", tr={"languages": frozenset({"C", "CXX", "OBJC", "OBJCXX"})})
@@ -329,9 +327,11 @@ def test_unknown_build_table_key_is_refused(tmp_path: Path) -> None:
 
 def test_each_workdir_has_its_own_build_dir_and_the_default_keeps_its_name(tmp_path: Path) -> None:
     default = plan(tmp_path, "cpu")
-    # the name the default workdir's cpu build always had (before workdirs were keyed): existing
-    # machines keep their configured dir; change this only knowingly (it costs one reconfigure)
-    assert default.build_dir.name == "cpu-7ec5ad5109"
+    # the name of the default workdir's cpu build: existing machines keep their configured dir;
+    # change this only knowingly (it costs one reconfigure; the compile lines, hence the compiler
+    # cache's objects, stay the same).  It changed once, from cpu-7ec5ad5109, when the other
+    # backends' switches (-DGGML_CUDA=OFF ...: CMake cache values, not compile flags) left the key
+    assert default.build_dir.name == "cpu-ecc8cbedc2"
     # the default workdir named explicitly, or through a link, is the same tree
     (tmp_path / "proj" / ".deps" / "llama.cpp").mkdir(parents=True)
     (tmp_path / "link").symlink_to(tmp_path / "proj" / ".deps" / "llama.cpp")
@@ -344,3 +344,16 @@ def test_each_workdir_has_its_own_build_dir_and_the_default_keeps_its_name(tmp_p
     assert other.stamp["source_dir"] == str(tmp_path / "proj" / ".deps" / "other")
     # the same other workdir always gets the same dir (its objects are reused)
     assert plan(tmp_path, "cpu", tr={"source_dir": tmp_path / "proj" / ".deps" / "other"}).build_dir == other.build_dir
+
+
+@pytest.mark.parametrize("backend", names())
+def test_a_backend_names_no_other_backends_switch_but_one_the_tree_turns_on_by_default_there(
+    tmp_path: Path, backend: str
+) -> None:
+    linux = defines(plan(tmp_path, backend))
+    own = spec(backend).switch
+    assert {b.switch for b in registry().values() if b.switch in linux} == ({own} if own else set())
+    # on macOS the tree turns Metal on by default: the CPU build there turns it off
+    mac = defines(plan(tmp_path, "cpu", tc={"system": "Darwin"}))
+    assert mac["GGML_METAL"] == "OFF"
+    assert "GGML_METAL" not in defines(plan(tmp_path, "cpu"))

@@ -11,16 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends.base import Tool
-from skippy.build.builder import BuildReport, CacheStats
+from skippy.build.builder import BuildReport
 from skippy.build.cache import (
     CacheStorage,
     local_fallback_env,
     reachable,
-    redact_url,
     select_storage,
 )
+from skippy.build.cachestats import CacheStats
+from skippy.build.tool import Tool
 from skippy.core.errors import SettingsError
+from skippy.core.redact import redact_url
 from tests.redisserver import Listener, free_port
 from tests.unit.test_build_plan import plan
 

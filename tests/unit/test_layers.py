@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,3 +25,51 @@ def test_the_tree_shows_the_layers() -> None:
     assert {"core", "queue", "maintain", "build", "check", "flows", "cli"} <= packages
     flat = sorted(p.name for p in (ROOT / "skippy").glob("*.py") if p.name != "__init__.py")
     assert flat == [], f"modules outside the layers: {flat}"
+
+
+def test_inside_the_build_the_backends_sit_over_the_roots() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (inner,) = [c for c in config["tool"]["importlinter"]["contracts"] if c.get("containers") == ["skippy.build"]]
+    layers = [layer.strip() for layer in inner["layers"]]
+    # each above the next: the plan over the backends, the backends over the fetch-once helper and the roots
+    assert layers.index("plan") < layers.index("backends") < layers.index("fetched") < layers.index("roots")
+
+
+def _defined(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_no_build_module_re_exports_another_modules_names() -> None:
+    """Every name is imported from the module that defines it: no facade (``__all__`` lists only
+    the module's own names, and nothing imports a name through a module that merely imported it)."""
+    modules: dict[str, set[str]] = {}
+    for path in (ROOT / "skippy" / "build").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        own = _defined(tree)
+        modules[name] = own
+        listed = [
+            str(e.value)
+            for node in tree.body
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+            for e in getattr(node.value, "elts", [])
+            if isinstance(e, ast.Constant)
+        ]
+        assert [n for n in listed if n not in own] == [], f"{name} re-exports"
+    for path in [*ROOT.glob("skippy/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("benchmarks/**/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in modules:
+                through = [
+                    a.name
+                    for a in node.names
+                    if a.name not in modules[node.module] and f"{node.module}.{a.name}" not in modules
+                ]
+                assert through == [], f"{path.relative_to(ROOT)}: {through} imported through {node.module}"

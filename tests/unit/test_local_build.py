@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import STAMP_NAME, BuildPlan, newest_builds, plan_build, prune_local_builds
+from skippy.build.builder import newest_builds, prune_local_builds
 from skippy.build.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, local_dir_name, state_key, untracked_digest
 from skippy.build.noise import UI_NOTE, NoiseFilter
+from skippy.build.plan import STAMP_NAME, BuildPlan, plan_build
 from skippy.check.provenance import expected_queue_digest, stale_next_step
 from skippy.cli.app import build_mode_text
 from skippy.cli.build import outcome_report, parse_session_args

@@ -12,18 +12,24 @@ from types import MappingProxyType
 
 import pytest
 
-from skippy.build.backends.base import NAMESPACE_LAUNCHERS, BuildRoot, Tool, read_layout
 from skippy.build.backends.rocm_root import (
+    INSIDE_ENV,
     DebianRoot,
     RootContext,
     _can_make,
     mmdebstrap_argv,
     parse_root_pin,
+)
+from skippy.build.plan import BuildPlan, plan_build
+from skippy.build.roots import (
+    NAMESPACE_LAUNCHERS,
+    BuildRoot,
+    install_launcher,
+    read_layout,
     resolve_runner,
     runner_root,
 )
-from skippy.build.builder import BuildPlan, plan_build
-from skippy.build.chroot import install_launcher
+from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError, SettingsError, ToolchainMissing
 from skippy.core.settings import Settings
@@ -141,9 +147,9 @@ def test_the_top_level_of_a_merged_usr_root_is_read_as_links_and_system_folders(
         ("usr", None),
         ("var", None),
     )
-    made = runner_root(root, "/usr/bin/bwrap", "namespace", launchers=tmp_path / "l")
+    made = runner_root(root, "/usr/bin/bwrap", "namespace", env=INSIDE_ENV, launchers=tmp_path / "l")
     assert made.layout == read_layout(root) and (tmp_path / "l").is_dir() and made.launchers == tmp_path / "l"
-    chroot = runner_root(root, "/usr/sbin/chroot", "chroot", launchers=tmp_path / "l2")
+    chroot = runner_root(root, "/usr/sbin/chroot", "chroot", env=INSIDE_ENV, launchers=tmp_path / "l2")
     assert chroot.layout == () and chroot.launchers is None and not (tmp_path / "l2").exists()
 
 

@@ -9,7 +9,6 @@ from types import MappingProxyType
 
 import pytest
 
-from skippy.build.backends.base import BuildRoot, Tool
 from skippy.build.backends.rocm_root import (
     INSIDE_ENV,
     DebianRoot,
@@ -21,8 +20,9 @@ from skippy.build.backends.rocm_root import (
     root_home,
     versions_digest,
 )
-from skippy.build.builder import BuildOptions, BuildPlan, plan_build
-from skippy.build.chroot import mounts_under, parse_mount_points, plan_mounts, remove_tree
+from skippy.build.plan import BuildOptions, BuildPlan, plan_build
+from skippy.build.roots import BuildRoot, mounts_under, parse_mount_points, plan_mounts, remove_tree
+from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError, SettingsError
 from skippy.core.settings import Settings

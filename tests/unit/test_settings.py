@@ -85,7 +85,7 @@ def test_find_root_walks_up(tmp_path: Path) -> None:
 
 
 def test_subtables_refuse_non_tables_and_unknown_keys(tmp_path: Path) -> None:
-    from skippy.build.builder import build_table_keys
+    from skippy.build.plan import build_table_keys
     from skippy.check.report import Options
     from skippy.maintain.parity import ParityConfig
 

@@ -9,8 +9,9 @@ import re
 from typing import Any
 
 import pytest
+from ruamel.yaml import YAML
 
-from skippy.build.backends import registry
+from skippy.build.backends import matrix, registry
 from skippy.build.backends.cuda_toolkit import TOOLKIT_ENV, resolve_toolkit_choice
 from skippy.build.cache import ENV_VAR as CACHE_STORAGE_ENV
 from skippy.build.cache import reachable, select_storage
@@ -64,16 +65,59 @@ def build_entries() -> list[dict[str, Any]]:
     return matrix_entries(load(BUILD)["jobs"]["build"])
 
 
-def test_the_build_matrix_has_one_job_per_backend_of_the_registry() -> None:
+def test_the_build_matrix_is_generated_from_the_registry_and_up_to_date() -> None:
+    text = BUILD.read_text(encoding="utf-8")
+    # the committed workflow is what the generator writes (else: python -m skippy.build.backends.matrix)
+    assert matrix.rewrite(text) == text
     entries = build_entries()
-    # every backend once on its main runner, and the CPU once more on arm64
-    assert sorted(e["backend"] for e in entries) == sorted([*registry(), "cpu"])
+    assert entries == matrix.rows()
+    # every backend of the registry has a job; keys are unique (the artifacts are named by them)
+    assert {e["backend"] for e in entries} == set(registry())
     assert len({e["key"] for e in entries}) == len(entries)
     for e in entries:
         assert e["session"] == registry()[e["backend"]].session
         assert e["session"] in e["title"]
     strategy = load(BUILD)["jobs"]["build"]["strategy"]
     assert strategy["fail-fast"] is False
+    # the build step gets every variable a row sets, from that row
+    (build,) = _building_steps(BUILD, "build")
+    for name in matrix.session_env():
+        assert build.step["env"][name] == f"${{{{ matrix.{name} }}}}"
+
+
+def test_matrix_values_read_back_as_the_same_text() -> None:
+    for value in ("ubuntu-24.04", "", "1", "off", "1.5", "a: b", "x # y", "--no-spot-check -DX=1"):
+        assert YAML(typ="safe", pure=True).load(f"k: {matrix._scalar(value)}\n") == {"k": value}, value
+
+
+def test_a_stale_matrix_is_caught_and_rewritten(tmp_path: Any) -> None:
+    workflow = tmp_path / "build.yml"
+    text = BUILD.read_text(encoding="utf-8")
+    workflow.write_text(text.replace("runs-on: macos-15", "runs-on: macos-13"), encoding="utf-8")
+    assert matrix.main([str(workflow), "--check"]) == 1
+    assert matrix.main([str(workflow)]) == 0
+    assert workflow.read_text(encoding="utf-8") == text
+    assert matrix.main([str(workflow), "--check"]) == 0
+    # without its markers the file is refused and left as it is
+    bare = tmp_path / "bare.yml"
+    bare.write_text("jobs: {}\n", encoding="utf-8")
+    assert matrix.main([str(bare)]) == 2
+    assert bare.read_text(encoding="utf-8") == "jobs: {}\n"
+
+
+def test_each_job_title_says_whether_it_spot_checks() -> None:
+    for entry in build_entries():
+        # the build session's own parser decides whether the posargs turn the spot check off
+        parsed = parse_session_args(str(entry.get("posargs", "")).split(), {})
+        assert parsed.skip_unavailable is False
+        title = entry["title"]
+        if parsed.spot_check:
+            assert "spot check" in title and "build only" not in title, title
+        elif parsed.upstream_tests:
+            # the row that runs upstream's tests says so; its spot check is the plain CPU row's
+            assert "build only" in title and "upstream's tests" in title, title
+        else:
+            assert "build only" in title and "no GPU" in title, title
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,11 @@ installed distribution declares under the ``skippy.backends`` entry-point group
 (``name = "package.module:BACKEND"``).
 
 Adding a backend is one module (a :class:`~skippy.build.backends.base.BackendSpec`
-instance named ``BACKEND``) and one line in ``_BUILTIN``.  ``plan_build``, the
-toolchain probe, ``nox -s build-<name>`` and the workflows' build matrix all read
-the registry; nothing else names a backend.
+instance named ``BACKEND``) and one line in ``_BUILTIN`` (or an entry point of another
+distribution).  ``plan_build``, the toolchain probe, ``nox -s build-<name>``, the build
+workflow's matrix (:mod:`skippy.build.backends.matrix`), the spot check's log patterns,
+the upstream summary's areas and the tests all read the registry; nothing else names a
+backend.
 """
 
 from __future__ import annotations
@@ -17,34 +19,19 @@ from types import MappingProxyType
 from typing import Final
 
 from skippy.build.backends import cpu, cuda, metal, rocm, vulkan
-from skippy.build.backends.base import (
-    COMMON_DEFINES,
-    LAUNCHER_LANGUAGES,
-    RPC_TARGETS,
-    SERVER_TARGET,
-    TREE_OPTIONAL_DEFINES,
-    Backend,
-    BackendSpec,
-    InstallHint,
-    Platform,
-)
+from skippy.build.backends.base import BASE_LANGUAGES, Backend, BackendSpec
 
 __all__ = [
-    "COMMON_DEFINES",
     "ENTRY_POINT_GROUP",
-    "LAUNCHER_LANGUAGES",
-    "RPC_TARGETS",
-    "SERVER_TARGET",
-    "TREE_OPTIONAL_DEFINES",
-    "Backend",
-    "BackendSpec",
-    "InstallHint",
-    "Platform",
+    "failure_patterns",
+    "languages",
     "names",
     "parse_backend",
+    "reference_backend",
     "registry",
     "spec",
     "switches",
+    "upstream_areas",
 ]
 
 #: the backends this package ships, in the order menus list them
@@ -84,7 +71,35 @@ def spec(backend: str) -> BackendSpec:
     return registry()[parse_backend(backend)]
 
 
-def switches(backend: str) -> dict[str, str]:
-    """Every registered backend switch OFF but ``backend``'s own."""
-    own = spec(backend).switch
-    return {b.switch: ("ON" if b.switch == own else "OFF") for b in registry().values() if b.switch}
+def switches(backend: str, system: str = "") -> dict[str, str]:
+    """``backend``'s own switch ON, and OFF the switches the tree turns on by default on
+    ``system`` (``platform.system()``: Metal's on macOS; "" names no host: none of them); no
+    other backend's switch is named."""
+    own = spec(backend)
+    out = {b.switch: "OFF" for b in registry().values() if b.switch and system in b.default_on_systems}
+    if own.switch:
+        out[own.switch] = "ON"
+    return out
+
+
+def languages() -> tuple[str, ...]:
+    """Every language a registered backend compiles (what a compiler launcher can be set for)."""
+    return tuple(dict.fromkeys([*BASE_LANGUAGES, *(lang for b in registry().values() for lang in b.languages)]))
+
+
+def reference_backend() -> Backend:
+    """The backend every other one is compared with (the default build, the fingerprint reference)."""
+    found = [b.name for b in registry().values() if b.reference]
+    if len(found) != 1:
+        raise ValueError(f"exactly one registered backend must be the reference; found {found or 'none'}")
+    return found[0]
+
+
+def upstream_areas() -> dict[str, tuple[str, ...]]:
+    """``{area: path patterns}`` of every backend that names its upstream files."""
+    return {b.area: b.upstream_areas for b in registry().values() if b.upstream_areas}
+
+
+def failure_patterns() -> tuple[tuple[str, str], ...]:
+    """Every backend's known failure lines: (regex, what it means), in registry order."""
+    return tuple(pattern for b in registry().values() for pattern in b.failure_patterns)

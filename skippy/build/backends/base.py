@@ -8,22 +8,22 @@ tree).  The registry (:mod:`skippy.build.backends`) lists the modules;
 ``plan_build``, ``probe_toolchain``, the nox sessions and the workflows' matrix
 are driven by it, and no code outside a backend module branches on a backend.
 
-This module imports nothing from the build layer: the probe helpers reach a
-backend through :class:`ProbeContext`, so each backend can be tested alone.
+This module imports from the build layer only what lies below the backends (the
+roots and :class:`~skippy.build.tool.Tool`): the probe helpers reach a backend
+through :class:`ProbeContext`, so each backend can be tested alone.
 """
 
 from __future__ import annotations
 
 import enum
-import hashlib
-import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Protocol
 
-from skippy.core.errors import BuildError
+from skippy.build.roots import BuildRoot
+from skippy.build.tool import Tool
 
 if TYPE_CHECKING:
     from skippy.core.errors import ToolchainMissing
@@ -40,8 +40,8 @@ class Platform(enum.StrEnum):
     MACOS = "macos"
 
 
-#: languages a compiler launcher can be set for (CMAKE_<LANG>_COMPILER_LAUNCHER)
-LAUNCHER_LANGUAGES: Final = ("C", "CXX", "CUDA", "HIP", "OBJC", "OBJCXX")
+#: the languages every backend compiles (a backend adds its own: ``BackendSpec.languages``)
+BASE_LANGUAGES: Final = ("C", "CXX")
 
 #: the server binary every backend builds, and the RPC server's target names,
 #: newest first (``ggml-rpc-server`` on current trees, ``rpc-server`` before)
@@ -96,160 +96,6 @@ class InstallHint:
             hint = self.for_platform(platform)
             lines.append(f"{labels[platform]}: {hint if hint is not None else 'not available'}")
         return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    path: str
-    version: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"path": self.path, "version": self.version}
-
-
-#: how commands run inside a root: ``chroot`` (root; :mod:`skippy.build.chroot` mounts the
-#: work folders in around the build) or ``namespace`` (``bwrap`` in an unprivileged user
-#: namespace: the root's system folders bound read-only, the work folders bound at their own
-#: paths, nothing mounted on the host)
-ROOT_RUNNERS: Final = ("chroot", "namespace")
-
-#: the root's top-level folders a namespace runner binds (read-only); its top-level links
-#: (``bin -> usr/bin`` ...) are made again; /proc, /dev, /tmp, /run and /root are fresh
-NAMESPACE_SYSTEM_DIRS: Final = ("usr", "etc", "var", "opt")
-#: the folders a namespace runner makes empty (its own tmpfs each, gone with the command)
-NAMESPACE_FRESH: Final = ("/tmp", "/run", "/root")  # noqa: S108 - a private tmpfs inside the namespace
-#: where a namespace runner binds the launchers copied for the root (read-only)
-NAMESPACE_LAUNCHERS: Final = Path("/skippy")
-
-
-@dataclass(frozen=True)
-class BuildRoot:
-    """A root file system the configure and the build run inside, for a toolkit that lives
-    there rather than on the host (ROCm from Debian's packages).
-
-    The work folders (the source tree, the build dir, the compiler cache's) are at the same
-    paths inside and out, so every path in the plan means the same on both sides: the
-    ``chroot`` runner mounts them into the root around the build
-    (:mod:`skippy.build.chroot`); the ``namespace`` runner (``bwrap`` in a user namespace,
-    no privilege needed) binds them in its command line (:attr:`binds`, :meth:`with_binds`),
-    beside the root's system folders (:attr:`layout`, read-only) and the launchers' folder.
-    Nothing of the host's environment passes: the commands run under ``env -i`` with
-    :attr:`env` only.  The compiler cache (sccache, a copy) runs inside with a server of its
-    own: the plan adds its variables to :attr:`env` (:meth:`with_env`); the host's server is
-    never asked to run the root's compilers."""
-
-    path: Path
-    #: the host's ``chroot`` or ``bwrap`` program (by :attr:`runner`)
-    program: str
-    #: the whole environment of the commands inside (PATH included)
-    env: Mapping[str, str]
-    #: cmake and ninja inside the root (paths as seen inside)
-    cmake: Tool
-    ninja: Tool
-    #: what the root is, for notes and reports (``debian-root sid (packages 1a2b3c4d5e6f)``)
-    label: str
-    #: one of :data:`ROOT_RUNNERS`
-    runner: str = "chroot"
-    #: namespace: the root's top level, ``(name, link text)`` for a link and ``(name, None)``
-    #: for a system folder (:data:`NAMESPACE_SYSTEM_DIRS`) (:func:`read_layout`)
-    layout: tuple[tuple[str, str | None], ...] = ()
-    #: namespace: the host folders bound at their own paths, read-write
-    binds: tuple[Path, ...] = ()
-    #: namespace: the host folder of the launchers copied for this root (bound read-only at
-    #: :data:`NAMESPACE_LAUNCHERS`); chroot: None (they are copied into the root)
-    launchers: Path | None = None
-
-    @property
-    def namespace(self) -> bool:
-        return self.runner == "namespace"
-
-    @property
-    def prefix(self) -> tuple[str, ...]:
-        """What runs a command inside: ``chroot ROOT /usr/bin/env -i NAME=VALUE ...``, or
-        ``bwrap --unshare-user --uid 0 --gid 0 <binds> -- /usr/bin/env -i NAME=VALUE ...``."""
-        assignments = tuple(f"{name}={value}" for name, value in sorted(self.env.items()))
-        if not self.namespace:
-            return (self.program, str(self.path), "/usr/bin/env", "-i", *assignments)
-        return (self.program, *self._namespace_args(), "--", "/usr/bin/env", "-i", *assignments)
-
-    def _namespace_args(self) -> tuple[str, ...]:
-        args = ["--unshare-user", "--uid", "0", "--gid", "0"]
-        for name, link in self.layout:
-            if link is None:
-                args += ["--ro-bind", str(self.path / name), f"/{name}"]
-            else:
-                args += ["--symlink", link, f"/{name}"]
-        args += ["--proc", "/proc", "--dev", "/dev"]
-        for fresh in NAMESPACE_FRESH:
-            args += ["--tmpfs", fresh]
-        if self.launchers is not None:
-            args += ["--ro-bind", str(self.launchers), str(NAMESPACE_LAUNCHERS)]
-        # shallow first: a folder bound inside another bound one stays visible
-        for folder in sorted(self.binds, key=lambda p: (len(p.parts), str(p))):
-            args += ["--bind", os.path.realpath(folder), str(folder)]
-        return (*args, "--chdir", "/")
-
-    @property
-    def server_tag(self) -> str:
-        """A short name for this root (its path; with a namespace runner also the folders bound
-        in, which a server started in one namespace is limited to): the compiler cache
-        server inside is its own."""
-        key = str(self.path) if not self.namespace else "\n".join([str(self.path), *map(str, sorted(self.binds))])
-        return hashlib.sha256(key.encode()).hexdigest()[:12]
-
-    def with_env(self, extra: Mapping[str, str]) -> BuildRoot:
-        """The same root whose commands also get ``extra`` (the compiler cache's variables)."""
-        return replace(self, env=MappingProxyType({**self.env, **extra}))
-
-    def with_binds(self, folders: Sequence[Path]) -> BuildRoot:
-        """The same root with ``folders`` (absolute, as the plan names them) bound in at their
-        own paths by a namespace runner (the chroot runner mounts them around the build: the
-        root is returned as it is).  A folder a namespace runner cannot bind is refused:
-        under one of the root's read-only system folders or links (``/usr``, ``/opt``, ``/lib`` ...)."""
-        if not self.namespace:
-            return self
-        taken = {name for name, _link in self.layout}
-        added = list(self.binds)
-        for folder in (Path(f).absolute() for f in folders):
-            top = folder.parts[1] if len(folder.parts) > 1 else ""
-            if top in taken or top == NAMESPACE_LAUNCHERS.name or folder == Path(folder.anchor):
-                raise BuildError(
-                    f"{folder} cannot be bound into the root {self.path} by the namespace runner: /{top} "
-                    "inside is the root's own (read-only)",
-                    untouched="the root, the source tree and the build dir: nothing was run",
-                    next_step="keep the work folders (the project, [tool.skippy] build_root and cache_dir) outside "
-                    f"/{', /'.join(sorted(taken | {NAMESPACE_LAUNCHERS.name}))}, or use the chroot runner as "
-                    "root (SKIPPY_ROOT_RUNNER=chroot)",
-                )
-            if folder not in added:
-                added.append(folder)
-        return replace(self, binds=tuple(added))
-
-    def wrap(self, argv: Sequence[str]) -> tuple[str, ...]:
-        return (*self.prefix, *argv)
-
-    def host_path(self, inside: str | Path) -> Path:
-        """Where a path inside the root is on the host (``/usr/bin/cmake`` -> ``ROOT/usr/bin/cmake``;
-        with a namespace runner a launcher under ``/skippy`` is in :attr:`launchers`)."""
-        path = Path(inside)
-        if not path.is_absolute():
-            return self.path / path
-        if self.launchers is not None and path.is_relative_to(NAMESPACE_LAUNCHERS):
-            return self.launchers / path.relative_to(NAMESPACE_LAUNCHERS)
-        return self.path / path.relative_to("/")
-
-
-def read_layout(root: Path) -> tuple[tuple[str, str | None], ...]:
-    """The top level of ``root`` a namespace runner rebuilds: its links (``bin -> usr/bin``)
-    and its system folders (:data:`NAMESPACE_SYSTEM_DIRS`), by name."""
-    out: list[tuple[str, str | None]] = []
-    for entry in sorted(os.scandir(root), key=lambda e: e.name):
-        if entry.is_symlink():
-            out.append((entry.name, str(Path(entry.path).readlink())))
-        elif entry.name in NAMESPACE_SYSTEM_DIRS and entry.is_dir():
-            out.append((entry.name, None))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -346,6 +192,33 @@ class PlanFacts:
 
 
 @dataclass(frozen=True)
+class CiJob:
+    """One row of the build workflow's matrix (``.github/workflows/build.yml``, written by
+    :mod:`skippy.build.backends.matrix` from the registry): where ``nox -s build-<name>`` runs."""
+
+    #: what the job's title says after the session's name (``ubuntu, build + spot check``)
+    title: str
+    #: the hosted runner's label
+    runs_on: str = "ubuntu-24.04"
+    #: appended to the backend's name for the job's key (``arm64`` -> ``cpu-arm64``)
+    key_suffix: str = ""
+    #: a container image the job runs in ("" for the runner itself)
+    container: str = ""
+    #: workflow-lint rules ignored on the container line (``unpinned-images``), the why in ``notes``
+    container_ignores: tuple[str, ...] = ()
+    #: Debian packages installed first (on the runner with sudo, in a container as root)
+    apt: tuple[str, ...] = ()
+    #: variables the build session gets (``SKIPPY_CUDA_TOOLKIT=wheels``)
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: the session's arguments (``--no-spot-check``, ``-DCMAKE_CUDA_ARCHITECTURES=89-real``)
+    posargs: tuple[str, ...] = ()
+    #: a folder under the project kept between runs by the Actions cache: (cache name, path)
+    keep: tuple[str, str] | None = None
+    #: comment lines written above the row (why it runs there, what it proves)
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class BackendSpec:
     """One backend: data plus hooks.  Subclass it in the backend's module to override a hook."""
 
@@ -383,10 +256,46 @@ class BackendSpec:
     #: symbols only a binary that contains the backend has (the artifact gate: a build that
     #: silently fell back to CPU lacks them)
     artifact_markers: tuple[str, ...] = ("ggml_backend_cpu_reg", "ggml_backend_rpc_reg")
+    #: the backend every other one is compared with: the default build and spot check, and the
+    #: committed fingerprint reference (exactly one registered backend: the CPU)
+    reference: bool = False
+    #: ``platform.system()`` values where the tree turns ``switch`` ON by default (Metal on macOS):
+    #: there every other backend's build sets it OFF.  Elsewhere no other backend's build names it,
+    #: so a backend's switch is never part of another backend's build-dir key
+    default_on_systems: frozenset[str] = frozenset()
+    #: a short name for reports (the upstream summary's area: ``CUDA``, ``Vulkan``); "" = the name
+    label: str = ""
+    #: the upstream tree's files of this backend (fnmatch; a trailing / means anything below):
+    #: ``invoke summary`` counts the upstream commits that touch them
+    upstream_areas: tuple[str, ...] = ()
+    #: known failure lines of this backend in a llama-server log: (regex, what it means),
+    #: matched case-sensitively per line by the spot check
+    failure_patterns: tuple[tuple[str, str], ...] = ()
+    #: a binary built inside a root (:attr:`Found.build_root`): what it links from the root, so it
+    #: runs only there and the spot check is not run on the host
+    root_links: str = "the root's libraries"
+    #: ... and the mark of the start-up line its ``llama-server --version`` prints there, which the
+    #: gate inside the root reports (``ggml_cuda_init`` for HIP); None: the first line
+    root_gate_line: str | None = None
+    #: the build workflow's jobs of this backend (empty: one on ubuntu-24.04, built and
+    #: spot-checked, or built only for a GPU backend: hosted runners have none)
+    ci: tuple[CiJob, ...] = ()
 
     @property
     def session(self) -> str:
         return f"build-{self.name}"
+
+    @property
+    def area(self) -> str:
+        return self.label or self.name
+
+    @property
+    def ci_jobs(self) -> tuple[CiJob, ...]:
+        if self.ci:
+            return self.ci
+        if self.gpu:
+            return (CiJob("ubuntu, build only: hosted runners have no GPU", posargs=("--no-spot-check",)),)
+        return (CiJob("ubuntu, build + spot check"),)
 
     def spot_check_env_for(self, cache_dir: Path) -> dict[str, str]:
         """The spot check's environment for this backend, its caches under ``cache_dir``."""
@@ -416,6 +325,11 @@ class BackendSpec:
 
     def tree_problem(self, plan: PlanFacts) -> str | None:
         """Why this toolchain cannot build the tree (checked before configuring), or None."""
+        return None
+
+    def version_line(self, program: str, output: str) -> str | None:
+        """The line of one of this backend's programs' ``--version`` output that names its
+        version (None: the first line is taken)."""
         return None
 
 

@@ -17,14 +17,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import BackendSpec, Choice, Found, InstallHint, PlanFacts, ProbeContext, Tool
+from skippy.build.backends.base import BackendSpec, Choice, CiJob, Found, InstallHint, PlanFacts, ProbeContext
 from skippy.build.backends.cuda_toolkit import (
+    TOOLKIT_ENV,
     AssemblyContext,
     assemble,
     parse_wheel_pins,
     resolve_toolkit_choice,
     wheels_supported,
 )
+from skippy.build.tool import Tool
 from skippy.core.errors import ToolchainMissing
 
 #: CUDA architectures used when none is given and no GPU is visible
@@ -198,6 +200,13 @@ class _Cuda(BackendSpec):
             out.append(Choice("CUDAToolkit_ROOT", plan.facts["cuda_toolkit_root"], path=True, source=toolkit))
         return tuple(out)
 
+    def version_line(self, program: str, output: str) -> str | None:
+        """nvcc's version is its last ``release`` line (its first is a copyright)."""
+        if program != "nvcc":
+            return None
+        lines = [line.strip() for line in output.splitlines() if "release" in line]
+        return lines[-1] if lines else None
+
 
 BACKEND: Final = _Cuda(
     name="cuda",
@@ -217,4 +226,23 @@ BACKEND: Final = _Cuda(
     artifact_markers=("ggml_backend_cuda_reg", "ggml_backend_rpc_reg"),
     table_defines=MappingProxyType({"cuda_architectures": "CMAKE_CUDA_ARCHITECTURES"}),
     extra_table_keys=frozenset({"cuda_fa_all_quants", "cuda_toolkit", "cuda_wheels"}),
+    label="CUDA",
+    upstream_areas=("ggml/src/ggml-cuda/", "ggml/include/ggml-cuda.h"),
+    failure_patterns=(
+        (r"\bCUDA error\b", "CUDA error"),
+        (r"ggml_cuda\w*: .*\berror\b", "CUDA error"),
+    ),
+    ci=(
+        CiJob(
+            "ubuntu, CUDA toolkit from wheels, build only: hosted runners have no GPU",
+            env=MappingProxyType({TOOLKIT_ENV: "wheels"}),
+            posargs=("--no-spot-check", "-DCMAKE_CUDA_ARCHITECTURES=89-real"),
+            notes=(
+                "no system CUDA: the toolkit is assembled from the pinned wheels in pyproject.toml",
+                "([tool.skippy.build.cuda_wheels]) under .deps/cache, with a link-time driver stub; one",
+                "architecture keeps the build inside the job's time; no GPU, so no spot check (the",
+                "artifact gate still requires the CUDA backend in the binary)",
+            ),
+        ),
+    ),
 )

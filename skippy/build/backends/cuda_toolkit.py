@@ -16,8 +16,9 @@ FindCUDAToolkit accept:
   driver entry point returns CUDA_ERROR_STUB_LIBRARY, SONAME ``libcuda.so.1``.
 
 Files are hard links into the unpacked wheels (copies across file systems), so resolving
-a path (CMake resolves nvcc's) never leaves the merged tree.  A ``complete.json`` written
-last marks a finished assembly: a directory without it (an interrupted run) is redone.
+a path (CMake resolves nvcc's) never leaves the merged tree.  The toolkit is made
+once (:func:`skippy.build.fetched.fetch_once`): a folder without its marker (an interrupted
+run) is never used; the downloaded wheels are kept apart (:func:`wheels_home`).
 
 The pure parts (pins, the choice of toolkit, the merge layout, the stub's source) are
 separate functions for the unit tests.
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -36,14 +36,14 @@ import sys
 import time
 import zipfile
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Final
 
 from skippy.build.backends.base import resolve_choice
+from skippy.build.fetched import fetch_once
 from skippy.core import pip, proc
 from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
-from skippy.core.files import made_once
 
 #: the wheels that make a toolkit able to build ggml-cuda (compiler, front ends, runtime, cuBLAS, CCCL)
 REQUIRED_WHEELS: Final = (
@@ -71,8 +71,6 @@ STUB_SONAME: Final = "libcuda.so.1"
 
 #: seconds the whole download may take (about 500 MB)
 PIP_TIMEOUT: Final = 3600.0
-MARKER: Final = "complete.json"
-MARKER_SCHEMA: Final = 1
 
 
 def _bad_pins(problem: str) -> SettingsError:
@@ -288,70 +286,69 @@ def toolkit_home(cache_dir: Path, pins: Iterable[WheelPin]) -> Path:
     return cache_dir / "cuda" / f"{toolkit_version(pins)}-{pins_digest(pins)}"
 
 
+def wheels_home(cache_dir: Path) -> Path:
+    """Where the downloaded wheels are kept (each checked against its pin before use): outside
+    the toolkit's folder, so an interrupted assembly never downloads them again."""
+    return cache_dir / "cuda" / "wheels"
+
+
 def sha256_of(path: Path) -> str:
     with path.open("rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def _marker_payload(pins: Iterable[WheelPin]) -> dict[str, object]:
-    return {"schema": MARKER_SCHEMA, "wheels": {p.name: [p.version, p.sha256] for p in pins}}
-
-
-def assembled(home: Path, pins: Iterable[WheelPin]) -> bool:
-    """A finished assembly of exactly these pins is at ``home``."""
-    try:
-        data = json.loads((home / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return data == _marker_payload(pins) and (home / "toolkit" / "bin" / "nvcc").is_file()
+def _record(pins: Iterable[WheelPin]) -> dict[str, object]:
+    return {"wheels": {p.name: [p.version, p.sha256] for p in pins}}
 
 
 def assemble(pins: tuple[WheelPin, ...], ctx: AssemblyContext) -> WheelToolkit:
-    """The toolkit for ``pins`` under the cache: reused when finished, else (re)made."""
-    home = toolkit_home(ctx.cache_dir, pins)
+    """The toolkit for ``pins`` under the cache: reused when finished, else made
+    (:func:`skippy.build.fetched.fetch_once`)."""
     version, digest = toolkit_version(pins), pins_digest(pins)
+    stats: dict[str, float] = {}
 
-    def done() -> WheelToolkit | None:
-        return WheelToolkit(home / "toolkit", version, digest, reused=True) if assembled(home, pins) else None
+    def done(home: Path, record: Mapping[str, object]) -> WheelToolkit | None:
+        ready = record == _record(pins) and (home / "toolkit" / "bin" / "nvcc").is_file()
+        return WheelToolkit(home / "toolkit", version, digest, reused=True) if ready else None
 
-    return made_once(
-        home,
+    def make(folder: Path) -> Mapping[str, object]:
+        stats.update(_assemble_into(folder, pins, ctx))
+        return _record(pins)
+
+    kit, made = fetch_once(
+        toolkit_home(ctx.cache_dir, pins),
         done=done,
-        make=lambda: _assemble_locked(home, pins, ctx),
+        make=make,
         what="assembling the CUDA toolkit",
         timeout=ctx.lock_timeout,
     )
+    if not made:
+        return kit
+    return replace(
+        kit,
+        reused=False,
+        download_seconds=stats["download_seconds"],
+        assembly_seconds=stats["assembly_seconds"],
+        downloaded_bytes=int(stats["downloaded_bytes"]),
+    )
 
 
-def _assemble_locked(home: Path, pins: tuple[WheelPin, ...], ctx: AssemblyContext) -> WheelToolkit:
-    (home / MARKER).unlink(missing_ok=True)
-    wheels_dir = home / "wheels"
-    wheels_dir.mkdir(parents=True, exist_ok=True)
+def _assemble_into(folder: Path, pins: tuple[WheelPin, ...], ctx: AssemblyContext) -> dict[str, float]:
+    """Download (what the wheel folder lacks), unpack, merge and add the driver stub in ``folder``."""
     started = time.monotonic()
-    wheels, nbytes = _download(pins, wheels_dir, ctx)
+    wheels, nbytes = _download(pins, wheels_home(ctx.cache_dir), ctx)
     downloaded = time.monotonic() - started
     started = time.monotonic()
-    # an interrupted run may have left any of these half-made: start them afresh
-    for name in ("unpacked", "toolkit", "stub"):
-        shutil.rmtree(home / name, ignore_errors=True)
     wheel_files: dict[str, list[str]] = {}
     for pin in pins:
-        wheel_files[pin.name] = _unpack(wheels[pin.name], home / "unpacked" / pin.name)
+        wheel_files[pin.name] = _unpack(wheels[pin.name], folder / "unpacked" / pin.name)
     plan = plan_merge(wheel_files)
-    root = home / "toolkit"
-    _merge(plan, home / "unpacked", root)
-    _make_stub(root, home / "stub", ctx)
-    (home / MARKER).write_text(json.dumps(_marker_payload(pins), indent=2, sort_keys=True) + "\n", "utf-8")
+    root = folder / "toolkit"
+    _merge(plan, folder / "unpacked", root)
+    _make_stub(root, folder / "stub", ctx)
     took = time.monotonic() - started
     ctx.log(f"assembled the CUDA {toolkit_version(pins)} toolkit from wheels in {took:.1f} s")
-    return WheelToolkit(
-        root,
-        toolkit_version(pins),
-        pins_digest(pins),
-        download_seconds=downloaded,
-        assembly_seconds=took,
-        downloaded_bytes=nbytes,
-    )
+    return {"download_seconds": downloaded, "assembly_seconds": took, "downloaded_bytes": float(nbytes)}
 
 
 def _wheel_of(pin: WheelPin, directory: Path) -> Path | None:
@@ -362,6 +359,7 @@ def _wheel_of(pin: WheelPin, directory: Path) -> Path | None:
 
 def _download(pins: tuple[WheelPin, ...], into: Path, ctx: AssemblyContext) -> tuple[dict[str, Path], int]:
     """The verified wheel of every pin in ``into``; only the missing or corrupt ones are fetched."""
+    into.mkdir(parents=True, exist_ok=True)
     have: dict[str, Path] = {}
     for pin in pins:
         wheel = _wheel_of(pin, into)
@@ -372,7 +370,7 @@ def _download(pins: tuple[WheelPin, ...], into: Path, ctx: AssemblyContext) -> t
     todo = [p for p in pins if p.name not in have]
     nbytes = 0
     if todo:
-        requirements = into / "requirements.txt"
+        requirements = into / f"requirements-{os.getpid()}.txt"
         requirements.write_text(requirements_text(todo), encoding="utf-8")
         ctx.log(f"downloading {len(todo)} CUDA wheels: {', '.join(p.requirement for p in todo)}")
         started = time.monotonic()
@@ -384,6 +382,7 @@ def _download(pins: tuple[WheelPin, ...], into: Path, ctx: AssemblyContext) -> t
                 what="pip download (CUDA toolkit wheels)",
             )
         except CommandError as exc:
+            requirements.unlink(missing_ok=True)
             raise NetworkError(
                 "could not download the CUDA toolkit wheels",
                 untouched="the wheels already in the cache; nothing was built",
@@ -391,6 +390,7 @@ def _download(pins: tuple[WheelPin, ...], into: Path, ctx: AssemblyContext) -> t
                 "exist for this platform, then run the build again",
                 details=exc.details,
             ) from exc
+        requirements.unlink(missing_ok=True)
         for pin in todo:
             wheel = _wheel_of(pin, into)
             if wheel is None or sha256_of(wheel) != pin.sha256:

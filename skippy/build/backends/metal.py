@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from skippy.build.backends.base import BackendSpec, Found, InstallHint, ProbeContext
+from skippy.build.backends.base import BackendSpec, CiJob, Found, InstallHint, ProbeContext
 
 
 @dataclass(frozen=True)
@@ -26,4 +26,10 @@ BACKEND: Final = _Metal(
     spot_check_args=("-ngl", "99"),
     device_prefix="MTL",
     artifact_markers=("ggml_backend_metal_reg", "ggml_backend_rpc_reg"),
+    # the tree's GGML_METAL defaults to ON on Apple: every other backend's build there turns it off
+    default_on_systems=frozenset({"Darwin"}),
+    label="Metal",
+    upstream_areas=("ggml/src/ggml-metal/", "ggml/include/ggml-metal.h"),
+    failure_patterns=((r"metal_library_init: error", "Metal shader library failed to build"),),
+    ci=(CiJob("macOS arm64, build + spot check", runs_on="macos-15"),),
 )

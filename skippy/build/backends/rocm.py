@@ -19,19 +19,19 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import BackendSpec, Choice, Found, InstallHint, PlanFacts, ProbeContext, Tool
+from skippy.build.backends.base import BackendSpec, Choice, CiJob, Found, InstallHint, PlanFacts, ProbeContext
 from skippy.build.backends.rocm_root import (
     PIN_TABLE,
-    RUNNER_KEY,
     TOOLKIT_KEY,
+    WHAT,
     RootContext,
     launchers_home,
     make_root,
     parse_root_pin,
-    resolve_runner,
     resolve_toolkit_choice,
-    runner_program,
 )
+from skippy.build.roots import RUNNER_KEY, resolve_runner, runner_program
+from skippy.build.tool import Tool
 from skippy.core.errors import ToolchainMissing
 
 #: AMD GPU targets used when none is given and no GPU is visible
@@ -65,7 +65,7 @@ def _debian_root(ctx: ProbeContext, why: str) -> Found:
     uid = os.geteuid()
     runner = resolve_runner(ctx.build_table, ctx.env, uid)
     rctx = RootContext(cache_dir=ctx.cache_dir, env=ctx.env, uid=uid, runner=runner, log=notes.append)
-    program = runner_program(rctx)
+    program = runner_program(runner, uid=uid, env=ctx.env, what=WHAT)
     root = make_root(pin, rctx)
     facts = {"rocm_toolkit": "debian-root", "rocm_root": str(root.path), "toolkit": root.toolkit}
     how = "chroot" if runner == "chroot" else "bwrap, an unprivileged user namespace"
@@ -174,4 +174,23 @@ BACKEND: Final = _Rocm(
     artifact_markers=("ggml_backend_cuda_reg", "ggml_backend_rpc_reg"),
     table_defines=MappingProxyType({"amdgpu_targets": "AMDGPU_TARGETS"}),
     extra_table_keys=frozenset({TOOLKIT_KEY, PIN_TABLE, RUNNER_KEY}),
+    label="ROCm",
+    upstream_areas=("ggml/src/ggml-hip/", "ggml/src/ggml-cuda/vendors/hip.h"),
+    failure_patterns=((r"\bHIP error\b|\bROCm error\b", "HIP/ROCm error"),),
+    root_links="a newer glibc, the ROCm runtime",
+    # without a GPU: "ggml_cuda_init: failed to initialize ROCm: no ROCm-capable device is detected"
+    root_gate_line="ggml_cuda_init",
+    ci=(
+        CiJob(
+            "rocm/dev container, build only: hosted runners have no GPU",
+            container="rocm/dev-ubuntu-24.04:6.4.4-complete",
+            container_ignores=("unpinned-images",),
+            apt=("git", "ca-certificates"),
+            posargs=("--no-spot-check", "-DAMDGPU_TARGETS=gfx1100"),
+            notes=(
+                "-complete: hipBLAS and rocBLAS included.  Pinned by tag, not digest: digests cannot be",
+                "resolved where these workflows are written and checked (see .github/zizmor.yml)",
+            ),
+        ),
+    ),
 )

@@ -7,7 +7,7 @@ carries ROCm 6.4 (hipcc, libamdhip64-dev, librocblas-dev, libhipblas-dev, rocm-c
 cache (``<cache>/rocm-root/<suite>-<pin digest>/root``), from the Debian mirror the
 system's apt already uses (or the pin's ``snapshot`` URL, passed through as the
 mirror).  The configure and the build then run inside it
-(:class:`~skippy.build.backends.base.BuildRoot`, :mod:`skippy.build.chroot`), by one of
+(:class:`~skippy.build.roots.BuildRoot`, :mod:`skippy.build.roots`), by one of
 two runners (``[tool.skippy.build] root_runner`` / ``SKIPPY_ROOT_RUNNER``):
 
 * ``chroot`` (the default for root): the work folders mounted into the root around the build;
@@ -41,17 +41,26 @@ import os
 import pwd
 import re
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import ROOT_RUNNERS, BuildRoot, Tool, read_layout, resolve_choice
+from skippy.build.backends.base import resolve_choice
 from skippy.build.backends.debian import DEBIAN_KEYRING, present_keyring, sources_line, system_mirror
-from skippy.build.chroot import Terminated, remove_tree, sigterm_unwinds, unmount_under
+from skippy.build.fetched import fetch_once, read_marker
+from skippy.build.roots import (
+    BuildRoot,
+    Terminated,
+    remove_tree,
+    runner_program,
+    runner_root,
+    sigterm_unwinds,
+    unmount_under,
+)
+from skippy.build.tool import Tool
 from skippy.core import proc
 from skippy.core.errors import (
     CommandError,
@@ -61,17 +70,12 @@ from skippy.core.errors import (
     SkippyError,
     ToolchainMissing,
 )
-from skippy.core.files import made_once
 
 #: ``[tool.skippy.build] rocm_toolkit`` / ``SKIPPY_ROCM_TOOLKIT`` values
 TOOLKIT_CHOICES: Final = ("auto", "system", "debian-root")
 TOOLKIT_ENV: Final = "SKIPPY_ROCM_TOOLKIT"
 TOOLKIT_KEY: Final = "rocm_toolkit"
 PIN_TABLE: Final = "rocm_debian_root"
-#: ``[tool.skippy.build] root_runner`` / ``SKIPPY_ROOT_RUNNER`` values (auto: chroot for root)
-RUNNER_CHOICES: Final = ("auto", *ROOT_RUNNERS)
-RUNNER_ENV: Final = "SKIPPY_ROOT_RUNNER"
-RUNNER_KEY: Final = "root_runner"
 #: the host's files naming each user's subordinate ids (``mmdebstrap --mode=unshare`` maps them)
 SUBID_FILES: Final = (Path("/etc/subuid"), Path("/etc/subgid"))
 
@@ -81,13 +85,14 @@ REQUIRED_PACKAGES: Final = ("hipcc", "libamdhip64-dev", "libhipblas-dev", "libro
 #: rocBLAS's GPU kernels: 2.9 GB of the root, only needed to run
 ROCBLAS_KERNELS: Final = "/usr/lib/*/rocblas/*/library/*"
 
+#: what the runners' messages call it
+WHAT: Final = "the ROCm Debian root"
+
 #: the environment inside the root: nothing of the host's
 INSIDE_ENV: Final[Mapping[str, str]] = MappingProxyType(
     {"PATH": "/usr/bin:/bin", "HIP_PLATFORM": "amd", "HOME": "/root", "LC_ALL": "C.UTF-8"}
 )
 
-MARKER: Final = "complete.json"
-MARKER_SCHEMA: Final = 1
 #: seconds mmdebstrap may take (2.5 minutes measured, about 1 GB of packages)
 MMDEBSTRAP_TIMEOUT: Final = 3600.0
 
@@ -150,15 +155,6 @@ def resolve_toolkit_choice(table: Mapping[str, object], env: Mapping[str, str]) 
     return resolve_choice(
         table, env, key=TOOLKIT_KEY, env_var=TOOLKIT_ENV, choices=TOOLKIT_CHOICES, what="ROCm toolkit"
     )
-
-
-def resolve_runner(table: Mapping[str, object], env: Mapping[str, str], uid: int) -> str:
-    """``SKIPPY_ROOT_RUNNER``, else ``[tool.skippy.build] root_runner``, else ``auto``: chroot
-    for root, the namespace runner for everyone else."""
-    choice = resolve_choice(table, env, key=RUNNER_KEY, env_var=RUNNER_ENV, choices=RUNNER_CHOICES, what="root runner")
-    if choice == "auto":
-        return "chroot" if uid == 0 else "namespace"
-    return choice
 
 
 def mmdebstrap_argv(pin: RootPin, mirror: str, target: Path, keyring: Path | None, *, mode: str = "root") -> list[str]:
@@ -228,7 +224,9 @@ class DebianRoot:
         or bwrap); a namespace runner binds ``launchers`` (made here) read-only."""
         cmake = Tool("cmake", "/usr/bin/cmake", f"cmake {self.versions.get('cmake', '?')} ({self.label})")
         ninja = Tool("ninja", "/usr/bin/ninja", f"ninja {self.versions.get('ninja-build', '?')} ({self.label})")
-        return runner_root(self.path, program, runner, launchers=launchers, cmake=cmake, ninja=ninja, label=self.label)
+        return runner_root(
+            self.path, program, runner, env=INSIDE_ENV, launchers=launchers, cmake=cmake, ninja=ninja, label=self.label
+        )
 
     def pinned_tools(self) -> tuple[Tool, ...]:
         """The pinned packages' versions as tools: they go into the build stamp."""
@@ -241,7 +239,7 @@ class RootContext:
     env: Mapping[str, str] = field(repr=False)
     #: the effective user (chroot and mmdebstrap --mode=root need 0)
     uid: int = field(default_factory=os.geteuid)
-    #: how commands run in the root (:func:`resolve_runner`)
+    #: how commands run in the root (:func:`skippy.build.roots.resolve_runner`)
     runner: str = "chroot"
     #: the subordinate id files (tests pass their own)
     subid_files: tuple[Path, ...] = SUBID_FILES
@@ -259,109 +257,23 @@ def launchers_home(cache_dir: Path) -> Path:
     return cache_dir / "rocm-root" / "launchers"
 
 
-def runner_root(
-    path: Path,
-    program: str,
-    runner: str,
-    *,
-    launchers: Path | None = None,
-    cmake: Tool | None = None,
-    ninja: Tool | None = None,
-    label: str = "",
-) -> BuildRoot:
-    """A :class:`BuildRoot` for the file system at ``path`` (its top level read now, for a
-    namespace runner)."""
-    namespace = runner == "namespace"
-    if namespace and launchers is not None:
-        launchers.mkdir(parents=True, exist_ok=True)
-    return BuildRoot(
-        path=path,
-        program=program,
-        env=INSIDE_ENV,
-        cmake=cmake or Tool("cmake", "/usr/bin/cmake", ""),
-        ninja=ninja or Tool("ninja", "/usr/bin/ninja", ""),
-        label=label or str(path),
-        runner=runner,
-        layout=read_layout(path) if namespace else (),
-        launchers=launchers if namespace else None,
-    )
+def _record(pin: RootPin, versions: Mapping[str, str]) -> dict[str, object]:
+    return {"suite": pin.suite, "packages": list(pin.packages), "snapshot": pin.snapshot, "versions": dict(versions)}
 
 
-def _marker_payload(pin: RootPin, versions: Mapping[str, str]) -> dict[str, object]:
-    return {
-        "schema": MARKER_SCHEMA,
-        "suite": pin.suite,
-        "packages": list(pin.packages),
-        "snapshot": pin.snapshot,
-        "versions": dict(versions),
-    }
-
-
-def finished(home: Path, pin: RootPin) -> DebianRoot | None:
-    """The finished root of exactly this pin at ``home``, or None (absent, halfway, another pin)."""
-    try:
-        data = json.loads((home / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    versions = data.get("versions") if isinstance(data, dict) else None
-    if not isinstance(versions, dict) or data != _marker_payload(pin, versions):
+def _done(home: Path, pin: RootPin, record: Mapping[str, object]) -> DebianRoot | None:
+    versions = record.get("versions")
+    if not isinstance(versions, dict) or dict(record) != _record(pin, versions):
         return None
     if any(name not in versions for name in pin.packages) or not (home / "root" / "usr" / "bin" / "cmake").exists():
         return None
     return DebianRoot(home / "root", pin, MappingProxyType(dict(versions)), reused=True)
 
 
-def chroot_program(env: Mapping[str, str]) -> str | None:
-    """The host's ``chroot`` (often in /usr/sbin, which a user's PATH may lack)."""
-    return proc.which("chroot", env) or next(
-        (str(p) for p in (Path("/usr/sbin/chroot"), Path("/sbin/chroot")) if os.access(p, os.X_OK)), None
-    )
-
-
-#: the namespace runner's own check: a user namespace mapping the user to root, the host's
-#: / read-only (milliseconds)
-BWRAP_CHECK: Final = ("--unshare-user", "--uid", "0", "--gid", "0", "--ro-bind", "/", "/", "--", "true")
-
-
-def runner_program(ctx: RootContext) -> str:
-    """The host's program for ``ctx.runner`` (chroot as root; ``bwrap``, checked to make a user
-    namespace here), or ToolchainMissing naming what is missing and the next command."""
-    untouched = "everything: nothing was downloaded or built"
-    if ctx.runner == "chroot":
-        if ctx.uid != 0:
-            raise ToolchainMissing(
-                "the ROCm Debian root's chroot runner needs root (chroot and mount)",
-                untouched=untouched,
-                next_step=f"run the build as root, or use the namespace runner ({RUNNER_ENV}=namespace or auto)",
-            )
-        chroot = chroot_program(ctx.env)
-        if chroot is None:
-            raise ToolchainMissing(
-                "the ROCm Debian root needs chroot, which was not found",
-                untouched=untouched,
-                next_step="apt-get install coreutils, then run the build again",
-            )
-        return chroot
-    bwrap = proc.which("bwrap", ctx.env)
-    if bwrap is None:
-        raise ToolchainMissing(
-            "the ROCm Debian root's namespace runner needs bwrap (bubblewrap), which is not on PATH",
-            untouched=untouched,
-            next_step="apt-get install bubblewrap, then run the build again"
-            + (f" (or, as root, {RUNNER_ENV}=chroot)" if ctx.uid == 0 else ""),
-        )
-    check = proc.run([bwrap, *BWRAP_CHECK], env=ctx.env, check=False, timeout=60)
-    if not check.ok:
-        raise ToolchainMissing(
-            "the ROCm Debian root's namespace runner cannot make a user namespace here "
-            f"(`bwrap --unshare-user` exit code {check.returncode})",
-            untouched=untouched,
-            next_step="let unprivileged users make user namespaces (sysctl user.max_user_namespaces=10000; "
-            "kernel.unprivileged_userns_clone=1 or kernel.apparmor_restrict_unprivileged_userns=0 where the "
-            f"kernel has them), or run the build as root with {RUNNER_ENV}=chroot",
-            details=check.tail(),
-        )
-    return bwrap
+def finished(home: Path, pin: RootPin) -> DebianRoot | None:
+    """The finished root of exactly this pin at ``home``, or None (absent, halfway, another pin)."""
+    record = read_marker(home)
+    return _done(home, pin, record) if record is not None else None
 
 
 def make_root(pin: RootPin, ctx: RootContext) -> DebianRoot:
@@ -373,13 +285,29 @@ def make_root(pin: RootPin, ctx: RootContext) -> DebianRoot:
             untouched=f"{home}: nothing was changed",
             next_step=f"have its owner run chmod 755 {home}, or set [tool.skippy] cache_dir to a folder of your own",
         )
-    root = made_once(
+    ways: dict[str, str] = {}
+
+    def check() -> None:
+        ways.update(
+            mode=_can_make(ctx),
+            program=runner_program(ctx.runner, uid=ctx.uid, env=ctx.env, what=WHAT),
+            mirror=_mirror(pin, ctx),
+        )
+
+    started = time.monotonic()
+    root, made = fetch_once(
         home,
-        done=lambda: finished(home, pin),
-        make=lambda: _make_locked(home, pin, ctx),
+        done=lambda found, record: _done(found, pin, record),
+        make=lambda folder: _make_into(folder, pin, ctx, **ways),
         what="making the ROCm Debian root",
         timeout=ctx.lock_timeout,
+        remove=lambda folder: _remove(folder, ctx),
+        check=check,
     )
+    if made:
+        took = time.monotonic() - started
+        ctx.log(f"made the ROCm Debian root in {took:.0f} s: {root.path}")
+        root = replace(root, reused=False, seconds=took)
     _readable_by_all(home, ctx)
     return root
 
@@ -476,14 +404,6 @@ def _remove(folder: Path, ctx: RootContext) -> None:
         )
 
 
-def _remove_leftovers(home: Path, ctx: RootContext) -> None:
-    """Folders of interrupted runs beside ``home`` (never through a mount left inside)."""
-    for stale in home.parent.glob(f"{home.name}.partial-*"):
-        _remove(stale, ctx)
-    if home.exists() and not (home / MARKER).is_file():
-        _remove(home, ctx)
-
-
 def _interrupted(partial: Path, ctx: RootContext, *, terminated: bool) -> Interrupted:
     """mmdebstrap was stopped by Ctrl-C or SIGTERM: unmount what it left mounted in the half-made
     root and remove that root, and say what was cleaned (or what is left, with the commands)."""
@@ -512,21 +432,15 @@ def _interrupted(partial: Path, ctx: RootContext, *, terminated: bool) -> Interr
     return error
 
 
-def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
-    mode = _can_make(ctx)
-    program = runner_program(ctx)
-    mirror = _mirror(pin, ctx)
+def _make_into(
+    folder: Path, pin: RootPin, ctx: RootContext, *, mode: str, program: str, mirror: str
+) -> Mapping[str, object]:
+    """mmdebstrap makes the root in ``folder``/root; the versions of its packages are read inside."""
     keyring = present_keyring(ctx.keyring)
-    _remove_leftovers(home, ctx)
-    started = time.monotonic()
     ctx.log(
         f"making the ROCm Debian root ({pin.suite}: {', '.join(pin.packages)}) with mmdebstrap --mode={mode}; minutes"
     )
-    partial = Path(tempfile.mkdtemp(prefix=f"{home.name}.partial-", dir=home.parent))
-    # 0755 from the start: mmdebstrap --mode=unshare makes the root as the user's subordinate
-    # root, which mkdtemp's 0700 keeps out (and other users' namespace runners later)
-    partial.chmod(0o755)
-    target = partial / "root"
+    target = folder / "root"
     try:
         # SIGTERM unwinds as Ctrl-C does: mmdebstrap is stopped and what it left is cleaned up
         with sigterm_unwinds():
@@ -538,37 +452,30 @@ def _make_locked(home: Path, pin: RootPin, ctx: RootContext) -> DebianRoot:
                 what=f"mmdebstrap --mode={mode} (the ROCm Debian root)",
             )
     except (KeyboardInterrupt, Terminated) as exc:
-        raise _interrupted(partial, ctx, terminated=isinstance(exc, Terminated)) from None
+        raise _interrupted(folder, ctx, terminated=isinstance(exc, Terminated)) from None
     except CommandError as exc:
         raise NetworkError(
             f"mmdebstrap could not make the ROCm Debian root ({pin.suite})",
-            untouched=f"the system's apt; the half-made root in {partial} is removed by the next run",
+            untouched=f"the system's apt; the half-made root in {folder} is removed by the next run",
             next_step=f"check that the mirror answers and that suite {pin.suite} has every package in "
             f"[tool.skippy.build.{PIN_TABLE}], then run the build again",
             details=exc.details,
         ) from exc
-    inside = runner_root(target, program, ctx.runner)
+    inside = runner_root(target, program, ctx.runner, env=INSIDE_ENV)
     query = proc.run(inside.wrap(DPKG_QUERY), env=ctx.env, timeout=120, what="dpkg-query in the root")
     versions = parse_package_versions(query.stdout)
     missing = [name for name in pin.packages if name not in versions]
     if missing:
         raise ToolchainMissing(
             f"the ROCm Debian root lacks {', '.join(missing)} after mmdebstrap",
-            untouched=f"the system; the half-made root in {partial} is removed by the next run",
+            untouched=f"the system; the half-made root in {folder} is removed by the next run",
             next_step=f"check the package names in [tool.skippy.build.{PIN_TABLE}]",
         )
-    (partial / MARKER).write_text(json.dumps(_marker_payload(pin, versions), indent=2) + "\n", encoding="utf-8")
-    partial.rename(home)
-    took = time.monotonic() - started
-    ctx.log(f"made the ROCm Debian root in {took:.0f} s: {home / 'root'}")
-    return DebianRoot(home / "root", pin, MappingProxyType(versions), seconds=took)
+    return _record(pin, versions)
 
 
 __all__ = [
     "PIN_TABLE",
-    "RUNNER_CHOICES",
-    "RUNNER_ENV",
-    "RUNNER_KEY",
     "TOOLKIT_CHOICES",
     "TOOLKIT_ENV",
     "DebianRoot",
@@ -579,8 +486,6 @@ __all__ = [
     "mmdebstrap_argv",
     "parse_package_versions",
     "parse_root_pin",
-    "resolve_runner",
     "resolve_toolkit_choice",
-    "runner_program",
     "versions_digest",
 ]

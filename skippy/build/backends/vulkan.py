@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import BackendSpec, Choice, Found, InstallHint, PlanFacts, ProbeContext
+from skippy.build.backends.base import BackendSpec, Choice, CiJob, Found, InstallHint, PlanFacts, ProbeContext
 from skippy.build.backends.vulkan_headers import (
     PIN_TABLE,
     FetchContext,
@@ -189,4 +189,22 @@ BACKEND: Final = _Vulkan(
     artifact_markers=("ggml_backend_vk_reg", "ggml_backend_rpc_reg"),
     table_defines=MappingProxyType({"vulkan_include_dir": "Vulkan_INCLUDE_DIR"}),
     extra_table_keys=frozenset({"vulkan_headers", PIN_TABLE}),
+    label="Vulkan",
+    upstream_areas=("ggml/src/ggml-vulkan/", "ggml/include/ggml-vulkan.h"),
+    failure_patterns=(
+        (r"\bVK_ERROR_\w+", "Vulkan error"),
+        (r"ggml_vulkan: .*\b(?:[Ee]rror|failed)\b", "Vulkan error"),
+    ),
+    ci=(
+        CiJob(
+            "ubuntu, Mesa lavapipe software device, build + spot check",
+            apt=("glslc", "libvulkan-dev", "spirv-headers", "mesa-vulkan-drivers"),
+            keep=("mesa-shaders", ".deps/cache/mesa-shader-cache"),
+            notes=(
+                "Ubuntu 24.04's Vulkan headers (1.3.275) have VK_EXT_layer_settings; the spot check",
+                "runs on lavapipe with the env skippy.build.backends.vulkan sets (GGML_VK_VISIBLE_DEVICES=0,",
+                "GGML_VK_DISABLE_GRAPH_OPTIMIZE=1, MESA_SHADER_CACHE_DIR under .deps/cache, kept between runs)",
+            ),
+        ),
+    ),
 )

@@ -12,37 +12,33 @@ with ``dpkg-deb -x`` once, and hands back the include directory for
 ``-DVulkan_INCLUDE_DIR``.  The linker still uses the system's Vulkan loader: only
 the headers are newer.
 
-A ``complete.json`` written last marks a finished unpacking: a directory without it
-(an interrupted run) is redone.  The pure parts (the pin, the choice, the apt options;
+The headers are fetched once (:func:`skippy.build.fetched.fetch_once`): a folder
+without its marker (an interrupted run) is never used.  The pure parts (the pin, the choice, the apt options;
 the mirror and the sources line in :mod:`skippy.build.backends.debian`) are separate
 functions for the unit tests.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
 from skippy.build.backends.base import resolve_choice
 from skippy.build.backends.debian import DEBIAN_KEYRING, present_keyring, sources_line, system_mirror
+from skippy.build.fetched import fetch_once
 from skippy.core import proc
 from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
-from skippy.core.files import made_once
 
 #: ``[tool.skippy.build] vulkan_headers`` / ``SKIPPY_VULKAN_HEADERS`` values
 HEADERS_CHOICES: Final = ("auto", "system", "debian")
 HEADERS_ENV: Final = "SKIPPY_VULKAN_HEADERS"
 PIN_TABLE: Final = "vulkan_headers_debian"
 
-MARKER: Final = "complete.json"
-MARKER_SCHEMA: Final = 1
 #: seconds apt may take for the suite's index (about 10 MB) and the package (about 2 MB)
 APT_TIMEOUT: Final = 600.0
 
@@ -138,16 +134,12 @@ def headers_home(cache_dir: Path, pin: HeaderPin) -> Path:
     return cache_dir / "vulkan-headers" / pin.dirname
 
 
-def _marker_payload(pin: HeaderPin) -> dict[str, object]:
-    return {"schema": MARKER_SCHEMA, "suite": pin.suite, "package": pin.package, "version": pin.version}
+def _record(pin: HeaderPin) -> dict[str, object]:
+    return {"suite": pin.suite, "package": pin.package, "version": pin.version}
 
 
-def unpacked(home: Path, pin: HeaderPin) -> bool:
-    try:
-        data = json.loads((home / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return data == _marker_payload(pin) and (home / "usr" / "include" / "vulkan" / "vulkan_core.h").is_file()
+def unpacked(home: Path, pin: HeaderPin, record: Mapping[str, object]) -> bool:
+    return record == _record(pin) and (home / "usr" / "include" / "vulkan" / "vulkan_core.h").is_file()
 
 
 def can_fetch(env: Mapping[str, str]) -> bool:
@@ -157,18 +149,23 @@ def can_fetch(env: Mapping[str, str]) -> bool:
 
 def fetch_headers(pin: HeaderPin, ctx: FetchContext) -> DebianHeaders:
     """The pinned headers under the project cache: reused when unpacked, else fetched."""
-    home = headers_home(ctx.cache_dir, pin)
 
-    def done() -> DebianHeaders | None:
-        return DebianHeaders(home / "usr" / "include", pin, reused=True) if unpacked(home, pin) else None
+    def done(home: Path, record: Mapping[str, object]) -> DebianHeaders | None:
+        return DebianHeaders(home / "usr" / "include", pin, reused=True) if unpacked(home, pin, record) else None
 
-    return made_once(
-        home,
+    started = time.monotonic()
+    headers, made = fetch_once(
+        headers_home(ctx.cache_dir, pin),
         done=done,
-        make=lambda: _fetch_locked(home, pin, ctx),
+        make=lambda folder: _fetch_into(folder, pin, ctx),
         what="fetching the Vulkan headers",
         timeout=ctx.lock_timeout,
     )
+    if not made:
+        return headers
+    took = time.monotonic() - started
+    ctx.log(f"unpacked {pin.label} in {took:.1f} s")
+    return replace(headers, reused=False, seconds=took)
 
 
 def _apt(argv: list[str], ctx: FetchContext, *, cwd: Path | None = None, what: str) -> None:
@@ -184,8 +181,8 @@ def _apt(argv: list[str], ctx: FetchContext, *, cwd: Path | None = None, what: s
         ) from exc
 
 
-def _fetch_locked(home: Path, pin: HeaderPin, ctx: FetchContext) -> DebianHeaders:
-    started = time.monotonic()
+def _fetch_into(folder: Path, pin: HeaderPin, ctx: FetchContext) -> Mapping[str, object]:
+    """``pin``'s package from the system's Debian mirror, unpacked into ``folder``."""
     mirror = system_mirror(ctx.env)
     if mirror is None:
         raise ToolchainMissing(
@@ -196,7 +193,7 @@ def _fetch_locked(home: Path, pin: HeaderPin, ctx: FetchContext) -> DebianHeader
         )
     keyring = present_keyring(ctx.keyring)
     ctx.log(f"fetching Vulkan headers: {pin.label} from the system's Debian mirror")
-    with tempfile.TemporaryDirectory(prefix="apt-", dir=home.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix="apt-", dir=folder.parent) as tmp:
         state = Path(tmp)
         for sub in ("lists/partial", "archives/partial", "sources.list.d", "preferences.d", "download"):
             (state / sub).mkdir(parents=True)
@@ -216,18 +213,11 @@ def _fetch_locked(home: Path, pin: HeaderPin, ctx: FetchContext) -> DebianHeader
                 untouched="the system's apt state; nothing was built",
                 next_step="run the build again",
             )
-        partial = home.with_name(home.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        proc.run(["dpkg-deb", "-x", str(debs[0]), str(partial)], env=ctx.env, timeout=120, what="dpkg-deb -x")
-        if not (partial / "usr" / "include" / "vulkan" / "vulkan_core.h").is_file():
+        proc.run(["dpkg-deb", "-x", str(debs[0]), str(folder)], env=ctx.env, timeout=120, what="dpkg-deb -x")
+        if not (folder / "usr" / "include" / "vulkan" / "vulkan_core.h").is_file():
             raise ToolchainMissing(
                 f"{debs[0].name} has no usr/include/vulkan/vulkan_core.h",
                 untouched="the system's headers; nothing was built",
                 next_step=f"pin a package with the Vulkan headers in [tool.skippy.build.{PIN_TABLE}]",
             )
-        shutil.rmtree(home, ignore_errors=True)
-        partial.rename(home)
-    (home / MARKER).write_text(json.dumps(_marker_payload(pin), indent=2, sort_keys=True) + "\n", "utf-8")
-    took = time.monotonic() - started
-    ctx.log(f"unpacked {pin.label} in {took:.1f} s")
-    return DebianHeaders(home / "usr" / "include", pin, seconds=took)
+    return _record(pin)
