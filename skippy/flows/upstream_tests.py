@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,7 +34,7 @@ from skippy.build.plan import BuildOptions, BuildPlan, plan_build
 from skippy.build.toolchain import Toolchain, inspect_tree
 from skippy.check import backend_ops, ctest
 from skippy.core import specs
-from skippy.core.errors import SkippyError
+from skippy.core.errors import CommandError, SkippyError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -313,6 +314,15 @@ class AsideTree:
         self.env = settings.env
 
     def at(self, commit: str) -> Path:
+        """The tree checked out at ``commit`` (made again when the workdir it borrows from was
+        re-made, so its objects are gone)."""
+        try:
+            return self._checkout(commit)
+        except CommandError:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return self._checkout(commit)
+
+    def _checkout(self, commit: str) -> Path:
         if not (self.path / ".git").exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             Repo(self.path.parent, self.env).git(
