@@ -12,6 +12,7 @@ them still prints one JSON report.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +22,7 @@ from typing import Any, Final, Protocol
 
 from skippy.check.report import Ending
 from skippy.cli.options import BUILD_SESSION, COMMANDS, INTERRUPTED, JSON_FLAG, Command, Common, Option, command, make
+from skippy.core import proc
 from skippy.core.errors import InternalError, Interrupted, SettingsError, SkippyError
 from skippy.core.settings import Settings, find_root
 from skippy.core.ui import Console, OptionParser, print_json, say
@@ -133,8 +135,14 @@ def run(
     act = action or action_of(c)
 
     def step() -> Report:
-        options = make(c.options_type, values, env)
-        return act(options, load(root, env, console), console)
+        try:
+            options = make(c.options_type, values, env)
+        except SettingsError as exc:  # a value the table refuses: named with the command, as the parser does
+            exc.what = f"{prog}: {exc.what}"
+            raise
+        # --verbose: every command run is shown (and each step's time, by the console)
+        with proc.echoing(console.command) if options.verbose else contextlib.nullcontext():
+            return act(options, load(root, env, console), console)
 
     return guarded(step, console=console, as_json=as_json, interrupted=c.interrupted, rerun=prog)
 
