@@ -39,7 +39,8 @@ def spot_ending(report: SpotCheckReport, settings: Settings, server: Path) -> En
     """The block a spot check ends with: its proofs and a run line on the model it loaded."""
     proofs = tuple(spot_proofs(report))
     verdict = "every proof made holds" if all(p.verdict != "fail" for p in proofs) else "FAILED"
-    model = model_path(report) or "<model.gguf>"
+    found = model_path(report)
+    model = settings.relative(Path(found)) if found else "<model.gguf>"
     run = f"run: {settings.relative(server)} --model {model} --port 8080  (then http://127.0.0.1:8080)"
     return Ending(f"spot check of {report.server}: {verdict}", proofs, (run,))
 

@@ -451,7 +451,9 @@ def session_ending(outcome: SessionOutcome, settings: Settings) -> Ending:
     mode = " (the workdir as it stands)" if outcome.local is not None else ""
     verdict = "every proof made holds" if all(p.verdict != "fail" for p in proofs) else "FAILED"
     title = f"build-{b}{mode}: {verdict}"
-    return Ending(title, proofs, where(outcome.build, settings, outcome.build_root, model_path(spot)))
+    model = model_path(spot)
+    shown = str(settings.relative(Path(model))) if model and outcome.build_root is None else model
+    return Ending(title, proofs, where(outcome.build, settings, outcome.build_root, shown))
 
 
 class SessionFn(Protocol):

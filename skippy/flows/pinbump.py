@@ -294,12 +294,13 @@ ParityFn = Callable[[Settings, Console, Repo, str, str], dict[str, Any] | None]
 def _default_build(
     backend: str, settings: Settings, console: Console, prepare_fn: Callable[[Settings, Console], PrepareReport]
 ) -> object:
-    from skippy.flows.build_session import run_build_session
+    from skippy.flows.build_session import run_build_session, session_ending
 
     # the new upstream's numbers may move on purpose: compared with the reference and reported, not failed
     outcome = run_build_session(backend, settings, console, prepare_fn=prepare_fn, numerics_must_match=False)
     if outcome.skipped:
         raise SkippyError(f"build-{backend} was skipped: {outcome.skipped}", untouched="the pin")
+    session_ending(outcome, settings).show(console)  # each backend's build ends with its block, as nox's does
     return outcome
 
 

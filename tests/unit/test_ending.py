@@ -83,7 +83,7 @@ def test_the_ending_says_every_proof_and_a_run_line_on_the_loaded_model(tmp_path
     assert "✓ RPC            19/19 layers on RPC0 (difference 0.191)" in text
     assert f"✓ provenance     upstream {UP[:12]}, queue digest {DIGEST[:12]}" in text
     assert "✓ chat answer    gemma3-270m answered 'Paris' (5 token(s) in 0.40 s)" in text
-    assert f"run: build/cpu-1/bin/llama-server --model {model} --port 8080" in text
+    assert "run: build/cpu-1/bin/llama-server --model cache/models/gemma-3-270m-it-Q8_0.gguf --port 8080" in text
     assert "<model.gguf>" not in text
     assert "\033[" not in text, "no colour when not on a terminal"
     assert ending.as_dict()["proofs"][3] == {
