@@ -102,7 +102,8 @@ def report_parse_errors(program: Program) -> None:
 
             argv = list(program.core.unparsed) if program.core is not None else []
             context = getattr(exc, "context", None)
-            task = getattr(context, "name", None) or (argv[0] if argv and not argv[0].startswith("-") else "")
+            named = getattr(context, "name", None) or (argv[0] if argv else "")
+            task = named if named in {c.task for c in COMMANDS} else ""
             ran = invoke_parse_error(str(task), str(exc), argv, os.environ)
             raise Exit(code=ran.code) from None
 

@@ -117,3 +117,23 @@ def test_verbose_shows_the_commands_run(queued_project: Project, capsys: pytest.
     assert prepare_main(queued_project.env, root=queued_project.root, verbose=True) == 0
     err = capsys.readouterr().err
     assert "  $ git " in err and " s\n" in err, "the commands and the steps' times"
+
+
+@pytest.mark.parametrize(
+    ("argv", "what"),
+    [
+        (["build", "--backend", "metal", "--json", "-D"], "invoke build: -D needs a value"),
+        (
+            ["build", "--backend", "metal", "--json", "--jobs"],
+            "invoke build: Flag <Argument: jobs (j)> needed value and was not given one!",
+        ),
+        (["no-such-task", "--json"], "invoke: No idea what 'no-such-task' is!"),
+    ],
+)
+def test_invoke_value_errors_are_refused_before_any_work(argv: list[str], what: str) -> None:
+    # `-D` last on the line: invoke itself would drop it silently and build (metal: never builds here)
+    result = subprocess.run(
+        [sys.executable, "-m", "invoke", *argv], cwd=ROOT, capture_output=True, text=True, check=False, timeout=120
+    )
+    assert result.returncode == 2, result.stderr
+    assert one_json(result.stdout)["what"] == what
