@@ -120,3 +120,16 @@ def test_a_difference_is_a_failed_proof(tmp_path: Path) -> None:
     assert not ending.ok
     assert ending.title == "build-cpu: FAILED"
     assert ("RPC", "fail", "the server exited") in [(p.name, p.verdict, p.detail) for p in ending.proofs]
+
+
+def test_a_spot_check_ends_with_the_same_proofs_and_a_run_line(tmp_path: Path) -> None:
+    from skippy.cli.spot import spot_ending
+
+    settings = _settings(tmp_path)
+    server = tmp_path / "build" / "cpu-1" / "bin" / "llama-server"
+    ending = spot_ending(_spot(tmp_path / "models" / "m.gguf"), settings, server)
+    assert ending.title == "spot check of bin/llama-server: every proof made holds"
+    assert [p.name for p in ending.proofs] == ["provenance", "chat answer", "fingerprint", "RPC"]
+    assert ending.tail == (
+        "run: build/cpu-1/bin/llama-server --model models/m.gguf --port 8080  (then http://127.0.0.1:8080)",
+    )
