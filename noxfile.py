@@ -70,25 +70,24 @@ def docs(session: nox.Session) -> None:
     session.run(sys.executable, "-m", "mkdocs", "build", "--strict", *session.posargs)
 
 
-# --- build sessions: see skippy.flows.build_session --------------------------------
-# posargs (skippy.cli.build.session_parser, from the option table): -DNAME=VALUE (the
-# only arguments that reach CMake), -jN, --skip-unavailable (or SKIPPY_SKIP_UNAVAILABLE=1),
-# --no-spot-check, --workdir-as-is, --json, --verbose; anything else fails before any work.
+# --- build sessions and the spot check: their options are the option table's
+# (skippy/cli/options.py; `nox -s build-cpu -- --help`), the same as `invoke build`'s and
+# `invoke spot-check`'s; anything else fails before any work.
 
 
-def _build(session: nox.Session, backend: str) -> None:
-    from skippy.cli.build import build_main
+def _run(session: nox.Session, name: str, backend: str | None = None) -> None:
+    from skippy.cli.run import nox_main
 
-    code, skipped = build_main(backend, os.environ, root=ROOT, args=session.posargs)
-    if skipped:
-        session.skip(skipped)
-    if code:
-        session.error(f"build-{backend} failed (exit code {code})")
+    ran = nox_main(name, session.posargs, os.environ, root=ROOT, backend=backend)
+    if ran.skipped:
+        session.skip(ran.skipped)
+    if ran.code:
+        session.error(f"{session.name} failed (exit code {ran.code})")
 
 
 def _register_build_session(backend: str, title: str, gpu: bool) -> None:
     def session_fn(session: nox.Session) -> None:
-        _build(session, backend)
+        _run(session, "build", backend)
 
     session_fn.__doc__ = f"Build and spot-check: {title}."
     session_fn.__name__ = f"build_{backend}"
@@ -106,19 +105,10 @@ def _register_build_sessions() -> None:
 _register_build_sessions()
 
 
-# --- spot-check session: see skippy.check.spotcheck -----------------------------
-
-
 @nox.session(name="spot-check", tags=["spot-check"])
 def spot_check(session: nox.Session) -> None:
-    """A real llama-server on a real model: --model X (repeatable; default gemma3-270m), --server PATH, --json."""
-    from os import environ
-
-    from skippy.cli.spot import main
-
-    code = main(session.posargs, env=environ, root=ROOT)
-    if code:
-        session.error(f"spot check failed (exit code {code})")
+    """A real llama-server on a real model (chat, fingerprint, RPC): `nox -s spot-check -- --help`."""
+    _run(session, "spot_check")
 
 
 # --- bench: see benchmarks/bench.py ----------------------------------------------

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import Null, Timing, timed
 from skippy.build.builder import COMPILE_LINE
-from skippy.cli.app import guarded, load
+from skippy.cli.run import guarded, load
 from skippy.core import proc
 from skippy.core.git import Repo, hermetic_env
 from skippy.core.settings import Settings
@@ -558,4 +558,4 @@ def main(env: Mapping[str, str], *, root: Path | None = None, args: Sequence[str
         )
         return {"output": str(output)}
 
-    return guarded(action, console=console, as_json=False)
+    return guarded(action, console=console, as_json=False).code

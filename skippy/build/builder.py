@@ -46,6 +46,7 @@ from skippy.build.localtree import MODE_LOCAL, MODE_PREPARED
 from skippy.build.noise import NoiseFilter
 from skippy.build.plan import (
     STAMP_NAME,
+    TESTS_DEFINE,
     BuildPlan,
 )
 from skippy.build.roots import remove_tree
@@ -131,6 +132,8 @@ def newest_builds(build_root: Path, source_dir: Path | None = None) -> dict[str,
             continue
         if source_dir is not None and not built_from(stamp, source_dir):
             continue
+        if TESTS_DEFINE in (stamp.get("configure_args") or ()):
+            continue  # upstream's tests' dir: its programs are tests, not the backend's binaries
         bin_dir = path.parent / "bin"
         found[stamp["backend"]] = {
             "build_dir": str(path.parent),

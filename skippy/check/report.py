@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -19,6 +19,8 @@ from skippy.check.fingerprint import (
 from skippy.core import specs
 from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.core.ui import Verdict as ProofVerdict
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,8 @@ class SpotCheckReport:
     devices: list[str] | None = None
     #: why no model was checked (no device of the backend on this machine), or None
     not_run: str | None = None
+    #: the provenance the binary had to report (None: not checked)
+    expected: Provenance | None = None
 
     @property
     def ok(self) -> bool:
@@ -167,6 +171,8 @@ class ModelCheckFailed(SpotCheckFailed):
             details=details,
         )
         self.report = report
+        #: the block the run ends with, when the caller made one (a build session's)
+        self.ending: Ending | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {**super().as_dict(), "report": self.report.as_dict()}
@@ -174,3 +180,106 @@ class ModelCheckFailed(SpotCheckFailed):
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+@dataclass(frozen=True)
+class Proof:
+    """One thing a run proved, failed to prove, or did not try (and why)."""
+
+    name: str
+    verdict: ProofVerdict
+    #: what was found (pass, fail) or why it was not run
+    detail: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"name": self.name, "verdict": self.verdict, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Ending:
+    """The block a build or spot check ends with: the proofs, then where the binaries are and
+    how to run them (one more proof is one more entry of ``proofs``)."""
+
+    title: str
+    proofs: tuple[Proof, ...]
+    #: the lines after the proofs: binaries, the run line
+    tail: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return all(p.verdict != "fail" for p in self.proofs)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"title": self.title, "proofs": [p.as_dict() for p in self.proofs], "tail": list(self.tail)}
+
+    def show(self, console: Console) -> None:
+        console.block(self.title, [(p.verdict, p.name, p.detail) for p in self.proofs], self.tail)
+
+
+def _each(results: Sequence[ModelResult], name: str, proof: Any) -> list[Proof]:
+    """One proof of ``name`` over the models: ``proof(result)`` gives (verdict, detail) per model."""
+    found: list[tuple[ProofVerdict, str]] = [proof(r) for r in results]
+    many = len(results) > 1
+    if not many:
+        return [Proof(name, *found[0])] if found else []
+    worst: ProofVerdict = next((v for v in ("fail", "not run", "pass") if any(f[0] == v for f in found)), "pass")
+    return [Proof(name, worst, "; ".join(f"{r.model}: {d}" for r, (_, d) in zip(results, found, strict=True)))]
+
+
+def _chat(r: ModelResult) -> tuple[ProofVerdict, str]:
+    if r.ok or (r.content and r.tokens):
+        return (
+            "pass",
+            f"{r.model} answered {r.content.strip()!r} ({r.tokens} token(s) in {_fmt(r.completion_seconds)} s)",
+        )
+    return "fail", f"{r.model}: {r.reason}"
+
+
+def _fingerprint(r: ModelResult) -> tuple[ProofVerdict, str]:
+    agreement = r.compute.agreement
+    if agreement is None:
+        return "not run", f"{r.model}: no fingerprint was taken" + (f" ({r.reason})" if r.reason else "")
+    if agreement.status == "no-reference":
+        return "not run", agreement.describe()
+    if agreement.ok:
+        return "pass", f"agrees with the CPU reference (largest difference {agreement.max_logprob_delta:.3f})"
+    return "fail", agreement.describe()
+
+
+def _rpc(r: ModelResult) -> tuple[ProofVerdict, str]:
+    rpc = r.compute.rpc
+    if not rpc:
+        return "not run", "no RPC server beside the binary, or --no-rpc"
+    agreement = rpc.get("agreement") or {}
+    delta = agreement.get("max_logprob_delta")
+    difference = f" (difference {delta:.3f})" if isinstance(delta, int | float) else ""
+    if rpc.get("ok"):
+        return "pass", f"{rpc.get('device') or 'offloaded'}{difference}"
+    return "fail", f"{rpc.get('reason') or 'differs from the CPU reference'}{difference}"
+
+
+def spot_proofs(report: SpotCheckReport) -> list[Proof]:
+    """What a spot check proved: provenance, the chat answer, the fingerprint, the device, RPC."""
+    proofs: list[Proof] = []
+    if report.expected is None:
+        proofs.append(Proof("provenance", "not run", "the binary was not checked against the prepared workdir"))
+    else:
+        seen = report.provenance or report.expected
+        proofs.append(
+            Proof("provenance", "pass", f"upstream {seen.upstream_sha[:12]}, queue digest {seen.queue_digest[:12]}")
+        )
+    if report.not_run is not None:
+        return proofs + [Proof(name, "not run", report.not_run) for name in ("chat answer", "fingerprint", "RPC")]
+    proofs += _each(report.results, "chat answer", _chat)
+    proofs += _each(report.results, "fingerprint", _fingerprint)
+    with_device = [r for r in report.results if r.compute.device]
+    proofs += _each(with_device, "device", lambda r: ("pass" if r.ok else "fail", r.compute.device))
+    proofs += _each(report.results, "RPC", _rpc)
+    return proofs
+
+
+def model_path(report: SpotCheckReport | None) -> str | None:
+    """The model file the spot check loaded (the run line starts the server on it), or None."""
+    if report is None:
+        return None
+    return next((r.path for r in report.results if r.ok and r.path), None)

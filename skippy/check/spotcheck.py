@@ -231,6 +231,7 @@ def spot_check(
         server=settings.relative(server_binary),
         version=version_line(version_text),
         provenance=parse_provenance(version_text),
+        expected=expect_provenance,
     )
     if expect_provenance is not None:
         why = provenance_mismatch(expect_provenance, report.provenance)

@@ -1,109 +1,438 @@
 """Every command-line option, declared once, as data.
 
-The invoke tasks (``tasks.py``), the argument parsing of the nox sessions and the
-README's option tables are all made from :data:`COMMANDS`; the library entry
-point each command calls takes exactly these options as keyword arguments (a
-unit test holds the two together).  ``--json`` and ``--verbose`` are one
-declaration each, shared by every command.
+Each command's options are one frozen dataclass whose fields carry their
+declaration (``Annotated[bool, flag("...")]``); :data:`COMMANDS` names the
+commands.  The invoke tasks (``tasks.py``), the nox sessions' argument parsers and
+the README's option tables are made from it, and one path
+(:func:`skippy.cli.run.run`) turns what either parsed into the command's typed
+options object, once.  ``--json`` and ``--verbose`` are one declaration each,
+shared by every command (:class:`Common`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Final, Literal
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Annotated, Any, Final, Literal, TypeVar
+
+from skippy.core.errors import SettingsError
 
 Kind = Literal["flag", "text", "list", "int", "positional"]
 
 
-@dataclass(frozen=True)
-class Option:
-    """One option: ``name`` is its Python name (``core_head`` -> ``--core-head``)."""
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"wants a positive number of jobs, got {text!r} (e.g. -j2)")
+    return value
 
-    name: str
+
+def _define(text: str) -> str:
+    """``NAME[:TYPE]=VALUE`` -> ``-DNAME[:TYPE]=VALUE``: the only arguments passed to CMake."""
+    from skippy.build.plan import DEFINE_ARG
+
+    if not DEFINE_ARG.match("-D" + text):
+        raise ValueError(f"wants NAME=VALUE or NAME:TYPE=VALUE, got {text!r}")
+    return "-D" + text
+
+
+def _backend(text: str) -> str:
+    from skippy.build.backends import parse_backend
+
+    return parse_backend(text) if text else text
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How one option is spelled and read (the field it annotates gives its name and type)."""
+
     help: str
     kind: Kind = "flag"
-    #: the entry point's keyword for it, when not ``name`` (``json`` -> ``as_json``)
-    param: str | None = None
-    #: the environment variable that gives its default, where there is one
-    env: str | None = None
-    #: the value it takes on the command line (README tables), e.g. ``SHA``
+    #: the value it takes on the command line (help, README tables), e.g. ``SHA``
     metavar: str | None = None
-    #: a short form for the nox sessions' arguments (``-j``, ``-D``); invoke tasks have none
+    #: its short form, the same for the invoke task and the nox session (``-j``, ``-D``, ``-v``)
     short: str | None = None
+    #: the environment variable that turns a flag on, where there is one
+    env: str | None = None
+    #: checks and normalizes one value (raises ValueError with the reason)
+    convert: Callable[[str], object] | None = None
+
+
+def flag(help: str, *, short: str | None = None, env: str | None = None) -> Spec:
+    return Spec(help, "flag", short=short, env=env)
+
+
+def text(help: str, metavar: str, *, convert: Callable[[str], object] | None = None) -> Spec:
+    return Spec(help, "text", metavar=metavar, convert=convert)
+
+
+def number(help: str, metavar: str, *, short: str | None = None) -> Spec:
+    return Spec(help, "int", metavar=metavar, short=short, convert=_positive)
+
+
+def repeated(
+    help: str, metavar: str, *, short: str | None = None, convert: Callable[[str], object] | None = None
+) -> Spec:
+    return Spec(help, "list", metavar=metavar, short=short, convert=convert)
+
+
+def positional(help: str, metavar: str) -> Spec:
+    return Spec(help, "positional", metavar=metavar)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of one command: its field's ``name`` (``core_head`` -> ``--core-head``) and its spec."""
+
+    name: str
+    spec: Spec
 
     @property
     def flag(self) -> str:
         return "--" + self.name.rstrip("_").replace("_", "-")
 
     @property
-    def keyword(self) -> str:
-        return self.param or self.name
+    def help(self) -> str:
+        return self.spec.help
 
     @property
-    def default(self) -> bool | str | int | None:
-        defaults: dict[Kind, bool | str | int | None] = {"flag": False, "text": ""}
-        return defaults.get(self.kind)
+    def kind(self) -> Kind:
+        return self.spec.kind
+
+    @property
+    def metavar(self) -> str | None:
+        return self.spec.metavar
+
+    @property
+    def short(self) -> str | None:
+        return self.spec.short
+
+    @property
+    def env(self) -> str | None:
+        return self.spec.env
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """How it is written on a command line (``-j``, ``--jobs``), the same for invoke and nox."""
+        return (self.short, self.flag) if self.short else (self.flag,)
+
+    def value(self, raw: object, env: Mapping[str, str]) -> object:
+        """``raw`` (what invoke or argparse parsed; None when not given) as the field's typed value."""
+        spec = self.spec
+        if spec.kind == "flag":
+            on = env.get(spec.env, "").lower() in ("1", "true", "yes") if spec.env else False
+            return bool(raw) or on
+        if spec.kind == "list":
+            items = raw if isinstance(raw, list | tuple) else () if raw is None else (raw,)
+            return tuple(self._convert(str(item)) for item in items)
+        if spec.kind == "int":
+            return None if raw in (None, "") else self._convert(str(raw))
+        return self._convert(str(raw)) if raw not in (None, "") else ""
+
+    def _convert(self, raw: str) -> object:
+        if self.spec.convert is None:
+            return raw
+        try:
+            return self.spec.convert(raw)
+        except ValueError as exc:
+            raise SettingsError(
+                f"{'/'.join(self.names)}: {exc}",
+                untouched="everything: nothing was started",
+                next_step=f"give {self.names[-1]} a valid value (see --help)",
+            ) from None
 
 
-JSON: Final = Option("json", "print one JSON report on stdout (also on failure)", param="as_json")
-VERBOSE: Final = Option("verbose", "show every command run and step timings")
-OFFLINE: Final = Option("offline", "never contact the upstream; use the configured source archive")
-CHECKOUT: Final = Option(
-    "checkout",
-    "the llama.cpp checkout to read (default: the workdir; only temporary worktrees are used)",
-    kind="text",
-    metavar="PATH",
-)
+# --- the options, by command ---------------------------------------------------
 
-#: options every command takes
-COMMON: Final = (JSON, VERBOSE)
-
-WORKDIR_AS_IS: Final = Option(
-    "workdir_as_is",
-    "build the workdir as it stands (uncommitted edits and local commits included) without preparing or "
-    "touching it, in a build dir of its own keyed by its state; the binary reports queue digest `local`",
-)
-
-#: the options of ``nox -s build-<backend> -- ...`` (and of ``invoke build`` besides --backend)
-BUILD_SESSION: Final = (
-    Option(
-        "define",
-        "a CMake cache value (overrides ours; repeatable): the only arguments passed to CMake",
-        kind="list",
-        metavar="NAME[:TYPE]=VALUE",
-        short="-D",
+Offline = Annotated[bool, flag("never contact the upstream; use the configured source archive")]
+Checkout = Annotated[
+    str,
+    text("the llama.cpp checkout to read (default: the workdir; only temporary worktrees are used)", "PATH"),
+]
+Models = Annotated[
+    tuple[str, ...],
+    repeated(
+        "the spot check's model: gemma3-270m (default), tiny:<family>, a .gguf path, or Org/Repo[@rev][:quant]; "
+        "repeatable",
+        "MODEL",
     ),
-    Option("jobs", "parallel build jobs", kind="int", metavar="N", short="-j"),
-    Option(
-        "skip_unavailable",
-        "a backend this host cannot build shows as skipped instead of failing",
-        env="SKIPPY_SKIP_UNAVAILABLE",
-    ),
-    Option("no_spot_check", "build only: no spot check"),
-    WORKDIR_AS_IS,
-    Option(
-        "upstream_tests",
-        "then build and run upstream's tests (`ctest -L main` and the queue's own); a failure is checked on "
-        "the unpatched pin and traced to the first patch that causes it",
-    ),
-)
+]
+
+
+@dataclass(frozen=True)
+class Common:
+    """What every command takes."""
+
+    json: Annotated[bool, flag("print one JSON report on stdout (also on failure)")] = False
+    verbose: Annotated[bool, flag("show every command run and step timings", short="-v")] = False
+
+
+def _one_of(names: Sequence[tuple[str, bool]], *, untouched: str, next_step: str) -> str:
+    chosen = [name for name, on in names if on]
+    if len(chosen) > 1:
+        raise SettingsError(
+            f"choose one of {', '.join(n for n, _ in names)} (got {' and '.join(chosen)})",
+            untouched=untouched,
+            next_step=next_step,
+        )
+    return chosen[0] if chosen else ""
+
+
+@dataclass(frozen=True)
+class PrepareOptions(Common):
+    pinned: Annotated[bool, flag("prepare the commit in the pin file (default)")] = False
+    latest: Annotated[bool, flag("prepare upstream master")] = False
+    sha: Annotated[
+        str,
+        text(
+            "prepare this upstream commit (offline, an abbreviation of the pin or of a configured archive works)", "SHA"
+        ),
+    ] = ""
+    force: Annotated[bool, flag("discard local work in the workdir (saved under a backup ref first)")] = False
+    offline: Offline = False
+    triage: Annotated[bool, flag("only try every patch against the target and report (nothing is applied)")] = False
+    continue_: Annotated[bool, flag("finish a stopped conflict session after resolving and staging")] = False
+    skip: Annotated[bool, flag("leave the stopped patch out and finish the session")] = False
+    abort: Annotated[bool, flag("end the stopped session and go back to the previous checkout")] = False
+    no_interactive: Annotated[
+        bool, flag("on a conflict, abort and report instead of leaving the session stopped (CI does this)")
+    ] = False
+
+    def __post_init__(self) -> None:
+        target = _one_of(
+            (("--pinned", self.pinned), ("--latest", self.latest), ("--sha", bool(self.sha))),
+            untouched="everything",
+            next_step="invoke prepare --pinned",
+        )
+        resume = self.resume
+        if resume and (target or self.triage or self.force):
+            raise SettingsError(
+                f"--{resume} drives the stopped session: it takes no target, --triage or --force",
+                untouched="everything",
+                next_step=f"invoke prepare --{resume}",
+            )
+
+    @property
+    def resume(self) -> Literal["continue", "skip", "abort", ""]:
+        chosen = _one_of(
+            (("--continue", self.continue_), ("--skip", self.skip), ("--abort", self.abort)),
+            untouched="everything: the stopped session is as it was",
+            next_step="invoke prepare --continue (or --skip, or --abort)",
+        )
+        return typing.cast(Literal["continue", "skip", "abort", ""], chosen.removeprefix("--"))
+
+
+@dataclass(frozen=True)
+class TriageOptions(Common):
+    latest: Annotated[bool, flag("triage against upstream master (default: the pin)")] = False
+    sha: Annotated[str, text("triage against this upstream commit", "SHA")] = ""
+    offline: Offline = False
+
+
+@dataclass(frozen=True)
+class BuildOptions(Common):
+    backend: Annotated[
+        str, text("the backend to build (default cpu; the nox session's name says it)", "NAME", convert=_backend)
+    ] = "cpu"
+    define: Annotated[
+        tuple[str, ...],
+        repeated(
+            "a CMake cache value (overrides ours; repeatable): the only arguments passed to CMake",
+            "NAME[:TYPE]=VALUE",
+            short="-D",
+            convert=_define,
+        ),
+    ] = ()
+    jobs: Annotated[int | None, number("parallel build jobs", "N", short="-j")] = None
+    skip_unavailable: Annotated[
+        bool,
+        flag("a backend this host cannot build shows as skipped instead of failing", env="SKIPPY_SKIP_UNAVAILABLE"),
+    ] = False
+    no_spot_check: Annotated[bool, flag("build only: no spot check")] = False
+    workdir_as_is: Annotated[
+        bool,
+        flag(
+            "build the workdir as it stands (uncommitted edits and local commits included) without preparing or "
+            "touching it, in a build dir of its own keyed by its state; the binary reports queue digest `local`"
+        ),
+    ] = False
+    upstream_tests: Annotated[
+        bool,
+        flag(
+            "then build and run upstream's tests (`ctest -L main` and the queue's own; a GPU backend: its ops "
+            "against the CPU); a failure is checked on the unpatched pin and traced to the first patch that causes it"
+        ),
+    ] = False
+    model: Models = ()
+
+
+@dataclass(frozen=True)
+class SpotCheckOptions(Common):
+    model: Models = ()
+    server: Annotated[str, text("llama-server to check (default: the newest build of --backend)", "PATH")] = ""
+    backend: Annotated[str, text("check this backend's newest build (default: cpu)", "NAME", convert=_backend)] = ""
+    server_arg: Annotated[tuple[str, ...], repeated("extra llama-server argument; repeatable", "ARG")] = ()
+    no_provenance: Annotated[
+        bool, flag("do not require the binary to report the workdir's pin and queue digest (said loudly)")
+    ] = False
+    workdir_as_is: Annotated[
+        bool,
+        flag("expect a binary built from the workdir as it stands (queue digest local); refused otherwise"),
+    ] = False
+    write_reference: Annotated[
+        bool, flag("record this CPU build's fingerprints as the committed reference (beside the queue)")
+    ] = False
+    no_rpc: Annotated[bool, flag("skip the RPC path (the RPC server beside the binary)")] = False
+
+
+@dataclass(frozen=True)
+class StatusOptions(Common):
+    pass
+
+
+@dataclass(frozen=True)
+class PinBumpOptions(Common):
+    sha: Annotated[str, text("the upstream commit to move to (default: upstream master)", "SHA")] = ""
+    backend: Annotated[
+        tuple[str, ...],
+        repeated("build and spot-check this backend (repeatable; default cpu)", "NAME", convert=_backend),
+    ] = ()
+    dry_run: Annotated[bool, flag("do everything but write the pin")] = False
+    allow_non_descendant: Annotated[bool, flag("allow a target that does not descend from the current pin")] = False
+    newest_compatible: Annotated[bool, flag("bump to the newest upstream commit the whole queue applies to")] = False
+    offline: Annotated[
+        bool,
+        flag(
+            "never contact the upstream: --sha and the pin come from their source archives (what needs "
+            "upstream history is left out, and said so)"
+        ),
+    ] = False
+    no_upstream_tests: Annotated[
+        bool, flag("skip upstream's tests on the CPU build (by default a test the queue breaks keeps the pin)")
+    ] = False
+
+
+@dataclass(frozen=True)
+class CleanOptions(Common):
+    dry_run: Annotated[
+        bool, flag("list each path that would be removed, with its size and why, and remove nothing")
+    ] = False
+
+
+@dataclass(frozen=True)
+class SummaryOptions(Common):
+    old: Annotated[str, positional("older upstream commit", "OLD")] = ""
+    new: Annotated[str, positional("newer upstream commit", "NEW")] = ""
+
+
+@dataclass(frozen=True)
+class BisectOptions(Common):
+    to: Annotated[str, text("upstream ref to search up to (default: upstream master)", "REF")] = ""
+
+
+@dataclass(frozen=True)
+class RegenerateOptions(Common):
+    core_head: Annotated[
+        str,
+        text(
+            "branch or commit whose commits since the pin become the core lane (default: read from the "
+            "workdir's history)",
+            "REF",
+        ),
+    ] = ""
+    model_support_head: Annotated[
+        str, text("branch or commit whose commits since --core-head become the model_support lane", "REF")
+    ] = ""
+    checkout: Checkout = ""
+    offline: Offline = False
+
+    def __post_init__(self) -> None:
+        if bool(self.core_head) != bool(self.model_support_head):
+            given, missing = ("--core-head", "--model-support-head")[:: 1 if self.core_head else -1]
+            raise SettingsError(
+                f"regenerate got {given} without {missing}: name both branches, or neither",
+                untouched="everything: the queue was not changed",
+                next_step="`invoke regenerate` (the lanes from the prepared workdir's history), or "
+                "`invoke regenerate --core-head BRANCH --model-support-head BRANCH`",
+            )
+
+
+@dataclass(frozen=True)
+class GenerateOptions(Common):
+    check: Annotated[bool, flag("only compare the checked-in lane with a fresh generation; fail on drift")] = False
+    checkout: Checkout = ""
+    offline: Offline = False
+
+
+@dataclass(frozen=True)
+class AuditOptions(Common):
+    checkout: Checkout = ""
+    offline: Offline = False
+
+
+OptionsT = TypeVar("OptionsT", bound=Common)
+
+
+def options_of(cls: type[Common]) -> tuple[Option, ...]:
+    """``cls``'s options, in the order of its help: its own, then --json and --verbose."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    found = []
+    for f in fields(cls):
+        spec = next(m for m in getattr(hints[f.name], "__metadata__", ()) if isinstance(m, Spec))
+        found.append(Option(f.name, spec))
+    common = {f.name for f in fields(Common)}
+    return (*(o for o in found if o.name not in common), *(o for o in found if o.name in common))
+
+
+def make(cls: type[OptionsT], values: Mapping[str, object], env: Mapping[str, str]) -> OptionsT:
+    """The typed options object from what a parser found (option name -> raw value; missing: not given).
+
+    Every value is converted and checked here, once, for invoke and nox alike."""
+    options = {o.name: o for o in options_of(cls)}
+    unknown = sorted(set(values) - set(options))
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no option {', '.join(unknown)}")  # a bug in an entry point
+    typed: dict[str, Any] = {name: o.value(values[name], env) for name, o in options.items() if name in values}
+    typed |= {name: o.value(None, env) for name, o in options.items() if name not in values and o.env}
+    return cls(**typed)
+
+
+#: the one spelling of --json (a run whose arguments cannot be parsed looks for it among them)
+JSON_FLAG: Final = "--json"
+#: what a Ctrl-C leaves behind, unless the command says more
+INTERRUPTED: Final = "what was started is recognized and recovered by the next run"
 
 
 @dataclass(frozen=True)
 class Command:
-    """One command: an invoke task (or a nox session's options) and the entry point it calls."""
+    """One command: an invoke task (and its nox session, where there is one) and the action it runs."""
 
     name: str
     help: str
-    #: ``module:function``, called as ``function(env, root=..., **options)``
+    #: ``module:function``, called as ``function(options, settings, console)`` (see :mod:`skippy.cli.run`)
     target: str
-    options: tuple[Option, ...] = ()
+    options_type: type[Common]
+    #: the nox session (``build-<backend>``: one per backend, the backend taken from its name)
+    nox: str | None = None
+    #: what a Ctrl-C leaves behind, for its report
+    interrupted: str = INTERRUPTED
+
+    @property
+    def task(self) -> str:
+        return self.name.replace("_", "-")
 
     @property
     def all_options(self) -> tuple[Option, ...]:
-        return (*self.options, *COMMON)
+        return options_of(self.options_type)
+
+    @property
+    def nox_options(self) -> tuple[Option, ...]:
+        """The nox session's options: a build session's backend is its name, not an option."""
+        return tuple(o for o in self.all_options if not (self.nox == BUILD_SESSION and o.name == "backend"))
 
     def option(self, name: str) -> Option:
         for option in self.all_options:
@@ -112,180 +441,129 @@ class Command:
         raise KeyError(name)
 
 
-_MAINTAIN: Final = (CHECKOUT, OFFLINE)
+#: the nox build sessions' name pattern
+BUILD_SESSION: Final = "build-<backend>"
+_AUDIT_INTERRUPTED: Final = "the workdir and the queue: the audit reads temporary worktrees only"
 
-#: the invoke tasks, in the order ``invoke --list`` shows them
+#: the commands, in the order ``invoke --list`` shows them
 COMMANDS: Final[tuple[Command, ...]] = (
     Command(
         "prepare",
         "Check out upstream llama.cpp and apply the patch queue (git am --3way, three lanes).",
-        "skippy.cli.app:prepare_main",
-        (
-            Option("pinned", "prepare the commit in the pin file (default)"),
-            Option("latest", "prepare upstream master"),
-            Option(
-                "sha",
-                "prepare this upstream commit (offline, an abbreviation of the pin or of a configured archive works)",
-                kind="text",
-                metavar="SHA",
-            ),
-            Option("force", "discard local work in the workdir (saved under a backup ref first)"),
-            OFFLINE,
-            Option("triage", "only try every patch against the target and report (nothing is applied)"),
-            Option("continue_", "finish a stopped conflict session after resolving and staging"),
-            Option("skip", "leave the stopped patch out and finish the session"),
-            Option("abort", "end the stopped session and go back to the previous checkout"),
-            Option(
-                "no_interactive",
-                "on a conflict, abort and report instead of leaving the session stopped (CI does this)",
-            ),
-        ),
+        "skippy.cli.app:prepare",
+        PrepareOptions,
     ),
     Command(
         "triage",
         "Try every patch of every lane against a target and classify each (clean/3way/conflict/...).",
-        "skippy.cli.app:triage_main",
-        (
-            Option("latest", "triage against upstream master (default: the pin)"),
-            Option("sha", "triage against this upstream commit", kind="text", metavar="SHA"),
-            OFFLINE,
-        ),
+        "skippy.cli.app:triage",
+        TriageOptions,
+        interrupted="the workdir's checkout: triage runs in a temporary worktree",
     ),
     Command(
         "build",
         "Build and spot-check one backend: what `nox -s build-<backend>` runs, with the same options.",
-        "skippy.cli.build:build_task_main",
-        (
-            Option("backend", "the backend to build (default cpu)", kind="text", metavar="NAME"),
-            *BUILD_SESSION,
-        ),
+        "skippy.cli.build:build",
+        BuildOptions,
+        nox=BUILD_SESSION,
+        interrupted="the source tree; the build dir is kept (the next run reconfigures or resumes it)",
+    ),
+    Command(
+        "spot_check",
+        "A real llama-server on a real model: chat, fingerprint against the CPU reference, the RPC path.",
+        "skippy.cli.spot:spot_check",
+        SpotCheckOptions,
+        nox="spot-check",
+        interrupted="the build and the model cache; the servers were stopped",
     ),
     Command(
         "status",
         "Pin, upstream and patched SHAs, queue digest, local work, and what prepare would do.",
-        "skippy.cli.app:status_main",
+        "skippy.cli.app:status",
+        StatusOptions,
+        interrupted="everything: status only reads",
     ),
     Command(
         "pin_bump",
         "Prepare, build, spot-check and audit a new upstream, then move the pin (atomically) and summarize.",
-        "skippy.cli.app:pin_bump_main",
-        (
-            Option("sha", "the upstream commit to move to (default: upstream master)", kind="text", metavar="SHA"),
-            Option(
-                "backend",
-                "build and spot-check this backend (repeatable; default cpu)",
-                kind="list",
-                param="backends",
-                metavar="NAME",
-            ),
-            Option("dry_run", "do everything but write the pin"),
-            Option("allow_non_descendant", "allow a target that does not descend from the current pin"),
-            Option("newest_compatible", "bump to the newest upstream commit the whole queue applies to"),
-            Option(
-                "offline",
-                "never contact the upstream: --sha and the pin come from their source archives (what needs "
-                "upstream history is left out, and said so)",
-            ),
-            Option(
-                "no_upstream_tests",
-                "skip upstream's tests on the CPU build (by default a test the queue breaks keeps the pin)",
-            ),
-        ),
+        "skippy.cli.app:pin_bump",
+        PinBumpOptions,
     ),
     Command(
         "summary",
         "Pull-request Markdown of upstream OLD..NEW: commits, diffstat, areas, patches exposed.",
-        "skippy.cli.app:summary_main",
-        (
-            Option("old", "older upstream commit", kind="positional", metavar="OLD"),
-            Option("new", "newer upstream commit", kind="positional", metavar="NEW"),
-        ),
+        "skippy.cli.app:summary",
+        SummaryOptions,
+        interrupted="everything: summary only reads",
     ),
     Command(
         "bisect",
         "Newest upstream commit the whole queue applies to, and the commit that first breaks each failing patch.",
-        "skippy.cli.app:bisect_main",
-        (Option("to", "upstream ref to search up to (default: upstream master)", kind="text", metavar="REF"),),
+        "skippy.cli.app:bisect",
+        BisectOptions,
+        interrupted=_AUDIT_INTERRUPTED,
     ),
     Command(
         "regenerate",
         "Write the core and model_support lanes back from the prepared workdir's commits (their Skippy-Patch "
         "trailers say which lane), or from two branches (verified; backup restored on failure).",
-        "skippy.cli.maintain:regenerate_main",
-        (
-            Option(
-                "core_head",
-                "branch or commit whose commits since the pin become the core lane (default: read from the "
-                "workdir's history)",
-                kind="text",
-                metavar="REF",
-            ),
-            Option(
-                "model_support_head",
-                "branch or commit whose commits since --core-head become the model_support lane",
-                kind="text",
-                metavar="REF",
-            ),
-            *_MAINTAIN,
-        ),
+        "skippy.cli.maintain:regenerate",
+        RegenerateOptions,
     ),
     Command(
         "generate",
         "Rewrite the generated lane from generated/families.toml and the pinned tree (or --check it).",
-        "skippy.cli.maintain:generate_main",
-        (Option("check", "only compare the checked-in lane with a fresh generation; fail on drift"), *_MAINTAIN),
+        "skippy.cli.maintain:generate",
+        GenerateOptions,
     ),
     Command(
         "parity",
         "Audit the arch cases the queue drops (allowlist beside the queue) and list its upstream deletions.",
-        "skippy.cli.maintain:parity_main",
-        _MAINTAIN,
+        "skippy.cli.maintain:parity",
+        AuditOptions,
+        interrupted=_AUDIT_INTERRUPTED,
     ),
     Command(
         "check",
         "Everything a reviewer needs: validate, apply all lanes, parity, generated-lane drift, boundary lint.",
-        "skippy.cli.maintain:check_main",
-        _MAINTAIN,
+        "skippy.cli.maintain:check",
+        AuditOptions,
+        interrupted=_AUDIT_INTERRUPTED,
     ),
     Command(
         "clean",
         "Remove old build dirs (keeping each backend's newest build of the prepared tree) and source archives "
         "no longer configured; never the workdir, the queue or the backups.",
-        "skippy.cli.clean:clean_main",
-        (Option("dry_run", "list each path that would be removed, with its size and why, and remove nothing"),),
+        "skippy.cli.clean:clean",
+        CleanOptions,
     ),
 )
 
 
 def command(name: str) -> Command:
     for c in COMMANDS:
-        if c.name == name:
+        if name in (c.name, c.task):
             return c
     raise KeyError(name)
-
-
-@dataclass(frozen=True)
-class Parsed:
-    """Options parsed from a nox session's arguments."""
-
-    values: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
-    #: ``-D...`` arguments, in order (build sessions hand them to CMake)
-    defines: tuple[str, ...] = ()
 
 
 def render_table(options: Sequence[Option]) -> str:
     """A Markdown table of ``options`` (the README's option tables are made with this)."""
     lines = ["| option | what it does |", "| --- | --- |"]
     for o in options:
-        name = o.metavar if o.kind == "positional" else o.flag + (f" {o.metavar}" if o.metavar else "")
-        short = f" (`{o.short}` in nox sessions)" if o.short else ""
+        if o.kind == "positional":
+            name = f"`{o.metavar}`"
+        else:
+            value = f" {o.metavar}" if o.metavar else ""
+            name = ", ".join(f"`{n}{value}`" for n in o.names)
         env = f" (default from `{o.env}`)" if o.env else ""
-        lines.append(f"| `{name}`{short} | {o.help}{env} |")
+        lines.append(f"| {name} | {o.help}{env} |")
     return "\n".join(lines)
 
 
-#: the README block between these markers is made by :func:`readme_block`
-README_BEGIN: Final = "<!-- options: made from skippy/cli/options.py by `python -m skippy.cli.options README.md` -->"
+#: the options block (docs/options.md) between these markers is made by :func:`readme_block`
+#: (through ``python -m skippy.cli.docs``, which rewrites every generated block)
+README_BEGIN: Final = "<!-- options: made from skippy/cli/options.py by `python -m skippy.cli.docs` -->"
 README_END: Final = "<!-- options: end -->"
 
 
@@ -293,21 +571,11 @@ def readme_block() -> str:
     """The README's option reference: one table per command, in the table's order."""
     parts = [README_BEGIN]
     for c in COMMANDS:
-        parts += ["", f"`invoke {c.name.replace('_', '-')}`: {c.help}", "", render_table(c.all_options)]
+        where = f"`invoke {c.task}`"
+        if c.nox == BUILD_SESSION:
+            where += " and `nox -s build-<backend> --` (the backend is the session's name)"
+        elif c.nox:
+            where += f" and `nox -s {c.nox} --`"
+        parts += ["", f"{where}: {c.help}", "", render_table(c.all_options)]
     parts += ["", README_END]
     return "\n".join(parts)
-
-
-def rewrite_readme(text: str) -> str:
-    """``text`` with its option block replaced by :func:`readme_block` (ValueError without the markers)."""
-    start = text.index(README_BEGIN)
-    end = text.index(README_END, start) + len(README_END)
-    return text[:start] + readme_block() + text[end:]
-
-
-if __name__ == "__main__":
-    import sys
-    from pathlib import Path
-
-    readme = Path(sys.argv[1])
-    readme.write_text(rewrite_readme(readme.read_text(encoding="utf-8")), encoding="utf-8")

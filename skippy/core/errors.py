@@ -138,6 +138,8 @@ class UpstreamTestsFailed(SkippyError):
     exit_code = 15
     #: the report (skippy.flows.upstream_tests.UpstreamTestsReport)
     report: object | None = None
+    #: the block the session ends with (skippy.check.report.Ending), every proof made
+    ending: object | None = None
 
     def as_dict(self) -> dict[str, object]:
         data = super().as_dict()

@@ -38,7 +38,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -232,6 +232,20 @@ def release(pid: int) -> None:
         _watchdog.release(pid)
 
 
+#: where every command line goes when no caller asked for its own echo (``--verbose``: :func:`echoing`)
+_ECHO: list[LineSink] = []
+
+
+@contextlib.contextmanager
+def echoing(sink: LineSink) -> Iterator[None]:
+    """Every command :func:`run` starts meanwhile is told to ``sink`` (``--verbose``)."""
+    _ECHO.append(sink)
+    try:
+        yield
+    finally:
+        _ECHO.remove(sink)
+
+
 def run(
     argv: Sequence[str | Path],
     *,
@@ -262,6 +276,7 @@ def run(
             untouched="everything: the command was not started",
             next_step=f"install {args[0]} or put it on PATH",
         )
+    echo = echo if echo is not None else (_ECHO[-1] if _ECHO else None)
     if echo is not None:
         echo("$ " + " ".join(quote(a) for a in args))
     out: list[str] = []

@@ -17,10 +17,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, NoReturn, TextIO
+from typing import Any, Final, Literal, NoReturn, TextIO
 
 from skippy.core.errors import SettingsError
 from skippy.core.redact import redact_urls
+
+#: a proof's verdict, and how a closing block shows it
+Verdict = Literal["pass", "fail", "not run"]
+MARKS: Final[Mapping[Verdict, str]] = {"pass": "✓", "fail": "✗", "not run": "-"}
+#: ANSI colours (SGR codes) of the styles :meth:`Console.paint` knows
+_SGR: Final = {"pass": "32", "fail": "31", "not run": "33", "bold": "1"}
 
 
 @dataclass
@@ -56,6 +62,31 @@ class Console:
         with live.lock:  # a watcher thread does not redraw between the wipe and the line
             live.clear()
             print(text, file=self.stream, flush=True)
+
+    @property
+    def color(self) -> bool:
+        """Colour on a terminal; none when piped, with ``NO_COLOR`` set (no-color.org) or ``TERM=dumb``."""
+        if self.env.get("NO_COLOR") or self.env.get("TERM") == "dumb":
+            return False
+        isatty = getattr(self.stream, "isatty", None)
+        return bool(isatty and isatty())
+
+    def paint(self, text: str, style: str) -> str:
+        """``text`` in ``style`` (a verdict or ``bold``) when colour is on."""
+        code = _SGR.get(style)
+        return f"\033[{code}m{text}\033[0m" if code and self.color else text
+
+    def block(self, title: str, rows: Sequence[tuple[Verdict, str, str]], tail: Sequence[str] = ()) -> None:
+        """A closing block: its title, one line per (verdict, name, detail), then ``tail``'s lines."""
+        if self.quiet:
+            return
+        width = max((len(name) for _, name, _ in rows), default=0)
+        lines = [self.paint(title, "bold")]
+        for verdict, name, detail in rows:
+            said = f"not run: {detail}" if verdict == "not run" else detail
+            lines.append(f"  {self.paint(MARKS[verdict], verdict)} {name.ljust(width)}  {said}")
+        lines += list(tail)
+        self._print(redact_urls("\n".join(lines)))
 
     def info(self, message: str) -> None:
         self.said.add(message)

@@ -10,7 +10,7 @@ outcome rendered there (:func:`skippy.cli.build.build_main`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -23,35 +23,30 @@ from skippy.build.roots import BuildRoot, mounted
 from skippy.build.toolchain import Toolchain, check_tree_needs, inspect_tree, probe_toolchain
 from skippy.check.binaries import version_line
 from skippy.check.evidence import artifact_markers_missing
+from skippy.check.report import Ending, ModelCheckFailed, Proof, SpotCheckReport, model_path, spot_proofs
 from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError, ToolchainMissing, UpstreamTestsFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.upstream_tests import Subject, UpstreamTestsReport, run_backend_ops, run_upstream_tests
 
-#: the environment variable that turns --skip-unavailable on
-SKIP_UNAVAILABLE_ENV: Final = "SKIPPY_SKIP_UNAVAILABLE"
-
 
 @dataclass(frozen=True)
 class SessionArgs:
-    """The options of a build session (parsed by :mod:`skippy.cli.build` from the option table)."""
+    """What a build session is asked to do (the command line's typed options, :mod:`skippy.cli.build`)."""
 
+    #: a backend this host cannot build is skipped instead of failing (--skip-unavailable)
     skip_unavailable: bool = False
     spot_check: bool = True
     jobs: int | None = None
     #: the -D arguments, normalized to ``-DNAME[:TYPE]=VALUE``: the only ones that reach CMake
     cmake_args: tuple[str, ...] = ()
-    as_json: bool = False
-    verbose: bool = False
     #: build the workdir as it stands (no prepare, a build dir of its own, queue digest "local")
     workdir_as_is: bool = False
     #: then build and run upstream's tests (skippy.flows.upstream_tests)
     upstream_tests: bool = False
-
-
-def skip_unavailable_from(env: Mapping[str, str]) -> bool:
-    return env.get(SKIP_UNAVAILABLE_ENV, "").lower() in ("1", "true", "yes")
+    #: the spot check's models (none: its default model)
+    models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -135,6 +130,12 @@ class SessionOutcome:
     local: LocalTree | None = None
     #: upstream's tests on the tree (None unless asked for)
     upstream: UpstreamTestsReport | None = None
+    #: what the build itself proved (the artifact gate, the root's gate), before any spot check
+    proofs: tuple[Proof, ...] = ()
+    #: why the spot check did not run, when it did not
+    spot_not_run: str | None = None
+    #: the root file system the binaries must run in (None: this host)
+    build_root: BuildRoot | None = None
 
 
 class _Prepared(Protocol):
@@ -170,6 +171,8 @@ class SpotCheckRequest:
     rpc_server: Path | None = None
     #: False: a difference from the CPU reference is reported, not failed (pin-bump's new upstream)
     agreement_required: bool = True
+    #: the models to check (none: the spot check's default model)
+    models: tuple[str, ...] = field(default=())
 
 
 class SpotCheckFn(Protocol):
@@ -202,7 +205,7 @@ def _default_spot_check(settings: Settings, request: SpotCheckRequest, console: 
     return spot_check(
         settings,
         server_binary=request.server_binary,
-        models=(),
+        models=request.models,
         console=console,
         server_env=request.server_env,
         extra_server_args=request.extra_server_args,
@@ -228,7 +231,7 @@ def _upstream_count(settings: Settings, prepared: _Prepared) -> int | None:
         return None
 
 
-def artifact_gate(backend: Backend, plan: BuildPlan, report: BuildReport, console: Console) -> None:
+def artifact_gate(backend: Backend, plan: BuildPlan, report: BuildReport, console: Console) -> Proof:
     """The binary must contain its backend: a build that fell back to CPU (an ignored CMake
     switch) lacks the backend's registration symbol.  Runs with and without the spot check."""
     server = report.binaries[SERVER_TARGET]
@@ -242,7 +245,9 @@ def artifact_gate(backend: Backend, plan: BuildPlan, report: BuildReport, consol
             next_step=f"check CMakeCache.txt in {plan.build_dir} (the switches set were: {switches}) "
             "and the configure log for an ignored or failed backend",
         )
-    console.info(f"{backend}: {server.name} contains its backend ({', '.join(markers)})")
+    found = f"{server.name} contains its backend ({', '.join(markers)})"
+    console.info(f"{backend}: {found}")
+    return Proof("artifact gate", "pass", found)
 
 
 def root_spot_check(plan: BuildPlan) -> str:
@@ -288,39 +293,42 @@ def root_gate(plan: BuildPlan, report: BuildReport, env: Mapping[str, str], cons
     return init
 
 
-def where(report: BuildReport, settings: Settings, console: Console, inside: BuildRoot | None = None) -> None:
-    """Where the binaries are, and one line to run them (also in ``invoke status --json``);
-    binaries built ``inside`` a root file system run only there, and the line says how."""
+def where(
+    report: BuildReport, settings: Settings, inside: BuildRoot | None = None, model: str | None = None
+) -> tuple[str, ...]:
+    """Where the binaries are, and one line to run them (also in ``invoke status --json``) on
+    ``model`` (the model file the spot check loaded; a placeholder without one); binaries built
+    ``inside`` a root file system run only there, and the line says how."""
     server = report.binaries[SERVER_TARGET]
-    for name, path in report.binaries.items():
-        console.info(f"{name}: {settings.relative(path)}")
+    lines = [f"{name}: {settings.relative(path)}" for name, path in report.binaries.items()]
+    given = model or "<model.gguf>"
     if inside is not None and inside.namespace:
-        console.info(
+        return (
+            *lines,
             f"run: inside the root only (they link its libraries): {' '.join(inside.prefix)} {server} "
-            "--model <model.gguf> --port 8080 (the model's folder bound in too: --ro-bind DIR DIR before the --)"
+            f"--model {given} --port 8080 (the model's folder bound in too: --ro-bind DIR DIR before the --)",
         )
-        return
     if inside is not None:
-        console.info(
+        return (
+            *lines,
             f"run: inside the root only (they link its libraries): {inside.program} {inside.path} {server} "
-            f"--model <model.gguf> --port 8080, with /proc, /dev and {report.build_dir} mounted there"
+            f"--model {given} --port 8080, with /proc, /dev and {report.build_dir} mounted there",
         )
-        return
-    console.info(f"run: {settings.relative(server)} --model <model.gguf> --port 8080  (then http://127.0.0.1:8080)")
+    lines.append(f"run: {settings.relative(server)} --model {given} --port 8080  (then http://127.0.0.1:8080)")
     rpc = next((p for n, p in report.binaries.items() if n != SERVER_TARGET), None)
     if rpc is not None:
-        console.info(
+        lines.append(
             f"rpc: {settings.relative(rpc)} -H 127.0.0.1 -p 50052  (llama-server --rpc 127.0.0.1:50052 -ngl 99)"
         )
+    return tuple(lines)
 
 
-def _gates_and_where(
-    plan: BuildPlan, report: BuildReport, settings: Settings, console: Console, *, local: bool
-) -> None:
-    """After a build: the artifact gate (and the root's), older local build dirs pruned, where."""
-    artifact_gate(plan.backend, plan, report, console)
+def _gates(plan: BuildPlan, report: BuildReport, settings: Settings, console: Console, *, local: bool) -> list[Proof]:
+    """After a build: the artifact gate (and the root's), older local build dirs pruned."""
+    proofs = [artifact_gate(plan.backend, plan, report, console)]
     if plan.build_root is not None:
-        root_gate(plan, report, settings.env, console)
+        init = root_gate(plan, report, settings.env, console)
+        proofs.append(Proof("runs in the root", "pass", f"llama-server --version runs inside the root: {init}"))
     if local:
         removed = prune_local_builds(report.build_dir)
         if removed:
@@ -328,7 +336,48 @@ def _gates_and_where(
                 f"removed {len(removed)} older build dir(s) of the workdir as it stood "
                 f"({', '.join(p.name for p in removed)}); the newest {KEEP_LOCAL_BUILDS} are kept"
             )
-    where(report, settings, console, plan.build_root)
+    return proofs
+
+
+def _spot_check(
+    b: Backend,
+    settings: Settings,
+    console: Console,
+    *,
+    args: SessionArgs,
+    plan: BuildPlan,
+    report: BuildReport,
+    prepared: _Prepared,
+    proofs: tuple[Proof, ...],
+    spot_check_fn: SpotCheckFn,
+    numerics_must_match: bool,
+) -> tuple[object | None, str | None]:
+    """The spot check of the build (its report), or why it did not run."""
+    spot = None
+    not_run = None if args.spot_check else "--no-spot-check"
+    if args.spot_check and plan.build_root is not None:
+        not_run = root_spot_check(plan)
+        console.warn(f"spot check not run: {not_run}")
+    elif args.spot_check:
+        request = SpotCheckRequest(
+            server_binary=report.binaries[SERVER_TARGET],
+            server_env=plan.spot_check_env,
+            extra_server_args=tuple(plan.spot_check_args),
+            # a binary that does not report this build's provenance is stale: refuse it
+            expect=(prepared.upstream_sha, prepared.queue_digest) if plan.define(PROVENANCE_DEFINES[0]) else None,
+            device_prefix=spec(b).device_prefix,
+            rpc_server=next((path for name, path in report.binaries.items() if name != SERVER_TARGET), None),
+            agreement_required=numerics_must_match,
+            models=args.models,
+        )
+        try:
+            spot = spot_check_fn(settings, request, console)
+        except ModelCheckFailed as exc:
+            # the failure ends with the same block: what the build proved, what the spot check did not
+            failed = SessionOutcome(b, build=report, patched_sha=prepared.patched_sha, spot=exc.report, proofs=proofs)
+            exc.ending = session_ending(failed, settings)
+            raise
+    return spot, not_run
 
 
 def run_build_session(
@@ -349,7 +398,7 @@ def run_build_session(
     """
     b = parse_backend(backend)
     args = args or SessionArgs()
-    skip = args.skip_unavailable or skip_unavailable_from(settings.env)
+    skip = args.skip_unavailable
     options = BuildOptions(cmake_args=args.cmake_args, jobs=args.jobs)
     try:
         with console.step(f"probe the {b} toolchain"):
@@ -392,22 +441,19 @@ def run_build_session(
         f"{b}: built {', '.join(report.binaries)} of {what} in {report.total_seconds:.1f} s "
         f"({report.compiled} compile steps) in {settings.relative(report.build_dir)}"
     )
-    _gates_and_where(plan, report, settings, console, local=local is not None)
-    spot = None
-    if args.spot_check and plan.build_root is not None:
-        console.warn(f"spot check not run: {root_spot_check(plan)}")
-    elif args.spot_check:
-        request = SpotCheckRequest(
-            server_binary=report.binaries[SERVER_TARGET],
-            server_env=plan.spot_check_env,
-            extra_server_args=tuple(plan.spot_check_args),
-            # a binary that does not report this build's provenance is stale: refuse it
-            expect=(prepared.upstream_sha, prepared.queue_digest) if plan.define(PROVENANCE_DEFINES[0]) else None,
-            device_prefix=spec(b).device_prefix,
-            rpc_server=next((path for name, path in report.binaries.items() if name != SERVER_TARGET), None),
-            agreement_required=numerics_must_match,
-        )
-        spot = spot_check_fn(settings, request, console)
+    proofs = tuple(_gates(plan, report, settings, console, local=local is not None))
+    spot, not_run = _spot_check(
+        b,
+        settings,
+        console,
+        args=args,
+        plan=plan,
+        report=report,
+        prepared=prepared,
+        proofs=proofs,
+        spot_check_fn=spot_check_fn,
+        numerics_must_match=numerics_must_match,
+    )
     upstream = None
     if args.upstream_tests:
         upstream = _upstream_tests(
@@ -420,9 +466,45 @@ def run_build_session(
             plan=plan,
             local=local is not None,
         )
-    return SessionOutcome(
-        backend=b, build=report, patched_sha=prepared.patched_sha, spot=spot, local=local, upstream=upstream
+    outcome = SessionOutcome(
+        backend=b,
+        build=report,
+        patched_sha=prepared.patched_sha,
+        spot=spot,
+        local=local,
+        proofs=proofs,
+        spot_not_run=not_run,
+        build_root=plan.build_root,
+        upstream=upstream,
     )
+    if upstream is not None and not upstream.ok:
+        raise _upstream_failure(outcome, settings, local=local is not None)
+    return outcome
+
+
+#: the proofs a spot check makes, for the ending of a session that did not run one
+SPOT_PROOFS: Final = ("provenance", "chat answer", "fingerprint", "RPC")
+
+
+def session_ending(outcome: SessionOutcome, settings: Settings) -> Ending:
+    """The block a build session ends with: each proof (pass, fail, not run and why), the binaries,
+    and a run line that starts the server on the model the spot check loaded."""
+    b = outcome.backend
+    if outcome.skipped is not None or outcome.build is None:
+        return Ending(f"build-{b}: skipped", (), (f"skipped: {outcome.skipped}",))
+    spot = outcome.spot if isinstance(outcome.spot, SpotCheckReport) else None
+    if spot is not None:
+        spot_part = spot_proofs(spot)
+    else:
+        why = outcome.spot_not_run or "not asked"
+        spot_part = [Proof(name, "not run", why) for name in SPOT_PROOFS]
+    proofs = (*outcome.proofs, *spot_part, *_upstream_proofs(outcome.upstream))
+    mode = " (the workdir as it stands)" if outcome.local is not None else ""
+    verdict = "every proof made holds" if all(p.verdict != "fail" for p in proofs) else "FAILED"
+    title = f"build-{b}{mode}: {verdict}"
+    model = model_path(spot)
+    shown = str(settings.relative(Path(model))) if model and outcome.build_root is None else model
+    return Ending(title, proofs, where(outcome.build, settings, outcome.build_root, shown))
 
 
 def _upstream_tests(
@@ -456,20 +538,36 @@ def _upstream_tests(
         report = run_backend_ops(backend, settings, console, subject, device=f"{device}0")
     for line in report.render():
         console.info(line)
-    if not report.ok:
-        broken = [t for t in report.tests if t.status in ("broken by the queue", "failed")]
-        blamed = "; ".join(f"{t.name} ({t.blame.patch if t.blame and t.blame.patch else t.status})" for t in broken)
-        error = UpstreamTestsFailed(
-            f"{len(broken)} of upstream's tests fail on the {'workdir' if local else 'patched tree'}: {blamed}",
-            untouched=f"the workdir; the tests' build dir {settings.relative(report.build_dir)} is kept",
-            next_step=(
-                "fix the patch named above, then `invoke regenerate` and rerun "
-                f"`nox -s build-{backend} -- --upstream-tests`"
-            ),
-        )
-        error.report = report
-        raise error
     return report
+
+
+def _upstream_proofs(report: UpstreamTestsReport | None) -> tuple[Proof, ...]:
+    """Upstream's tests in the ending, when they ran: their counts and baseline, or the ops."""
+    if report is None:
+        return ()
+    detail = report.summary() if report.ops_device is not None else f"{report.summary()}; baseline {report.baseline}"
+    return (Proof("upstream tests", "pass" if report.ok else "fail", detail),)
+
+
+def _upstream_failure(outcome: SessionOutcome, settings: Settings, *, local: bool) -> UpstreamTestsFailed:
+    """The session's failure when a test the queue breaks (or, as it stands, any test) fails:
+    the report, and the ending block with every proof made."""
+    report = outcome.upstream
+    assert report is not None
+    broken = [t for t in report.tests if t.status in ("broken by the queue", "failed")]
+    named = [f"{t.name} ({t.blame.patch if t.blame and t.blame.patch else t.status})" for t in broken]
+    named += [f"{o.op} on {report.ops_device}" for o in report.ops if o.failed]
+    error = UpstreamTestsFailed(
+        f"{len(named)} of upstream's tests fail on the {'workdir' if local else 'patched tree'}: {'; '.join(named)}",
+        untouched=f"the workdir; the tests' build dir {settings.relative(report.build_dir)} is kept",
+        next_step=(
+            "fix the patch named above, then `invoke regenerate` and rerun "
+            f"`nox -s build-{outcome.backend} -- --upstream-tests`"
+        ),
+    )
+    error.report = report
+    error.ending = session_ending(outcome, settings)
+    return error
 
 
 class SessionFn(Protocol):

@@ -36,12 +36,11 @@ from typing import Any, Final
 from skippy.build.backends.base import SERVER_TARGET
 from skippy.build.builder import read_stamp
 from skippy.build.localtree import MODE_LOCAL
-from skippy.build.plan import STAMP_NAME
+from skippy.build.plan import STAMP_NAME, TESTS_DEFINE
 from skippy.build.roots import remove_tree
 from skippy.core.errors import SkippyError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, human_size, tree_size
-from skippy.flows.upstream_tests import TESTS_DEFINE
 from skippy.queue.archive_specs import load_archive_specs
 from skippy.queue.testbed import LLAMA_CPP_PYTHON
 

@@ -307,7 +307,7 @@ def _default_build(
     *,
     upstream_tests: bool = True,
 ) -> object:
-    from skippy.flows.build_session import SessionArgs, run_build_session
+    from skippy.flows.build_session import SessionArgs, run_build_session, session_ending
 
     # upstream's tests on the CPU build: a test the queue breaks raises, and the pin stays
     args = SessionArgs(upstream_tests=upstream_tests and backend == reference_backend())
@@ -315,6 +315,7 @@ def _default_build(
     outcome = run_build_session(backend, settings, console, args, prepare_fn=prepare_fn, numerics_must_match=False)
     if outcome.skipped:
         raise SkippyError(f"build-{backend} was skipped: {outcome.skipped}", untouched="the pin")
+    session_ending(outcome, settings).show(console)  # each backend's build ends with its block, as nox's does
     return outcome
 
 

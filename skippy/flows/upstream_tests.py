@@ -30,7 +30,7 @@ from typing import Any, Final, Literal
 from filelock import FileLock
 
 from skippy.build.builder import BuildReport, execute_plan
-from skippy.build.plan import BuildOptions, BuildPlan, plan_build
+from skippy.build.plan import TESTS_DEFINE, BuildOptions, BuildPlan, plan_build
 from skippy.build.toolchain import Toolchain, inspect_tree
 from skippy.check import backend_ops, ctest
 from skippy.core import specs
@@ -42,7 +42,6 @@ from skippy.queue import workdir as wd
 from skippy.queue.mail import label_of
 from skippy.queue.model import Queue, load_queue
 
-TESTS_DEFINE: Final = "-DLLAMA_BUILD_TESTS=ON"
 #: the build commit of the baseline and attribution builds (test binaries, never shipped): one
 #: value for every commit and pin, so that moving the tree beside the workdir recompiles only the
 #: files that changed (the unpatched tree puts the commit on every compile line of libllama)

@@ -11,6 +11,7 @@ fast, exactly as for ``nox -s build-cpu``).
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from skippy.build.configure import parse_cmake_cache
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionArgs, run_build_session
+from skippy.flows.build_session import SessionArgs, run_build_session, session_ending
 
 pytestmark = pytest.mark.e2e
 
@@ -28,11 +29,15 @@ pytestmark = pytest.mark.e2e
 def test_build_cpu_builds_and_spot_checks_the_pinned_tree(
     project_settings: Settings, cpu_build: BuildReport, default_model: Path
 ) -> None:
-    """The whole session, as ``nox -s build-cpu`` runs it: probe, prepare, build, spot check."""
+    """The whole session, as ``nox -s build-cpu`` runs it: probe, prepare, build, spot check,
+    and the block it ends with."""
     project = project_settings
     stream = io.StringIO()
-    outcome = run_build_session("cpu", project, Console(env={}, stream=stream))
+    console = Console(env={}, stream=stream)
+    outcome = run_build_session("cpu", project, console)
     assert outcome.skipped is None
+    ending = session_ending(outcome, project)
+    ending.show(console)
     report = outcome.build
     assert report is not None
     assert report.build_dir == cpu_build.build_dir
@@ -52,6 +57,22 @@ def test_build_cpu_builds_and_spot_checks_the_pinned_tree(
     version = proc.run([report.binaries["llama-server"], "--version"], env=project.env, check=False)
     assert "version" in (version.stdout + version.stderr)
     assert "==> spot check " in stream.getvalue(), "the session ran its spot check"
+    # the ending: every proof, each a pass, then the binaries and a run line that works as printed
+    assert [(p.name, p.verdict) for p in ending.proofs] == [
+        ("artifact gate", "pass"),
+        ("provenance", "pass"),
+        ("chat answer", "pass"),
+        ("fingerprint", "pass"),
+        ("RPC", "pass"),
+    ]
+    text = stream.getvalue()
+    block = text[text.index("build-cpu: every proof made holds") :]
+    assert "✓ fingerprint    agrees with the CPU reference (largest difference " in block
+    assert re.search(r"✓ RPC +\d+/\d+ layers offloaded; model buffers on RPC0.* \(difference \d\.\d{3}\)", block)
+    assert "✓ artifact gate  llama-server contains its backend" in block
+    server = project.relative(report.binaries["llama-server"])
+    assert f"run: {server} --model {project.relative(default_model)} --port 8080" in block
+    assert default_model.is_file()
 
 
 def test_up_to_date_build_configures_and_compiles_nothing(project_settings: Settings, cpu_build: BuildReport) -> None:

@@ -60,7 +60,7 @@ def test_parity_reports_the_true_counts_of_the_pinned_tree(
     switches, cases, entries = grep_counts(testbed, hermetic_seal)
     assert switches >= 10 and cases >= 300 and entries >= 100  # the tree is the real one
     started = time.monotonic()
-    code = parity_main(env_of(hermetic_seal), root=real_project, as_json=True)
+    code = parity_main(env_of(hermetic_seal), root=real_project, json=True)
     seconds = time.monotonic() - started
     assert code == 0
     data = json.loads(capsys.readouterr().out)
@@ -95,7 +95,7 @@ def test_check_runs_end_to_end_on_the_pinned_tree(
     (real_project / "queue" / "patches" / "0001-core-rope-types-without-mpt.patch").write_bytes(patch)
 
     started = time.monotonic()
-    code = check_main(env, root=real_project, as_json=True)
+    code = check_main(env, root=real_project, json=True)
     failing = time.monotonic() - started
     assert code != 0
     data = json.loads(capsys.readouterr().out)
@@ -115,7 +115,7 @@ def test_check_runs_end_to_end_on_the_pinned_tree(
         encoding="utf-8",
     )
     started = time.monotonic()
-    code = check_main(env, root=real_project, as_json=True)
+    code = check_main(env, root=real_project, json=True)
     passing = time.monotonic() - started
     data = json.loads(capsys.readouterr().out)
     assert code == 0, data

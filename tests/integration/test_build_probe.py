@@ -333,8 +333,7 @@ def test_status_and_the_build_say_where_the_binaries_are(env: Env) -> None:
 
     plan = env.plan()
     report = env.run(plan)
-    where(report, env.settings, env.console)
-    out = env.out.getvalue()
+    out = "\n".join(where(report, env.settings))
     assert f"llama-server: {env.settings.relative(report.binaries['llama-server'])}" in out
     assert "run: " in out and "--model <model.gguf>" in out
     assert "rpc: " in out and "--rpc 127.0.0.1:50052 -ngl 99" in out

@@ -87,7 +87,7 @@ def test_an_unknown_option_fails_before_any_work_and_json_says_so() -> None:
     assert (report["ok"], report["error"], report["exit_code"]) == (False, "SettingsError", 2)
     assert report["what"] == "nox -s build-cpu --: unknown option --no-spotcheck (did you mean --no-spot-check?)"
     assert "--no-spot-check" in str(report["details"])
-    assert "-D NAME[:TYPE]=VALUE" in str(report["details"])
+    assert "-D, --define NAME[:TYPE]=VALUE" in str(report["details"])
     # the session stopped before its first step
     assert "probe the cpu toolchain" not in result.stderr
     assert "unknown option --no-spotcheck" in result.stderr
@@ -157,10 +157,10 @@ def test_invoke_build_runs_the_same_session_with_the_same_options(
 ) -> None:
     from skippy.cli.build import build_task_main
 
-    code = build_task_main(project.env, root=project.root, backend="metal", skip_unavailable=True, as_json=True)
+    code = build_task_main(project.env, root=project.root, backend="metal", skip_unavailable=True, json=True)
     assert code == 0
     assert "needs macOS" in str(json_report(capsys.readouterr().out)["skipped"])
-    assert build_task_main(project.env, root=project.root, jobs="0", workdir_as_is=True, as_json=True) == 2
+    assert build_task_main(project.env, root=project.root, jobs="0", workdir_as_is=True, json=True) == 2
     report = json_report(capsys.readouterr().out)
-    assert report["what"] == "invoke build: argument -j/--jobs: wants a positive number of jobs, got '0' (e.g. -j2)"
+    assert report["what"] == "invoke build: -j/--jobs: wants a positive number of jobs, got '0' (e.g. -j2)"
     assert not project.workdir.exists(), "nothing may be prepared before the options are checked"

@@ -48,7 +48,7 @@ def test_a_good_queue_passes_every_step(project: Project, capsys: pytest.Capture
         "generated": "ok",
         "boundaries": "ok",
     }
-    assert check_main(project.env, root=project.root, as_json=True) == 0
+    assert check_main(project.env, root=project.root, json=True) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is True
     parity = next(s for s in data["steps"] if s["name"] == "parity")
@@ -81,7 +81,7 @@ def test_problems_are_reported_and_the_workdir_is_untouched(
         "generated": "failed",
         "boundaries": "warning",
     }
-    assert check_main(project.env, root=project.root, as_json=True) == QueueError.exit_code
+    assert check_main(project.env, root=project.root, json=True) == QueueError.exit_code
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is False
     steps = {s["name"]: s for s in data["check"]["steps"]}

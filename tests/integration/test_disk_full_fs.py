@@ -53,7 +53,7 @@ def _big(project: Project) -> str:
 
 
 def _prepare(project: Project, capsys: pytest.CaptureFixture[str], **options: object) -> tuple[int, dict[str, object]]:
-    code = prepare_main(project.env, root=project.root, as_json=True, **options)  # type: ignore[arg-type]
+    code = prepare_main(project.env, root=project.root, json=True, **options)
     return code, json.loads(capsys.readouterr().out)
 
 

@@ -96,7 +96,7 @@ def test_check_names_the_families_that_drifted(project: Project, capsys: pytest.
 
     # a changed spec: a new family is missing from the lane, and the spec input changed
     write_spec(project, SPEC + '\n[[family]]\nname = "gpt2"\narch = "LLM_ARCH_GPT2"\n')
-    code = generate_main(project.env, root=project.root, check=True, as_json=True)
+    code = generate_main(project.env, root=project.root, check=True, json=True)
     assert code == QueueError.exit_code
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is False

@@ -43,7 +43,7 @@ def test_generate_replaces_symlinked_lane_files_and_never_writes_through(
     allowed = (project.patches, project.root / ".deps")
     before = tree_state([tmp_path, Path(os.environ["HOME"])], allowed)
 
-    code = generate_main(project.env, root=project.root, as_json=True)
+    code = generate_main(project.env, root=project.root, json=True)
     captured = capsys.readouterr()
     assert code == 0, captured.err
     report = json.loads(captured.out)

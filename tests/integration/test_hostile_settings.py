@@ -41,7 +41,7 @@ def listing(folder: Path) -> set[str]:
 def call(
     capsys: pytest.CaptureFixture[str], main: Any, project: Project, env: dict[str, str], **options: Any
 ) -> tuple[int, dict[str, Any], str]:
-    code = main({**project.env, **env}, root=project.root, as_json=True, **options)
+    code = main({**project.env, **env}, root=project.root, json=True, **options)
     out = capsys.readouterr()
     return code, json.loads(out.out), out.err
 
@@ -175,20 +175,20 @@ def test_a_token_in_the_upstream_url_is_never_shown(
 ) -> None:
     env = {**queued_project.env, "LLAMA_UPSTREAM_URL": TOKEN_URL}
     runs = [
-        (prepare_main, {"latest": True, "as_json": True}),
+        (prepare_main, {"latest": True, "json": True}),
         (prepare_main, {"latest": True, "verbose": True}),
         (status_main, {}),
-        (status_main, {"as_json": True}),
+        (status_main, {"json": True}),
     ]
     seen = ""
     for main, options in runs:
         code = main(env, root=queued_project.root, **options)
         out = capsys.readouterr()
-        assert "SECRET" not in out.out and "SECRET" not in out.err, (main.__name__, options, out)
+        assert "SECRET" not in out.out and "SECRET" not in out.err, (main, options, out)
         seen += out.out + out.err
         if main is prepare_main:
             assert code == 5, out.err  # NetworkError
-        if options.get("as_json") and main is prepare_main:
+        if options.get("json") and main is prepare_main:
             report = json.loads(out.out)
             assert report["what"] == "could not clone https://***@127.0.0.1:9/none.git after 2 attempt(s)"
             assert report["next"].startswith("check the network and LLAMA_UPSTREAM_URL")

@@ -92,7 +92,7 @@ def test_a_link_among_the_queue_backups_is_left_alone(
     backups.mkdir(parents=True, exist_ok=True)
     (backups / "patches-00000000T000000Z-evil").symlink_to(elsewhere)
     for _ in range(11):  # past the number of backups kept, so pruning runs
-        assert regenerate_main(queued_project.env, root=queued_project.root, as_json=True) == 0
+        assert regenerate_main(queued_project.env, root=queued_project.root, json=True) == 0
         report = json.loads(capsys.readouterr().out)
         assert report["ok"] is True
     assert (backups / "patches-00000000T000000Z-evil").is_symlink()

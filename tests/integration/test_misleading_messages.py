@@ -41,7 +41,7 @@ def test_latest_with_the_upstream_unreachable_does_not_blame_offline(
     before = tree_state([tmp_path, home], allowed)
 
     code, report, err = _run(
-        prepare_main, capsys, env=queued_project.env, root=queued_project.root, latest=True, as_json=True
+        prepare_main, capsys, env=queued_project.env, root=queued_project.root, latest=True, json=True
     )
 
     assert code == NetworkError.exit_code, err
@@ -69,7 +69,7 @@ def test_latest_with_offline_given_still_says_offline(
     archive = archive_of(queued_project, pin)
     configure(queued_project, str(queued_project.upstream.path), {pin: (archive, archive_fetch.sha256_of(archive))})
     code, report, _err = _run(
-        prepare_main, capsys, env=queued_project.env, root=queued_project.root, latest=True, offline=True, as_json=True
+        prepare_main, capsys, env=queued_project.env, root=queued_project.root, latest=True, offline=True, json=True
     )
     assert code == 2 and report["what"] == "--latest needs the upstream: it cannot run --offline"
 
@@ -84,7 +84,7 @@ def test_status_on_a_workdir_with_an_empty_git_dir_names_it(
     git_dir.mkdir()
     everything = tree_state([tmp_path, Path(os.environ["HOME"])], ())
 
-    code, report, err = _run(status_main, capsys, env=queued_project.env, root=queued_project.root, as_json=True)
+    code, report, err = _run(status_main, capsys, env=queued_project.env, root=queued_project.root, json=True)
 
     assert code == WorkdirError.exit_code, err
     assert report["ok"] is False and report["error"] == "WorkdirError"
@@ -102,7 +102,7 @@ def test_status_on_a_workdir_with_an_empty_git_dir_names_it(
     # a .git that lost its objects is named by what it lacks
     (git_dir / "HEAD").write_text("ref: refs/heads/master\n", encoding="utf-8")
     (git_dir / "refs").mkdir()
-    code, report, err = _run(status_main, capsys, env=queued_project.env, root=queued_project.root, as_json=True)
+    code, report, err = _run(status_main, capsys, env=queued_project.env, root=queued_project.root, json=True)
     assert code == WorkdirError.exit_code
     assert str(report["what"]).startswith("the workdir's git dir .deps/llama.cpp/.git lacks objects/: it is damaged")
     # the next step runs: moved aside, prepare makes a fresh workdir

@@ -26,7 +26,7 @@ def test_status_report_on_stdout_progress_on_stderr(
     assert human.out.strip(), "the status report goes to stdout"
     assert queued_project.upstream.commits[1][:12] in human.out
 
-    assert status_main(queued_project.env, root=queued_project.root, as_json=True) == 0
+    assert status_main(queued_project.env, root=queued_project.root, json=True) == 0
     machine = capsys.readouterr()
     report = json.loads(machine.out)
     assert report["ok"] is True

@@ -70,7 +70,7 @@ def test_a_dropped_case_fails_until_allowlisted(project: Project) -> None:
     ]
     assert "LLM_ARCH_MPT" in report.deletions[0].preview[0]
 
-    code = parity_main(project.env, root=project.root, as_json=False)
+    code = parity_main(project.env, root=project.root, json=False)
     assert code == QueueError.exit_code
 
     allow = settings.patch_dir / "parity-allowlist.toml"
@@ -93,7 +93,7 @@ def test_a_dropped_case_fails_until_allowlisted(project: Project) -> None:
     report = parity.run_parity(settings, console=QUIET)
     assert report.ok
     assert [a.case for a in report.stale_allowlist] == ["LLM_ARCH_T5ENCODER"]
-    assert parity_main(project.env, root=project.root, as_json=False) == 0
+    assert parity_main(project.env, root=project.root, json=False) == 0
 
 
 def test_allowlist_needs_a_reason(project: Project) -> None:
@@ -159,7 +159,7 @@ def test_cleanup_patch_warns_naming_the_patch_it_fixes(project: Project) -> None
 
 def test_parity_json_report(project: Project, capsys: pytest.CaptureFixture[str]) -> None:
     arch_upstream(project)
-    assert parity_main(project.env, root=project.root, as_json=True) == 0
+    assert parity_main(project.env, root=project.root, json=True) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is True
     assert data["upstream"]["switches"] == SWITCHES

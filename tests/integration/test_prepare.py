@@ -556,7 +556,7 @@ def test_lock_serializes_and_times_out(queued_project: Project) -> None:
             [
                 sys.executable,
                 "-c",
-                code.replace("root=Path(sys.argv[1])", "root=Path(sys.argv[1]), as_json=True"),
+                code.replace("root=Path(sys.argv[1])", "root=Path(sys.argv[1]), json=True"),
                 str(queued_project.root),
             ],
             stdout=subprocess.PIPE,

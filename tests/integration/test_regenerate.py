@@ -220,7 +220,7 @@ def test_range_diff_classes(project: Project, capsys: pytest.CaptureFixture[str]
         wdir, "gemma3: runtime adaptation", {"src/gemma3-extra.cpp": "// gemma3\n"}, date="2024-06-05T10:00:00+0000"
     )
     code = regenerate_main(
-        project.env, root=project.root, core_head="core-v2", model_support_head="models-v2", as_json=True
+        project.env, root=project.root, core_head="core-v2", model_support_head="models-v2", json=True
     )
     assert code == 0
     data = json.loads(capsys.readouterr().out)

@@ -42,6 +42,7 @@ from skippy.flows.build_session import (
     root_gate,
     root_spot_check,
     run_build_session,
+    session_ending,
 )
 from tests.integration.test_build_toolchain import Host, fake_tool
 
@@ -576,7 +577,11 @@ def test_a_build_session_runs_inside_the_root_with_its_own_cache_server(host: Ho
     build = outcome.build
     assert build is not None and build.toolkit is not None
     # the binaries run only inside the root: the line that says how to run them says so
-    run_lines = [line for line in out.getvalue().splitlines() if line.lstrip().startswith("run:")]
+    ending = session_ending(outcome, settings)
+    run_lines = [line for line in ending.tail if line.startswith("run:")]
+    assert ("artifact gate", "pass") in [(p.name, p.verdict) for p in ending.proofs]
+    assert ("runs in the root", "pass") in [(p.name, p.verdict) for p in ending.proofs]
+    assert {p.verdict for p in ending.proofs if p.name in ("chat answer", "fingerprint", "RPC")} == {"not run"}
     assert len(run_lines) == 1 and "inside the root only" in run_lines[0], run_lines
     assert f"chroot {outcome_root_path(settings)} {build.binaries['llama-server']} --model" in run_lines[0]
     assert build.toolkit.startswith("rocm debian-root sid hip 6.4.3-1 ")

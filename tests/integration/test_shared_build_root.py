@@ -31,7 +31,7 @@ def fake_build(build_root: Path, name: str, source_dir: Path, patched: str, when
 
 
 def status(project: Project, capsys: pytest.CaptureFixture[str], **env: str) -> tuple[dict[str, object], str]:
-    assert status_main({**project.env, **env}, root=project.root, as_json=True) == 0
+    assert status_main({**project.env, **env}, root=project.root, json=True) == 0
     report = json.loads(capsys.readouterr().out)
     assert status_main({**project.env, **env}, root=project.root) == 0
     return report, capsys.readouterr().out

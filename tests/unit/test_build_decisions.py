@@ -32,7 +32,7 @@ from skippy.build.toolchain import (
     parse_rpc_target,
     probe_toolchain,
 )
-from skippy.cli.build import parse_session_args
+from skippy.cli.build import session_args, session_options
 from skippy.core.errors import SettingsError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -193,14 +193,24 @@ def test_vulkan_headers_too_old_for_the_tree_fail_before_configure(tmp_path: Pat
     check_tree_needs(tree, replace(old, backend="cpu"))
 
 
+def parse_session_args(argv: list[str], env: dict[str, str], backend: str = "cpu") -> SessionArgs:
+    return session_args(session_options(argv, env, backend))
+
+
 def test_session_args() -> None:
     a = parse_session_args(["--skip-unavailable", "-j2", "-DGGML_RPC=ON", "--no-spot-check"], {})
     assert (a.skip_unavailable, a.spot_check, a.jobs, a.cmake_args) == (True, False, 2, ("-DGGML_RPC=ON",))
-    b = parse_session_args(["--jobs", "4"], {"SKIPPY_SKIP_UNAVAILABLE": "1"})
-    assert (b.skip_unavailable, b.spot_check, b.jobs, b.cmake_args) == (True, True, 4, ())
+    b = parse_session_args(["--jobs", "4", "--model", "tiny:llama"], {"SKIPPY_SKIP_UNAVAILABLE": "1"})
+    assert (b.skip_unavailable, b.spot_check, b.jobs, b.cmake_args, b.models) == (True, True, 4, (), ("tiny:llama",))
     assert not parse_session_args([], {"SKIPPY_SKIP_UNAVAILABLE": "0"}).skip_unavailable
-    c = parse_session_args(["-D", "A=1", "-DB:STRING=two words", "--json", "--verbose", "-j", "3"], {})
-    assert (c.cmake_args, c.as_json, c.verbose, c.jobs) == (("-DA=1", "-DB:STRING=two words"), True, True, 3)
+    c = session_options(["-D", "A=1", "-DB:STRING=two words", "--json", "-v", "-j", "3"], {}, "cuda")
+    assert (c.define, c.json, c.verbose, c.jobs, c.backend) == (
+        ("-DA=1", "-DB:STRING=two words"),
+        True,
+        True,
+        3,
+        "cuda",
+    )
 
 
 @pytest.mark.parametrize(
@@ -211,9 +221,9 @@ def test_session_args() -> None:
         (["-G", "Ninja"], "unknown option -G"),
         (["Release"], "unexpected argument Release"),
         (["--no-spot"], "unknown option --no-spot (did you mean --no-spot-check?)"),
-        (["-j", "zero"], "positive number of jobs, got 'zero'"),
-        (["-j0"], "positive number of jobs, got '0'"),
-        (["-DNOVALUE"], "wants NAME=VALUE or NAME:TYPE=VALUE, got 'NOVALUE'"),
+        (["-j", "zero"], "-j/--jobs: wants a positive number of jobs, got 'zero'"),
+        (["-j0"], "-j/--jobs: wants a positive number of jobs, got '0'"),
+        (["-DNOVALUE"], "-D/--define: wants NAME=VALUE or NAME:TYPE=VALUE, got 'NOVALUE'"),
         (["-D"], "expected one argument"),
     ],
 )
@@ -221,13 +231,16 @@ def test_session_args_refuse_what_is_not_an_option(args: list[str], message: str
     with pytest.raises(SettingsError) as info:
         parse_session_args(args, {}, "cpu")
     err = info.value
-    assert err.what.startswith("nox -s build-cpu --: ")
+    # the parser's own errors name the session; a bad value names its option
+    assert err.what.startswith("nox -s build-cpu --: ") or err.what.startswith("-")
     assert message in err.what
     assert err.untouched == "everything: nothing was started"
-    # the valid options are listed
+    assert "--help" in str(err.next_step)
+    if err.what.startswith("-"):
+        return  # a bad value: its option is named, the others are not listed
     assert err.details is not None
     for option in (
-        "-D NAME[:TYPE]=VALUE",
+        "-D, --define NAME[:TYPE]=VALUE",
         "-j, --jobs N",
         "--skip-unavailable",
         "--no-spot-check",
@@ -273,8 +286,9 @@ def test_unavailable_backend_fails_unless_skipping_was_asked(tmp_path: Path) -> 
     )
     assert outcome.skipped
     assert outcome.build is None
-    skip_env = Settings.from_table(tmp_path, {}, {"PATH": str(tmp_path), "SKIPPY_SKIP_UNAVAILABLE": "1"})
-    assert run_build_session("rocm", skip_env, console, prepare_fn=rec.prepare, spot_check_fn=rec.spot_check).skipped
+    # SKIPPY_SKIP_UNAVAILABLE is the option's default, read once from the option table (not by the session)
+    from_env = session_args(session_options([], {"SKIPPY_SKIP_UNAVAILABLE": "1"}, "rocm"))
+    assert run_build_session("rocm", s, console, from_env, prepare_fn=rec.prepare, spot_check_fn=rec.spot_check).skipped
     assert rec.prepared == 0
     assert rec.checked == 0
 

@@ -17,7 +17,8 @@ from skippy.build.noise import UI_NOTE, NoiseFilter
 from skippy.build.plan import STAMP_NAME, BuildPlan, plan_build
 from skippy.check.provenance import expected_queue_digest, stale_next_step
 from skippy.cli.app import build_mode_text
-from skippy.cli.build import outcome_report, parse_session_args
+from skippy.cli.build import outcome_report
+from skippy.cli.build import session_options as parse_session_args
 from skippy.cli.options import command, render_table
 from skippy.core.errors import SettingsError
 from skippy.core.ui import Console
@@ -117,7 +118,8 @@ def test_the_option_is_declared_once_and_parsed_by_the_session() -> None:
     assert parse_session_args(["--workdir-as-is", "--no-spot-check"], {}, "cpu").workdir_as_is
     assert not parse_session_args([], {}, "cpu").workdir_as_is
     assert "| `--workdir-as-is` |" in render_table(build.all_options)
-    assert "| `--define NAME[:TYPE]=VALUE` (`-D` in nox sessions) |" in render_table(build.all_options)
+    assert "| `-D NAME[:TYPE]=VALUE`, `--define NAME[:TYPE]=VALUE` |" in render_table(build.all_options)
+    assert "| `-j N`, `--jobs N` |" in render_table(build.all_options)
     with pytest.raises(SettingsError) as info:
         parse_session_args(["--workdir-as-it-is"], {}, "cpu")
     assert "did you mean --workdir-as-is?" in info.value.what

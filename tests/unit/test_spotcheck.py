@@ -15,7 +15,8 @@ from skippy.check.chat import Answer, completion_request, judge, parse_stream, p
 from skippy.check.report import ModelCheckFailed, ModelResult, Options, Provenance, SpotCheckReport
 from skippy.check.server import ServerFailure, describe_exit
 from skippy.check.spotcheck import log_dir
-from skippy.cli.spot import parse_args
+from skippy.cli.options import SpotCheckOptions, command, make
+from skippy.cli.run import nox_values
 from skippy.core.errors import SettingsError, SpotCheckFailed
 from skippy.core.settings import Settings
 
@@ -212,12 +213,17 @@ def test_report_markdown_json_and_failure_message() -> None:
     assert not SpotCheckReport(server="x").ok  # nothing checked is not a pass
 
 
+def parse_args(argv: list[str]) -> SpotCheckOptions:
+    return make(SpotCheckOptions, nox_values(command("spot_check"), argv), {})
+
+
 def test_cli_arguments_repeat() -> None:
     args = parse_args(["--model", "tiny:llama", "--model", "gemma3-270m", "--json", "--server-arg=-ngl"])
-    assert args.model == ["tiny:llama", "gemma3-270m"]
+    assert args.model == ("tiny:llama", "gemma3-270m")
     assert args.json is True
-    assert args.server_arg == ["-ngl"]
-    assert parse_args([]).model == []
+    assert args.server_arg == ("-ngl",)
+    assert parse_args([]).model == ()
+    assert parse_args(["-v"]).verbose is True
 
 
 def test_exit_descriptions_name_signals() -> None:

@@ -15,7 +15,7 @@ from skippy.build.backends import matrix, registry
 from skippy.build.backends.cuda_toolkit import TOOLKIT_ENV, resolve_toolkit_choice
 from skippy.build.cache import ENV_VAR as CACHE_STORAGE_ENV
 from skippy.build.cache import reachable, select_storage
-from skippy.cli.build import parse_session_args
+from skippy.cli.build import session_args, session_options
 from skippy.cli.ci import COMMANDS
 from tests.workflowtools import (
     WORKFLOW_DIR,
@@ -108,7 +108,7 @@ def test_a_stale_matrix_is_caught_and_rewritten(tmp_path: Any) -> None:
 def test_each_job_title_says_whether_it_spot_checks() -> None:
     for entry in build_entries():
         # the build session's own parser decides whether the posargs turn the spot check off
-        parsed = parse_session_args(str(entry.get("posargs", "")).split(), {})
+        parsed = session_args(session_options(str(entry.get("posargs", "")).split(), {}))
         assert parsed.skip_unavailable is False
         title = entry["title"]
         if parsed.spot_check:
@@ -135,7 +135,7 @@ def test_each_backend_runs_where_it_can_and_spot_checks_when_there_is_a_device(
 ) -> None:
     (entry,) = [e for e in build_entries() if e["key"] == backend]
     # the build session's own parser decides whether the posargs turn the spot check off
-    parsed = parse_session_args(str(entry.get("posargs", "")).split(), {})
+    parsed = session_args(session_options(str(entry.get("posargs", "")).split(), {}))
     assert parsed.spot_check is spot_check
     assert parsed.skip_unavailable is False
     title = entry["title"]
@@ -272,7 +272,7 @@ def test_the_gha_storage_the_workflows_choose_is_usable_with_the_runtime_variabl
 def test_the_cpu_runs_on_arm64_too_with_the_spot_check() -> None:
     (arm,) = [e for e in build_entries() if e["key"] == "cpu-arm64"]
     assert arm["backend"] == "cpu" and arm["runs-on"] == "ubuntu-24.04-arm" and arm["container"] == ""
-    assert parse_session_args(str(arm.get("posargs", "")).split(), {}).spot_check is True
+    assert session_args(session_options(str(arm.get("posargs", "")).split(), {})).spot_check is True
     assert "arm64" in arm["title"] and "spot check" in arm["title"]
 
 

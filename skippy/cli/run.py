@@ -1,0 +1,263 @@
+"""The one path every command takes, from invoke and from nox alike.
+
+parse (invoke's parser or the nox session's, both made from the option table) ->
+the command's typed options object (:func:`skippy.cli.options.make`, once) ->
+settings -> the command's action -> catch -> report (human, or one JSON report on
+stdout with ``--json``) -> exit code.  Errors are caught here, once: a
+SkippyError is rendered and mapped to its exit code, Ctrl-C to 130, an exception
+skippy did not foresee to 70 (its traceback on stderr); with ``--json`` each of
+them still prints one JSON report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from skippy.check.report import Ending
+from skippy.cli.options import BUILD_SESSION, COMMANDS, INTERRUPTED, JSON_FLAG, Command, Common, Option, command, make
+from skippy.core import proc
+from skippy.core.errors import InternalError, Interrupted, SettingsError, SkippyError
+from skippy.core.settings import Settings, find_root
+from skippy.core.ui import Console, OptionParser, print_json, say
+
+#: the exit code of a run that finished
+OK: Final = 0
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a command's action hands back: its JSON report, and what a human is shown."""
+
+    data: Mapping[str, Any]
+    #: the human report (stdout; not printed with --json)
+    text: str = ""
+    #: the closing block of proofs, binaries and run line (stderr, with and without --json)
+    ending: Ending | None = None
+    #: set when the command was skipped on request (a nox session shows it as skipped)
+    skipped: str | None = None
+
+
+#: a command's action: its typed options, the settings and the console -> its report
+Action = Callable[[Any, Settings, Console], Report]
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    skipped: str | None = None
+    #: the JSON report printed (or that would have been), for tests
+    report: Mapping[str, Any] = field(default_factory=dict)
+
+
+def load(root: Path | None, env: Mapping[str, str], console: Console | None = None) -> Settings:
+    """The settings; with ``console``, first what killed runs left is told and swept."""
+    settings = Settings.load(root if root is not None else find_root(Path.cwd()), env)
+    if console is not None:
+        from skippy.queue.leftovers import sweep
+
+        sweep(settings, console)
+    return settings
+
+
+def failed(exc: SkippyError, console: Console, *, as_json: bool) -> Ran:
+    """A failure, reported once: its ending (when it carries one), the error, its JSON report."""
+    ending = getattr(exc, "ending", None)
+    if isinstance(ending, Ending):
+        ending.show(console)
+    report = {"ok": False, **exc.as_dict()}
+    if isinstance(ending, Ending):
+        report["proofs"] = ending.as_dict()["proofs"]
+    if as_json:
+        print_json(report)
+    console.error(exc.render())
+    return Ran(exc.exit_code, report=report)
+
+
+def guarded(
+    action: Callable[[], Report | dict[str, Any]],
+    *,
+    console: Console,
+    as_json: bool,
+    interrupted: str = INTERRUPTED,
+    rerun: str = "",
+) -> Ran:
+    """Run ``action`` and report its outcome (see the module's docstring)."""
+    try:
+        done = action()
+    except SkippyError as exc:
+        return failed(exc, console, as_json=as_json)
+    except KeyboardInterrupt:
+        next_step = f"rerun {rerun}" if rerun else "rerun the command"
+        return failed(Interrupted("interrupted", untouched=interrupted, next_step=next_step), console, as_json=as_json)
+    except Exception as exc:
+        # a bug, not a failure we foresaw: the traceback for the bug report, and still one report
+        console.error(traceback.format_exc().rstrip())
+        return failed(InternalError(exc), console, as_json=as_json)
+    report = done if isinstance(done, Report) else Report(done)
+    data = {"ok": True, **report.data}
+    if report.ending is not None:
+        data["proofs"] = report.ending.as_dict()["proofs"]
+    if as_json:
+        print_json(data)
+    elif report.text:
+        say(report.text)
+    if report.ending is not None:
+        report.ending.show(console)
+    return Ran(OK, report.skipped, data)
+
+
+def action_of(c: Command) -> Action:
+    module, _, function = c.target.partition(":")
+    found: Action = getattr(importlib.import_module(module), function)
+    return found
+
+
+def run(
+    c: Command,
+    values: Mapping[str, object],
+    env: Mapping[str, str],
+    *,
+    root: Path | None,
+    prog: str,
+    action: Action | None = None,
+) -> Ran:
+    """``c`` with the raw ``values`` its parser found (option name -> value; missing: not given);
+    ``action`` replaces the command's own (tests)."""
+    as_json = values.get("json") is True
+    console = Console(env=env, verbose=values.get("verbose") is True)
+    act = action or action_of(c)
+
+    def step() -> Report:
+        try:
+            options = make(c.options_type, values, env)
+        except SettingsError as exc:  # a value the table refuses: named with the command, as the parser does
+            exc.what = f"{prog}: {exc.what}"
+            raise
+        # --verbose: every command run is shown (and each step's time, by the console)
+        with proc.echoing(console.command) if options.verbose else contextlib.nullcontext():
+            return act(options, load(root, env, console), console)
+
+    return guarded(step, console=console, as_json=as_json, interrupted=c.interrupted, rerun=prog)
+
+
+# --- nox ---------------------------------------------------------------------------
+
+
+def nox_prog(c: Command, backend: str | None = None) -> str:
+    session = f"build-{backend or '<backend>'}" if c.nox == BUILD_SESSION else c.nox
+    return f"nox -s {session} --"
+
+
+def _add(parser: OptionParser, option: Option) -> None:
+    if option.kind == "positional":
+        parser.add_argument(option.name, metavar=option.metavar, help=option.help)
+        return
+    names = option.names
+    if option.kind == "flag":
+        parser.add_argument(*names, dest=option.name, action="store_true", default=None, help=option.help)
+    elif option.kind == "list":
+        parser.add_argument(*names, dest=option.name, action="append", metavar=option.metavar, help=option.help)
+    else:
+        parser.add_argument(*names, dest=option.name, metavar=option.metavar, help=option.help)
+
+
+def nox_parser(c: Command, backend: str | None = None) -> OptionParser:
+    """The nox session's arguments, made from the option table; anything else is an error."""
+    parser = OptionParser(nox_prog(c, backend), description=c.help)
+    for option in c.nox_options:
+        _add(parser, option)
+    return parser
+
+
+def nox_values(c: Command, argv: Sequence[str], backend: str | None = None) -> dict[str, object]:
+    """What the nox session's parser found: the raw values, not yet typed (:func:`run` does that)."""
+    ns: argparse.Namespace = nox_parser(c, backend).parse(argv)
+    values = {k: v for k, v in vars(ns).items() if v is not None}
+    if backend is not None:
+        values["backend"] = backend
+    return values
+
+
+def nox_main(
+    name: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    root: Path | None,
+    backend: str | None = None,
+    action: Action | None = None,
+) -> Ran:
+    """``nox -s NAME -- ARGV`` (``build-<backend>``: ``name`` "build" and its ``backend``)."""
+    c = command(name)
+    try:
+        values = nox_values(c, argv, backend)
+    except SettingsError as exc:
+        # the arguments could not be parsed, so neither could --json: its token decides
+        return failed(exc, Console(env=env), as_json=JSON_FLAG in argv)
+    return run(c, values, env, root=root, prog=nox_prog(c, backend).removesuffix(" --"), action=action)
+
+
+# --- invoke ------------------------------------------------------------------------
+
+
+def invoke_main(c: Command, values: Mapping[str, object], env: Mapping[str, str], *, root: Path) -> Ran:
+    """``invoke TASK ...``: the values invoke's parser found (its tasks are made from the same table)."""
+    given = {k: v for k, v in values.items() if v not in (None, "", False, [], ())}
+    ran = run(c, given, env, root=root, prog=f"invoke {c.task}")
+    if ran.skipped:
+        Console(env=env).info(f"skipped: {ran.skipped}")
+    return ran
+
+
+def invoke_parse_error(task: str, message: str, argv: Sequence[str], env: Mapping[str, str]) -> Ran:
+    """invoke's own argument error (an unknown flag, a missing value), reported as ours."""
+    where = f"invoke {task}" if task else "invoke"
+    known = [c for c in COMMANDS if c.task == task]
+    lines = [f"  {', '.join(o.names)}: {o.help}" for c in known for o in c.all_options]
+    error = SettingsError(
+        f"{where}: {message}",
+        untouched="everything: nothing was started",
+        next_step=f"use one of the valid options (invoke --help {task})" if task else "invoke --list",
+        details="valid options:\n" + "\n".join(lines) if lines else None,
+    )
+    return failed(error, Console(env=env), as_json=JSON_FLAG in argv)
+
+
+__all__ = [
+    "Action",
+    "Common",
+    "Ran",
+    "Report",
+    "failed",
+    "guarded",
+    "invoke_main",
+    "invoke_parse_error",
+    "load",
+    "nox_main",
+    "nox_parser",
+    "nox_values",
+    "run",
+]
+
+
+class Entry(Protocol):
+    def __call__(self, env: Mapping[str, str], *, root: Path | None = None, **values: object) -> int: ...
+
+
+def entry(name: str) -> Entry:
+    """The command ``name`` called from Python (tests, scripts) with its options as keywords
+    (``prepare_main(env, root=..., latest=True, json=True)``): invoke's path, the exit code."""
+    c = command(name)
+
+    def main(env: Mapping[str, str], *, root: Path | None = None, **values: object) -> int:
+        return run(c, values, env, root=root, prog=f"invoke {c.task}").code
+
+    main.__name__ = main.__qualname__ = f"{name}_main"
+    return main
