@@ -123,7 +123,7 @@ def test_dry_run_lists_each_path_with_its_size_and_why_and_removes_nothing(
     assert len({d.name for d in dirs.values()}) == len(dirs)
     before = sorted(p.name for p in project.settings.build_root.iterdir())
 
-    assert clean_main(project.env, root=project.root, dry_run=True, as_json=True) == 0
+    assert clean_main(project.env, root=project.root, dry_run=True, json=True) == 0
     report = json.loads(capsys.readouterr().out)
     removed = {Path(e["path"]): e for e in report["remove"]}
     kept = {Path(e["path"]): e for e in report["keep"]}
