@@ -135,14 +135,22 @@ def render_backends(backends: Mapping[str, BackendSpec]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for b in backends.values():
-        switches = {o.switch: ("ON" if o.name == b.name else "OFF") for o in backends.values() if o.switch}
+        # its own switch only (skippy.build.backends.switches), and OFF a switch the tree turns on by
+        # default on some host (Metal's on macOS) where that host builds it
+        own = {b.switch: "ON"} if b.switch else {}
+        host_off = [
+            f"`{o.switch}=OFF` on {', '.join(sorted(_SYSTEMS.get(s, s) for s in o.default_on_systems))}"
+            for o in backends.values()
+            if o.switch and o.name != b.name and o.default_on_systems
+        ]
+        switches = ", ".join(filter(None, [_defines({**own, **b.extra_defines}), *host_off])) or "-"
         keys = ", ".join(f"`{k}`" for k in sorted(b.table_keys)) or "-"
         hosts = ", ".join(sorted(_SYSTEMS.get(h, h) for h in b.host_systems)) or "any"
         check = " ".join(b.spot_check_args) or "CPU"
         check = f"`{check}`" if b.spot_check_args else check
         device = f"`{b.device_prefix}0`" if b.device_prefix else "-"
         markers = ", ".join(f"`{m}`" for m in b.artifact_markers)
-        row = [f"`{b.session}`", _cell(b.title), _defines({**switches, **b.extra_defines}), keys, hosts]
+        row = [f"`{b.session}`", _cell(b.title), switches, keys, hosts]
         lines.append("| " + " | ".join([*row, check, device, markers]) + " |")
     lines += [
         "",

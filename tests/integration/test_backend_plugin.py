@@ -298,3 +298,40 @@ def test_the_tests_that_iterate_the_registry_run_for_a_plugin_backend_too(plugin
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "passed" in ran.stdout and "failed" not in ran.stdout
+
+
+def test_a_plugin_backend_gets_its_row_of_the_docs_backends_table(plugin_env: dict[str, str]) -> None:
+    """The reference's backends table is made from the registry: with the plug-in installed the
+    shipped table is stale (``--check`` names it, writing nothing) and the made one has its row."""
+    check = subprocess.run(
+        [sys.executable, "-m", "skippy.cli.docs", "--check"],
+        cwd=ROOT,
+        env=plugin_env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "backends" in check.stdout + check.stderr
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from skippy.build.backends import registry\n"
+            "from skippy.cli.docs import render_backends\n"
+            "print(render_backends(registry()))",
+        ],
+        env=plugin_env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    assert "build-fakegpu" in made and "PROBE_FAKEGPU" in made, made
+    # the built-in rows are the shipped table's own
+    from skippy.build.backends import registry
+    from skippy.cli.docs import render_backends
+
+    shipped = render_backends(registry())
+    assert all(line in made for line in shipped.splitlines()), made
