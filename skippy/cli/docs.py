@@ -297,6 +297,23 @@ def _proof_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
                 "-",
             )
         )
+    tests = report.get("upstream_tests")
+    if tests:
+        cold = tests.get("cold_no_cache")
+        warm = tests["fresh_dir_from_cache"]
+        blame = tests["attribution"]
+        rows.append(
+            (
+                "upstream's tests (`--upstream-tests`, `--only upstream-tests`): the tests' build dir cold (no "
+                "compiler cache) / fresh from the cache; `ctest -L main`; one broken test's baseline + attribution",
+                (f"{_s(cold['build_s'])} / " if cold else "- / ")
+                + f"{_s(warm['build_s'])} ({warm['hits']} hits, {warm['misses']} misses); "
+                f"{_s(tests['ctest']['wall_s'])}; {_s(blame['baseline_s'])} + {_s(blame['attribution_s'])} "
+                f"({blame['probes']} probes)",
+                "-",
+                "-",
+            )
+        )
     rocm = report.get("rocm")
     if rocm:
         fresh = (
@@ -331,6 +348,7 @@ _BENCH_KEYS: Final = frozenset(
         "remote_cache",
         "cuda",
         "rocm",
+        "upstream_tests",
     }
 )
 

@@ -119,8 +119,21 @@ def test_the_bench_table_says_what_was_met_and_what_was_missed() -> None:
     assert "build-cuda" not in table
     assert "build-rocm" in table
     assert docs.render_bench({"machine": {"cpus": 4}}).endswith("Machine: 4 CPUs.")
-    later = docs.render_bench({"machine": {"cpus": 4}, "upstream_tests": {"ctest_s": 40.0}})
-    assert later.endswith("Sections in the JSON this table does not show yet: upstream_tests.")
+    later = docs.render_bench({"machine": {"cpus": 4}, "later_section": {"x_s": 40.0}})
+    assert later.endswith("Sections in the JSON this table does not show yet: later_section.")
+
+
+def test_the_bench_table_shows_upstream_tests_figures() -> None:
+    section = {
+        "cold_no_cache": {"wall_s": 700.0, "build_s": 650.5},
+        "fresh_dir_from_cache": {"wall_s": 200.0, "build_s": 90.0, "hits": 400, "misses": 2},
+        "ctest": {"wall_s": 115.0, "counts": {"passed": 46}},
+        "attribution": {"wall_s": 500.0, "baseline_s": 300.0, "attribution_s": 80.0, "probes": 3, "blamed": {}},
+    }
+    table = docs.render_bench({"machine": {"cpus": 2}, "upstream_tests": section})
+    row = next(line for line in table.splitlines() if line.startswith("| upstream's tests"))
+    assert "650.5 s / 90.0 s (400 hits, 2 misses); 115.0 s; 300.0 s + 80.0 s (3 probes)" in row
+    assert "does not show" not in table
 
 
 # --- what the pages name exists ------------------------------------------------------------------
