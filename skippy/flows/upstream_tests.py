@@ -60,7 +60,7 @@ def budget_of(settings: Settings, key: str) -> float:
 #: a new file under tests/ in a patch: the queue's own test (its target is the file's stem)
 _NEW_TEST = re.compile(r"^--- /dev/null\n\+\+\+ b/tests/([A-Za-z0-9_.-]+)\.(?:c|cpp)$", re.MULTILINE)
 
-Status = Literal["passed", "broken by the queue", "red upstream", "failed", "not run"]
+Status = Literal["passed", "broken by the queue", "red upstream", "failed", "flaky", "not run"]
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ class UpstreamTestsReport:
             failed = sum(o.failed for o in self.ops)
             return f"{len(self.ops)} ops on {self.ops_device} against the CPU: {passed} cases passed, {failed} failed"
         counts = self.counts()
-        order: tuple[Status, ...] = ("passed", "broken by the queue", "failed", "red upstream", "not run")
+        order: tuple[Status, ...] = ("passed", "broken by the queue", "failed", "red upstream", "flaky", "not run")
         return ", ".join(f"{counts[s]} {s}" for s in order if counts.get(s))
 
     def as_dict(self) -> dict[str, Any]:
@@ -173,6 +173,8 @@ class UpstreamTestsReport:
                 lines.append(f"  ✗ {t.name}: broken by the queue, first failing with {where}")
                 if t.blame.gave_up:
                     lines.append(f"      attribution gave up: {t.blame.gave_up}")
+            elif t.status == "flaky":
+                lines.append(f"  · {t.name}: flaky (failed, then passed on a rerun of the same build)")
             else:
                 lines.append(f"  {'✗' if t.status in ('failed', 'broken by the queue') else '·'} {t.name}: {t.status}")
             if t.output and t.status != "not run":
@@ -438,7 +440,13 @@ def run_upstream_tests(
     own_names = {c.name for c in chosen if c.target in own}
     results = {r.name: r for r in run.results if not r.setup}
     failed = sorted(n for n, r in results.items() if r.verdict == "failed")
-    verdict = _Verdicts(baseline="not needed (nothing failed)")
+    flaky: frozenset[str] = frozenset()
+    if failed:
+        # a failure must hold on the same tree before a baseline is built for it: run those again
+        again = ctest.run_cases(ctest_of(tree.toolchain), plan.build_dir, failed, plan.env, jobs=tree.jobs).by_name()
+        flaky = frozenset(n for n in failed if n in again and again[n].verdict == "passed")
+        failed = [n for n in failed if n not in flaky]
+    verdict = _Verdicts(baseline="not needed (nothing failed twice)" if flaky else "not needed (nothing failed)")
     if failed and not prepared:
         verdict = _Verdicts(baseline="not run (the workdir as it stands has no prepared base to compare with)")
     elif failed:
@@ -448,7 +456,7 @@ def run_upstream_tests(
     tests = tuple(
         TestOutcome(
             name,
-            verdict.status(name, r.verdict),
+            "flaky" if name in flaky else verdict.status(name, r.verdict),
             r.seconds,
             r.output,
             own=name in own_names,
@@ -563,6 +571,9 @@ def _attribute(
     if not names:
         return {}
     commits = queue_commits(repo, *span)
+    if not commits:
+        why = "the prepared tree is its base (the queue adds no commit): nothing to bisect"
+        return {name: Blame(None, None, gave_up=why) for name in names}
     deadline = time.monotonic() + budget
     probes: dict[int, dict[str, ctest.Result]] = {len(commits): dict(tip)}
 

@@ -56,3 +56,26 @@ def test_the_tree_moves_between_commits_and_leaves_the_workdir_alone(tmp_path: P
     assert (aside.at(base) / "src" / "a.c").read_text() == "int a;\n"
     # another workdir gets a tree of its own
     assert AsideTree(settings, tmp_path / "other").path != aside.path
+
+
+def test_a_tree_that_is_its_base_has_nothing_to_bisect(tmp_path: Path) -> None:
+    """An empty queue (or one whose commits were all dropped): a test that failed only there cannot be
+    blamed on a patch; the blame says why instead of guessing."""
+    from typing import Any, cast
+
+    from skippy.flows.upstream_tests import _attribute
+
+    work, (base, *_rest) = _workdir(tmp_path)
+    nothing = cast(Any, None)  # neither the tree nor the aside is reached
+    blames = _attribute(
+        nothing,
+        nothing,
+        Repo(work.path, work.env),
+        span=(base, base),
+        broken=["test-x"],
+        own=(),
+        tip={},
+        budget=60.0,
+    )
+    assert blames["test-x"].patch is None
+    assert "nothing to bisect" in str(blames["test-x"].gave_up)

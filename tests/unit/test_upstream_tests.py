@@ -204,3 +204,26 @@ def test_backend_ops_time_box_cuts_short_and_says_so(tmp_path: Path) -> None:
     assert by_op["SLOW"].passed == 1 and by_op["SLOW"].cut_short is not None
     assert "time box" in by_op["SLOW"].cut_short
     assert by_op["MUL"].verdict == "not run" and "not reached" in str(by_op["MUL"].cut_short)
+
+
+def test_a_flaky_test_is_reported_and_keeps_nothing_from_passing(tmp_path: Path) -> None:
+    from skippy.build.builder import BuildReport
+    from skippy.flows.upstream_tests import TestOutcome, UpstreamTestsReport
+
+    build = BuildReport(
+        backend="cpu",
+        build_dir=tmp_path,
+        configured=False,
+        configure_reason="",
+        configure_seconds=0.0,
+        build_seconds=0.0,
+        compiled=0,
+        steps=0,
+        binaries={},
+        cache=None,
+    )
+    tests = (TestOutcome("test-a", "passed", 1.0), TestOutcome("test-rpc", "flaky", 31.0, "timeout"))
+    report = UpstreamTestsReport("cpu", "a" * 40, tmp_path, build, 40.0, tests, baseline="not needed")
+    assert report.ok
+    assert report.summary() == "1 passed, 1 flaky"
+    assert "  · test-rpc: flaky (failed, then passed on a rerun of the same build)" in report.render()
