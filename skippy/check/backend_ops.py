@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -103,7 +103,7 @@ def run_ops(
     *,
     ops: Sequence[tuple[str, str | None]] = MODEL_OPS,
     budget: float = DEFAULT_BUDGET,
-    clock: Any = time.monotonic,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[OpResult, ...]:
     """``test-backend-ops test -b DEVICE -o OP [-p PARAMS]`` for each op until ``budget`` runs out."""
     deadline = clock() + budget

@@ -13,7 +13,7 @@ import re
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -71,7 +71,6 @@ class Result:
 class Run:
     results: tuple[Result, ...]
     seconds: float
-    argv: tuple[str, ...] = field(default=())
 
     def by_name(self) -> dict[str, Result]:
         return {r.name: r for r in self.results}
@@ -250,4 +249,4 @@ def run_cases(
             untouched=f"{build_dir} and the source tree",
             next_step=f"run `ctest -N` in {build_dir} to list the tests this tree declares",
         )
-    return Run(results=results, seconds=seconds, argv=argv)
+    return Run(results=results, seconds=seconds)

@@ -16,7 +16,6 @@ The workdir itself is never checked out, built in or changed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -30,7 +29,7 @@ from typing import Any, Final, Literal
 from filelock import FileLock
 
 from skippy.build.builder import BuildReport, execute_plan
-from skippy.build.plan import TESTS_DEFINE, BuildOptions, BuildPlan, plan_build
+from skippy.build.plan import TESTS_DEFINE, BuildOptions, BuildPlan, plan_build, workdir_key
 from skippy.build.toolchain import Toolchain, inspect_tree
 from skippy.check import backend_ops, ctest
 from skippy.core import specs
@@ -214,44 +213,34 @@ def _with_targets(plan: BuildPlan, targets: Sequence[str]) -> BuildPlan:
     return replace(plan, targets=tuple(targets), build_argv=argv, rpc_target_known=True)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Tree:
-    """What one build of one tree needs, apart from its source."""
+    """What one build of one tree needs, apart from its source: the subject's toolchain and options."""
 
     backend: str
     settings: Settings
-    toolchain: Toolchain
-    options: BuildOptions
-    upstream_sha: str
-    build_number: int | None
     console: Console
-    jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+    subject: Subject
 
-    @classmethod
-    def of(cls, backend: str, settings: Settings, console: Console, subject: Subject) -> _Tree:
-        jobs = subject.options.jobs or os.cpu_count() or 1
-        return cls(
-            backend,
-            settings,
-            subject.toolchain,
-            subject.options,
-            subject.upstream_sha,
-            subject.build_number,
-            console,
-            jobs,
-        )
+    @property
+    def upstream_sha(self) -> str:
+        return self.subject.upstream_sha
+
+    @property
+    def jobs(self) -> int:
+        return self.subject.options.jobs or os.cpu_count() or 1
 
     def plan(self, source: Path, commit: str, queue_digest: str | None, *, aside: bool = False) -> BuildPlan:
         return plan_build(
             self.backend,
             self.settings,
             tree=inspect_tree(source),
-            toolchain=self.toolchain,
+            toolchain=self.subject.toolchain,
             patched_sha=commit,
-            options=tests_options(self.options),
+            options=tests_options(self.subject.options),
             upstream_sha=ASIDE_BUILD_COMMIT if aside else self.upstream_sha,
             queue_digest=queue_digest,
-            build_number=None if aside else self.build_number,
+            build_number=None if aside else self.subject.build_number,
         )
 
     def build_and_run(
@@ -263,17 +252,15 @@ class _Tree:
         targets = sorted({c.target for c in chosen if c.target})
         report = execute_plan(_with_targets(plan, targets), self.console)
         with self.console.step(f"ctest: {len(chosen)} tests"):
-            run = ctest.run_cases(
-                ctest_of(self.toolchain),
-                plan.build_dir,
-                [c.name for c in chosen],
-                plan.env,
-                jobs=self.jobs,
-            )
+            run = self.run(plan, [c.name for c in chosen])
         return report, run, chosen
 
+    def run(self, plan: BuildPlan, names: Sequence[str]) -> ctest.Run:
+        """CTest runs ``names`` in ``plan``'s build dir (their programs built)."""
+        return ctest.run_cases(ctest_of(self.subject.toolchain), plan.build_dir, names, plan.env, jobs=self.jobs)
+
     def _chosen(self, plan: BuildPlan, names: Sequence[str] | None, own: Sequence[str]) -> tuple[ctest.Case, ...]:
-        cases = ctest.list_cases(ctest_of(self.toolchain), plan.build_dir, plan.env)
+        cases = ctest.list_cases(ctest_of(self.subject.toolchain), plan.build_dir, plan.env)
         if names is None:
             return ctest.select(cases, own_targets=own)
         return tuple(c for c in cases if c.name in set(names))
@@ -308,8 +295,8 @@ class AsideTree:
     """A ``git clone --shared`` of the workdir under the cache dir, moved between commits."""
 
     def __init__(self, settings: Settings, workdir: Path) -> None:
-        # one per workdir: its commits are reached through that workdir's object store
-        key = hashlib.sha256(str(workdir.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        # one per workdir (keyed as build dirs are): its commits are reached through that workdir's objects
+        key = workdir_key(settings, workdir) or "default"
         self.path = settings.cache_dir / "upstream-tests" / f"tree-{key}" / "llama.cpp"
         self.workdir = workdir
         self.env = settings.env
@@ -398,7 +385,7 @@ def run_backend_ops(
     """A GPU backend's share of upstream's tests: its ops against the CPU on ``device``
     (``test-backend-ops``, the one upstream test that exercises a device; ``ctest -L main``
     runs on the CPU build)."""
-    tree = _Tree.of(backend, settings, console, subject)
+    tree = _Tree(backend, settings, console, subject)
     plan = tree.plan(settings.workdir, subject.patched_sha, subject.queue_digest)
     execute_plan(plan, console, build=False)
     report = execute_plan(_with_targets(plan, [BACKEND_OPS_TARGET]), console)
@@ -433,7 +420,7 @@ def run_upstream_tests(
     baseline and no blame, since no prepared base says what the queue changed.
     """
     own = own_test_targets(load_queue(settings.patch_dir))
-    tree = _Tree.of(backend, settings, console, subject)
+    tree = _Tree(backend, settings, console, subject)
     patched_sha = subject.patched_sha
     plan = tree.plan(settings.workdir, patched_sha, subject.queue_digest)
     report, run, chosen = tree.build_and_run(plan, None, own)
@@ -443,7 +430,7 @@ def run_upstream_tests(
     flaky: frozenset[str] = frozenset()
     if failed:
         # a failure must hold on the same tree before a baseline is built for it: run those again
-        again = ctest.run_cases(ctest_of(tree.toolchain), plan.build_dir, failed, plan.env, jobs=tree.jobs).by_name()
+        again = tree.run(plan, failed).by_name()
         flaky = frozenset(n for n in failed if n in again and again[n].verdict == "passed")
         failed = [n for n in failed if n not in flaky]
     verdict = _Verdicts(baseline="not needed (nothing failed twice)" if flaky else "not needed (nothing failed)")
