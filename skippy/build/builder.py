@@ -33,6 +33,7 @@ from skippy.build.cachestats import (
 )
 from skippy.build.configure import (
     ConfigureDecision,
+    backend_uses,
     cache_mismatches,
     decide_configure,
     known_cache_names,
@@ -41,6 +42,7 @@ from skippy.build.configure import (
     parse_cmake_cache_types,
     parse_unused_variables,
     unknown_given,
+    unreached_readers,
 )
 from skippy.build.localtree import MODE_LOCAL, MODE_PREPARED
 from skippy.build.noise import NoiseFilter
@@ -215,6 +217,7 @@ def _check_configured(plan: BuildPlan, output: str) -> None:
             details="CMake: Manually-specified variables were not used by the project",
         )
     _check_given_known(plan)
+    _check_backend_readers(plan)
     cache = _read_cache(build_dir / "CMakeCache.txt") or {}
     wrong = cache_mismatches(plan.expectations, cache)
     if wrong:
@@ -226,6 +229,37 @@ def _check_configured(plan: BuildPlan, output: str) -> None:
             next_step="check which CMakeLists.txt overrides them (set(... FORCE)) and fix the patch",
             details="\n".join(lines),
         )
+
+
+def _check_backend_readers(plan: BuildPlan) -> None:
+    """Every source outside ggml that tests an enabled backend's ``GGML_USE_<NAME>`` has it on
+    its compile line (read from CMake's ``compile_commands.json``, which llama.cpp always writes)."""
+    commands_file = plan.build_dir / "compile_commands.json"
+    try:
+        commands = json.loads(commands_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+
+    def read(rel: str) -> str:
+        try:
+            return (plan.source_dir / rel).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    gaps = unreached_readers(backend_uses(commands, plan.source_dir), read)
+    if not gaps:
+        return
+    plan.stamp_path.unlink(missing_ok=True)
+    raise BuildError(
+        f"{len(gaps)} source(s) outside ggml test a backend's GGML_USE_ definition their compile line lacks",
+        untouched=f"the source tree; {plan.build_dir} is configured but not built",
+        next_step=(
+            "link ggml-backend-use in the target of each (target_link_libraries(<target> PRIVATE "
+            "ggml-backend-use) in its CMakeLists.txt, in the patch that added the source), then "
+            f"`nox -s build-{plan.backend}`"
+        ),
+        details="\n".join(f"{rel}: reads {', '.join(names)}" for rel, names in gaps.items()),
+    )
 
 
 def _cmake_words(source_dir: Path) -> str:

@@ -64,6 +64,50 @@ def known_cache_names(types: Mapping[str, str]) -> list[str]:
     return sorted(name for name, kind in types.items() if kind not in ("UNINITIALIZED", "INTERNAL", "STATIC"))
 
 
+#: the source whose compile line carries every enabled backend's ``GGML_USE_<NAME>``
+BACKEND_REGISTRY_SOURCE: Final = "ggml/src/ggml-backend-reg.cpp"
+_USE_DEFINE: Final = re.compile(r"-DGGML_USE_([A-Z0-9_]+)\b")
+
+
+def backend_uses(commands: Iterable[Mapping[str, Any]], source_dir: Path) -> dict[str, frozenset[str]]:
+    """{source path relative to the tree: the ``GGML_USE_*`` names on its compile line} from the
+    entries of ``compile_commands.json`` (sources outside the tree are left out)."""
+    out: dict[str, frozenset[str]] = {}
+    for entry in commands:
+        file = Path(str(entry.get("file", "")))
+        try:
+            rel = file.relative_to(source_dir).as_posix()
+        except ValueError:
+            continue
+        command = entry.get("command")
+        text = command if isinstance(command, str) else " ".join(str(a) for a in entry.get("arguments", ()))
+        out[rel] = frozenset(_USE_DEFINE.findall(text))
+    return out
+
+
+def unreached_readers(uses: Mapping[str, frozenset[str]], read: Callable[[str], str]) -> dict[str, list[str]]:
+    """{source outside ggml/: the enabled backends' ``GGML_USE_<NAME>`` it reads but its compile
+    line lacks}.  The enabled names are those on ggml's backend registry's line; a source of
+    llama, common, the tools or the tests that tests one of them must get it too (queue patch
+    0005 gives it only to the targets that link ``ggml-backend-use``), or its ``#ifdef`` would
+    silently take the other branch."""
+    enabled = uses.get(BACKEND_REGISTRY_SOURCE)
+    if not enabled:
+        return {}
+    gaps: dict[str, list[str]] = {}
+    for rel, names in sorted(uses.items()):
+        if rel.startswith("ggml/"):
+            continue
+        lacking = enabled - names
+        if not lacking:
+            continue
+        text = read(rel)
+        missing = sorted(n for n in lacking if re.search(rf"\bGGML_USE_{n}\b", text))
+        if missing:
+            gaps[rel] = [f"GGML_USE_{n}" for n in missing]
+    return gaps
+
+
 def _cache_problem(
     plan: BuildPlan, cache: Mapping[str, str], has_build_ninja: bool, exists: Callable[[str], bool]
 ) -> str | None:

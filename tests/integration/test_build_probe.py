@@ -342,3 +342,26 @@ def test_status_and_the_build_say_where_the_binaries_are(env: Env) -> None:
     assert builds["cpu"]["binaries"]["llama-server"] == str(report.binaries["llama-server"])
     assert builds["cpu"]["patched_sha"] == SHA
     assert builds["cpu"]["mode"] == "prepared"
+
+
+def test_a_source_reading_a_backend_use_its_line_lacks_fails_before_the_build(env: Env) -> None:
+    """Queue patch 0005 gives GGML_USE_<backend> only to ggml and the targets that link
+    ggml-backend-use: a source outside ggml that tests one without getting it would silently
+    take its other branch.  The configure names it (read from compile_commands.json)."""
+    readers = env.src / "src" / "readers"
+    readers.mkdir()
+    (readers / "uses_rpc.c").write_text("#ifdef GGML_USE_RPC\nint rpc_on = 1;\n#else\nint rpc_on = 0;\n#endif\n")
+    (readers / "plain.c").write_text("/* GGML_USE_RPCX is another name */\nint plain = 1;\n")
+    plan = env.plan("-DGGML_RPC=ON")
+    with pytest.raises(BuildError) as info:
+        env.run(plan)
+    error = info.value
+    assert error.what == "1 source(s) outside ggml test a backend's GGML_USE_ definition their compile line lacks"
+    assert error.details == "src/readers/uses_rpc.c: reads GGML_USE_RPC"
+    assert "target_link_libraries(<target> PRIVATE ggml-backend-use)" in error.next_step
+    assert error.next_step.endswith("`nox -s build-cpu`")
+    assert not plan.stamp_path.exists(), "the next run configures again"
+    assert not (plan.build_dir / "bin" / "llama-server").exists(), "nothing was built"
+    # given the definitions (as linking ggml-backend-use does), the same tree builds
+    good = env.run(env.plan("-DGGML_RPC=ON", "-DPROBE_READERS_GET_USE=ON"))
+    assert good.configured and (good.build_dir / "bin" / "llama-server").exists()

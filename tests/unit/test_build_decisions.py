@@ -368,3 +368,36 @@ def test_build_info_is_pinned_to_the_upstream_commit(tmp_path: Path) -> None:
     assert not old_tree.build_info_overridable
     plain = plan_build("cpu", settings, tree=old_tree, toolchain=tc, patched_sha="b" * 40, upstream_sha="a" * 40)
     assert plain.define("LLAMA_BUILD_COMMIT") is None
+
+
+def test_backend_uses_and_the_readers_their_lines_lack(tmp_path: Path) -> None:
+    from skippy.build.configure import backend_uses, unreached_readers
+
+    src = tmp_path / "tree"
+    commands = [
+        {"file": str(src / "ggml/src/ggml-backend-reg.cpp"), "command": "c++ -DGGML_USE_CPU -DGGML_USE_VULKAN -c x"},
+        {"file": str(src / "ggml/src/ggml-vulkan/ggml-vulkan.cpp"), "command": "c++ -c y"},
+        {"file": str(src / "tools/cvector/cv.cpp"), "arguments": ["c++", "-DGGML_USE_CPU", "-DGGML_USE_VULKAN"]},
+        {"file": str(src / "src/llama.cpp"), "command": "c++ -DLLAMA_VERSION=1 -c z"},
+        {"file": str(src / "common/reads.cpp"), "command": "c++ -DGGML_USE_CPU -c w"},
+        {"file": "/elsewhere/outside.cpp", "command": "c++ -DGGML_USE_CPU"},
+    ]
+    uses = backend_uses(commands, src)
+    assert "/elsewhere/outside.cpp" not in uses and len(uses) == 5
+    assert uses["ggml/src/ggml-backend-reg.cpp"] == {"CPU", "VULKAN"}
+    texts = {
+        "tools/cvector/cv.cpp": "#ifdef GGML_USE_VULKAN\n#endif",  # has it: fine
+        "src/llama.cpp": "// GGML_USE_VULKANISH is not the name\n",
+        "common/reads.cpp": "#if defined(GGML_USE_VULKAN) || defined(GGML_USE_CPU) || defined(GGML_USE_CUDA)",
+    }
+    read_files: list[str] = []
+
+    def read(rel: str) -> str:
+        read_files.append(rel)
+        return texts.get(rel, "")
+
+    # ggml's own sources are ggml's business; CUDA is not enabled, so its absence is no gap
+    assert unreached_readers(uses, read) == {"common/reads.cpp": ["GGML_USE_VULKAN"]}
+    assert "tools/cvector/cv.cpp" not in read_files, "a line with every enabled name is not read"
+    # no registry line (an old tree, or one without ggml): nothing to compare with
+    assert unreached_readers({k: v for k, v in uses.items() if not k.startswith("ggml/")}, read) == {}
