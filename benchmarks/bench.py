@@ -434,7 +434,7 @@ def _git_lines(workdir: Path, genv: Mapping[str, str], *args: str) -> list[str]:
     return [p for p in proc.run(["git", "-C", str(workdir), *args], env=genv).stdout.splitlines() if p]
 
 
-SECTIONS = ("prepare", "minimal-touch", "builds", "spot-check", "remote-cache")
+SECTIONS = ("prepare", "minimal-touch", "builds", "shared-objects", "spot-check", "remote-cache")
 #: sections run only when asked for with --only (long: the whole CUDA and ROCm builds)
 ON_REQUEST = ("cuda", "rocm", "upstream-tests")
 
@@ -475,7 +475,16 @@ def run(
     """Run the bench sections (``only`` limits them; figures already in ``output`` are kept)."""
     wanted = set(only) or set(SECTIONS)
     if not builds:
-        wanted -= {"minimal-touch", "builds", "spot-check", "remote-cache", "cuda", "rocm", "upstream-tests"}
+        wanted -= {
+            "minimal-touch",
+            "builds",
+            "shared-objects",
+            "spot-check",
+            "remote-cache",
+            "cuda",
+            "rocm",
+            "upstream-tests",
+        }
     report: dict[str, Any] = {}
     if output.is_file() and only:
         report = json.loads(output.read_text(encoding="utf-8"))
@@ -491,6 +500,11 @@ def run(
             from benchmarks.bench_builds import bench_builds
 
             report["builds"] = bench_builds(settings, console)
+    if "shared-objects" in wanted:
+        with console.step("bench: compile lines the CPU and the Vulkan build of one tree share"):
+            from benchmarks.bench_shared import bench_shared_objects
+
+            report["shared_objects"] = bench_shared_objects(settings, console)
     _run_proofs(settings, console, wanted, report)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -256,6 +256,19 @@ def _bench_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
                 _met(cache),
             )
         )
+    shared = report.get("shared_objects")
+    if shared:
+        ours, raw = shared["patched"], shared["unpatched"]
+        rows.append(
+            (
+                "compile lines a CPU and a Vulkan build dir of one tree share: with the queue vs the unpatched pin "
+                "(lines that differ only in `GGML_USE_*`)",
+                f"{ours['shared']} of {ours['cpu_lines']} ({ours['only_backend_use']}) vs {raw['shared']} of "
+                f"{raw['cpu_lines']} ({raw['only_backend_use']})",
+                "only sources that read a backend differ",
+                _met(shared),
+            )
+        )
     rows += _proof_rows(report)
     return rows
 
@@ -344,6 +357,7 @@ _BENCH_KEYS: Final = frozenset(
         "prepare",
         "minimal_touch",
         "builds",
+        "shared_objects",
         "spot_check",
         "remote_cache",
         "cuda",

@@ -3,6 +3,7 @@ what it says (its own build and cache dirs, the project's sources, the sections 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,32 @@ def test_alternating_swaps_the_order_every_round_and_times_each_action() -> None
     assert calls == ["a", "b", "b", "a", "a", "b"]
     assert first == [1.0, 1.0, 1.0] and second == [1.0, 1.0, 1.0]
     assert alternating(0, lambda: None, lambda: None) == ([], [])
+
+
+def test_compile_lines_of_two_backends_compared(tmp_path: Path) -> None:
+    from benchmarks.bench_shared import compare_lines, compile_lines
+
+    src = tmp_path / "tree"
+    for name in ("cpu", "vulkan"):
+        build = tmp_path / name
+        build.mkdir()
+        use = " -DGGML_USE_VULKAN" if name == "vulkan" else ""
+        entries = [
+            {"file": str(src / "src/llama.cpp"), "command": f"c++ -DGGML_USE_CPU{use} -I{build}/gen -c x"},
+            {"file": str(src / "common/common.cpp"), "command": f"c++ -I{build}/gen -o common.o -c y"},
+            {"file": str(src / "ggml/src/ggml.c"), "command": "cc -O3" + (" -DX=1" if name == "vulkan" else "")},
+        ]
+        if name == "vulkan":
+            entries.append({"file": str(build / "shader.comp.cpp"), "arguments": ["c++", "-c", "z"]})
+        (build / "compile_commands.json").write_text(json.dumps(entries))
+    cpu, vulkan = compile_lines(tmp_path / "cpu", src), compile_lines(tmp_path / "vulkan", src)
+    assert cpu["common/common.cpp"] == vulkan["common/common.cpp"], "the build dir's own path does not count"
+    assert "<build>/shader.comp.cpp" in vulkan
+    assert compare_lines(cpu, vulkan) == {
+        "shared": 1,
+        "only_backend_use": 1,
+        "other": 1,
+        "backend_own": 1,
+        "cpu_lines": 3,
+        "only_backend_use_files": ["src/llama.cpp"],
+    }
