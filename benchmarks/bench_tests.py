@@ -49,7 +49,7 @@ def _timed_tests(settings: Settings) -> tuple[UpstreamTestsReport, float]:
 
 
 def _breaking_queue(settings: Settings, into: Path) -> None:
-    """A copy of the project's queue plus core 0005, made on the prepared workdir."""
+    """A copy of the project's queue plus core 0006, made on the prepared workdir."""
     shutil.copytree(settings.patch_dir, into)
     repo = Repo(settings.workdir, settings.env)
     path = settings.workdir / "src" / "llama-sampler.cpp"
@@ -65,7 +65,7 @@ def _breaking_queue(settings: Settings, into: Path) -> None:
         "From: bench <bench@localhost>\nDate: Fri, 4 Dec 2026 12:00:00 +0000\n"
         "Subject: [PATCH] core: top-k keeps one token less\n\n---\n"
     )
-    (into / "0005-core-top-k-keeps-one-token-less.patch").write_text(header + diff, encoding="utf-8")
+    (into / "0006-core-top-k-keeps-one-token-less.patch").write_text(header + diff, encoding="utf-8")
 
 
 def bench_upstream_tests(settings: Settings, console: Console, *, cold: bool = True) -> dict[str, Any]:

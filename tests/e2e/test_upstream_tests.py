@@ -2,7 +2,7 @@
 
 A copy of this project (as in the maintainer's week, under ``.deps/e2e/upstream-tests``, its
 upstream a local mirror of the real test-bed pinned to the 0.3.35 tree, plus one upstream
-commit that changes only the README) gets one more core patch, ``0005``, that makes top-k keep
+commit that changes only the README) gets one more core patch, ``0006``, that makes top-k keep
 one token too few: ``test-sampling`` (in ``ctest -L main``) checks exactly that; the spot
 check's greedy chat does not see it.
 
@@ -10,7 +10,7 @@ check's greedy chat does not see it.
    ``ctest -L main`` plus the queue's own test (``test-skippy-gemma3``). Every other test passes
    or is named red upstream / not run with its reason; ``test-sampling`` fails, passes on the
    unpatched pin (the baseline, run once and kept), and the bisection over the prepared
-   commits names ``core/0005-...``. The session fails (skippy's exit code 15) with the report in ``--json``.
+   commits names ``core/0006-...``. The session fails (skippy's exit code 15) with the report in ``--json``.
 2. ``invoke pin-bump --sha <README-only commit>`` builds, runs the tests, finds the same break
    and leaves the pin where it was.
 """
@@ -28,7 +28,7 @@ from tests.e2e import test_maintainer_week as week
 
 HERE = week.ROOT / ".deps" / "e2e" / "upstream-tests"
 BROKEN_TEST = "test-sampling"
-PATCH = "0005-core-top-k-keeps-one-token-less.patch"
+PATCH = "0006-core-top-k-keeps-one-token-less.patch"
 #: the line of src/llama-sampler.cpp the breaking patch rewrites
 LINE = "    k = std::min(k, (int) cur_p->size);\n"
 
