@@ -358,6 +358,7 @@ def test_a_source_reading_a_backend_use_its_line_lacks_fails_before_the_build(en
     error = info.value
     assert error.what == "1 source(s) outside ggml test a backend's GGML_USE_ definition their compile line lacks"
     assert error.details == "src/readers/uses_rpc.c: reads GGML_USE_RPC"
+    assert error.next_step is not None
     assert "target_link_libraries(<target> PRIVATE ggml-backend-use)" in error.next_step
     assert error.next_step.endswith("`nox -s build-cpu`")
     assert not plan.stamp_path.exists(), "the next run configures again"

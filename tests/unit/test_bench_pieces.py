@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,7 +66,7 @@ def test_compile_lines_of_two_backends_compared(tmp_path: Path) -> None:
         build = tmp_path / name
         build.mkdir()
         use = " -DGGML_USE_VULKAN" if name == "vulkan" else ""
-        entries = [
+        entries: list[dict[str, Any]] = [
             {"file": str(src / "src/llama.cpp"), "command": f"c++ -DGGML_USE_CPU{use} -I{build}/gen -c x"},
             {"file": str(src / "common/common.cpp"), "command": f"c++ -I{build}/gen -o common.o -c y"},
             {"file": str(src / "ggml/src/ggml.c"), "command": "cc -O3" + (" -DX=1" if name == "vulkan" else "")},

@@ -374,7 +374,7 @@ def test_backend_uses_and_the_readers_their_lines_lack(tmp_path: Path) -> None:
     from skippy.build.configure import backend_uses, unreached_readers
 
     src = tmp_path / "tree"
-    commands = [
+    commands: list[dict[str, Any]] = [
         {"file": str(src / "ggml/src/ggml-backend-reg.cpp"), "command": "c++ -DGGML_USE_CPU -DGGML_USE_VULKAN -c x"},
         {"file": str(src / "ggml/src/ggml-vulkan/ggml-vulkan.cpp"), "command": "c++ -c y"},
         {"file": str(src / "tools/cvector/cv.cpp"), "arguments": ["c++", "-DGGML_USE_CPU", "-DGGML_USE_VULKAN"]},
