@@ -29,7 +29,7 @@ from skippy.queue.prepare import Target, prepare
 ROOT = Path(__file__).resolve().parents[2]
 PIN = "4df29be4f4c3673f428170fda944a5b19f743bb8"
 #: the pin + the shipped queue, on any machine (update when the queue changes: `invoke status` shows it)
-PATCHED_SHA = "aa0329895135b75f0d18726284d6bec4bffb6399"
+PATCHED_SHA = "c005bde693898ccd56b25c8441f745710b71b735"
 
 
 def _env() -> dict[str, str]:
