@@ -256,8 +256,33 @@ def _bench_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
                 _met(cache),
             )
         )
+    rows += _pin_move_rows(report)
     rows += _proof_rows(report)
     return rows
+
+
+def _pin_move_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The pin-move section: compile steps of each upstream move, skippy's beside the raw build's."""
+    pin = report.get("pin_move")
+    if not pin:
+        return []
+    moves, lines = pin["moves"], pin["commit_on_compile_lines"]
+    measured = "; ".join(
+        f"{name.replace('_', ' ')}: {m['skippy']['compile_steps']} in {_s(m['skippy']['wall_s'])} / "
+        f"{m['raw_fixed_commit']['compile_steps']} in {_s(m['raw_fixed_commit']['rebuild_s'])}"
+        for name, m in moves.items()
+    )
+    unpatched = lines["unpatched_upstream"]
+    return [
+        (
+            "compile steps of a pin move, README only / one source changed: skippy's prepare + CPU build / "
+            "raw cmake + ninja with the commit string held fixed (`--only pin-move`)",
+            f"{measured}; the commit is on {lines['skippy']} of skippy's {lines['compile_lines']} compile lines "
+            f"(unpatched tree: {unpatched['carrying_commit']} of {unpatched['compile_lines']})",
+            f"README only at most {pin['target_readme_only_steps']}; at most raw + {pin['target_extra_steps']}",
+            _met(pin),
+        )
+    ]
 
 
 def _proof_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -349,6 +374,7 @@ _BENCH_KEYS: Final = frozenset(
         "cuda",
         "rocm",
         "upstream_tests",
+        "pin_move",
     }
 )
 
