@@ -97,9 +97,10 @@ def test_only_compile_lines_are_counted_for_the_commit_string() -> None:
 
 
 def test_the_compile_counter_reads_ninjas_compile_steps_only() -> None:
+    untouched = CompileCounter()
+    untouched("[0/2] Re-checking globbed directories...")
+    assert not untouched.reconfigured and untouched.compiled == 0
     counter = CompileCounter()
-    counter("[0/2] Re-checking globbed directories...")
-    assert not counter.reconfigured
     for line in (
         "[1/6] Re-running CMake...",
         "[2/6] Building CXX object src/CMakeFiles/llama.dir/llama-batch.cpp.o",
@@ -134,7 +135,7 @@ def test_the_figures_table_shows_the_pin_move_row() -> None:
         "met": True,
     }
     section = {
-        "moves": {"readme_only": move, "one_source": {**move, "met": False}},
+        "moves": {"one_source": {**move, "met": False}, "readme_only": move, "later_move": move},
         "commit_on_compile_lines": {
             "skippy": 1,
             "compile_lines": 308,
@@ -145,8 +146,8 @@ def test_the_figures_table_shows_the_pin_move_row() -> None:
         "met": False,
     }
     table = docs.render_bench({"machine": {"cpus": 2}, "pin_move": section})
-    row = next(line for line in table.splitlines() if line.startswith("| compile steps of a pin move"))
-    assert "readme only: 2 in 21.5 s / 0 in 9.1 s; one source: 2 in 21.5 s / 0 in 9.1 s" in row
+    row = next(line for line in table.splitlines() if line.startswith("| compile steps and seconds of a pin move"))
+    assert "README only: 2 in 21.5 s / 0 in 9.1 s; one source: 2 in 21.5 s / 0 in 9.1 s; later move: 2 in" in row
     assert "on 1 of skippy's 308 compile lines (unpatched tree: 190 of 308)" in row
     assert row.endswith("| README only at most 2; at most raw + 2 | **missed** |")
     assert "does not show" not in table
