@@ -434,7 +434,7 @@ def _git_lines(workdir: Path, genv: Mapping[str, str], *args: str) -> list[str]:
     return [p for p in proc.run(["git", "-C", str(workdir), *args], env=genv).stdout.splitlines() if p]
 
 
-SECTIONS = ("prepare", "minimal-touch", "builds", "shared-objects", "spot-check", "remote-cache")
+SECTIONS = ("prepare", "minimal-touch", "builds", "shared-objects", "spot-check", "remote-cache", "pin-move")
 #: sections run only when asked for with --only (long: the whole CUDA and ROCm builds)
 ON_REQUEST = ("cuda", "rocm", "upstream-tests")
 
@@ -447,7 +447,7 @@ def _bench_tests(settings: Settings, console: Console) -> dict[str, Any]:
 
 def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: dict[str, Any]) -> None:
     """The sections of :mod:`benchmarks.bench_proofs` (spot check, remote cache, CUDA)."""
-    from benchmarks import bench_proofs
+    from benchmarks import bench_pinmove, bench_proofs
 
     sections = {
         "spot-check": ("spot_check", "the spot check after an up-to-date CPU build", bench_proofs.bench_spot_check),
@@ -455,6 +455,7 @@ def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: 
         "cuda": ("cuda", "the whole CUDA build from the wheel toolkit", bench_proofs.bench_cuda),
         "rocm": ("rocm", "the whole ROCm build inside the Debian root", bench_proofs.bench_rocm),
         "upstream-tests": ("upstream_tests", "upstream's tests: build, ctest, one attribution", _bench_tests),
+        "pin-move": ("pin_move", "pin moves: skippy's build vs raw, commit held fixed", bench_pinmove.bench_pin_move),
     }
     for name, (key, title, bench) in sections.items():
         if name in wanted:
@@ -475,16 +476,8 @@ def run(
     """Run the bench sections (``only`` limits them; figures already in ``output`` are kept)."""
     wanted = set(only) or set(SECTIONS)
     if not builds:
-        wanted -= {
-            "minimal-touch",
-            "builds",
-            "shared-objects",
-            "spot-check",
-            "remote-cache",
-            "cuda",
-            "rocm",
-            "upstream-tests",
-        }
+        # the sections that build (all but prepare)
+        wanted -= {"minimal-touch", "builds", "shared-objects", "spot-check", "remote-cache", "pin-move", *ON_REQUEST}
     report: dict[str, Any] = {}
     if output.is_file() and only:
         report = json.loads(output.read_text(encoding="utf-8"))

@@ -269,8 +269,41 @@ def _bench_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
                 _met(shared),
             )
         )
+    rows += _pin_move_rows(report)
     rows += _proof_rows(report)
     return rows
+
+
+#: the pin-move section's upstream moves, in the order the row gives them (others after, by name)
+_MOVES: Final = {"readme_only": "README only", "one_source": "one source"}
+
+
+def _pin_move_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The pin-move section: compile steps of each upstream move, skippy's beside the raw build's."""
+    pin = report.get("pin_move")
+    if not pin:
+        return []
+    lines = pin["commit_on_compile_lines"]
+    order = list(_MOVES)
+    moves = sorted(pin["moves"].items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
+    measured = "; ".join(
+        f"{_MOVES.get(name, name.replace('_', ' '))}: {m['skippy']['compile_steps']} in "
+        f"{_s(m['skippy']['wall_s'])} / {m['raw_fixed_commit']['compile_steps']} in "
+        f"{_s(m['raw_fixed_commit']['rebuild_s'])}"
+        for name, m in moves
+    )
+    unpatched = lines["unpatched_upstream"]
+    return [
+        (
+            "compile steps and seconds of a pin move (README only, one source changed): skippy's prepare + CPU "
+            "build / the raw Ninja rebuild of the same tree configured with the commit string held fixed "
+            "(`--only pin-move`)",
+            f"{measured}; the commit is on {lines['skippy']} of skippy's {lines['compile_lines']} compile lines "
+            f"(unpatched tree: {unpatched['carrying_commit']} of {unpatched['compile_lines']})",
+            f"README only at most {pin['target_readme_only_steps']}; at most raw + {pin['target_extra_steps']}",
+            _met(pin),
+        )
+    ]
 
 
 def _proof_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -363,6 +396,7 @@ _BENCH_KEYS: Final = frozenset(
         "cuda",
         "rocm",
         "upstream_tests",
+        "pin_move",
     }
 )
 
