@@ -39,6 +39,18 @@ DEFAULT_CUDA_ARCHITECTURES: Final = "75-virtual;80-virtual;86-real;89-real;90-vi
 #: compile-check the tree on machines without a GPU; a GPU or a given value still wins
 WHEEL_DEFAULT_ARCHITECTURES: Final = "80"
 
+#: the fatbinary compression of the device code (the tree's option, CUDA >= 12.8; older trees
+#: and toolkits ignore it).  The tree's ``size`` makes fatbinary, which runs again on every
+#: compiler-cache hit (sccache caches cudafe++, cicc and ptxas, not fatbinary), take seconds per
+#: large object: about two thirds of a fresh build dir's cached CUDA objects (the bench's
+#: ``cuda-profile`` section); ``balance`` takes a fiftieth of that for a larger binary.
+COMPRESSION_MODE: Final = "GGML_CUDA_COMPRESSION_MODE"
+DEFAULT_COMPRESSION_MODE: Final = "balance"
+_COMPRESSION_SOURCE: Final = (
+    "default: fatbinary runs again on every cache hit, and the tree's `size` is slow "
+    "(-DGGML_CUDA_COMPRESSION_MODE=size for the smallest binary)"
+)
+
 _SYSTEM_LIB_DIRS: Final = (
     Path("/usr/lib/x86_64-linux-gnu"),
     Path("/usr/lib/aarch64-linux-gnu"),
@@ -190,6 +202,7 @@ class _Cuda(BackendSpec):
         out = [
             arch,
             Choice("GGML_CUDA_FA_ALL_QUANTS", "ON", source="default (opt out with -DGGML_CUDA_FA_ALL_QUANTS=OFF)"),
+            Choice(COMPRESSION_MODE, DEFAULT_COMPRESSION_MODE, source=_COMPRESSION_SOURCE),
         ]
         kind = plan.facts.get("cuda_toolkit")
         toolkit = f"CUDA toolkit: {kind} {plan.facts.get('cuda_version', '')}".rstrip() if kind else None
