@@ -196,7 +196,23 @@ def test_cuda_architectures_precedence(tmp_path: Path) -> None:
     assert len({detected.digest, table.digest, env.digest, given.digest}) == 4
 
 
+def _declare_compression(tmp_path: Path) -> None:
+    ggml = tree(tmp_path).source_dir / "ggml"
+    ggml.mkdir(parents=True)
+    (ggml / "CMakeLists.txt").write_text('set(GGML_CUDA_COMPRESSION_MODE "size" CACHE STRING "...")\n')
+
+
+def test_cuda_compression_mode_only_where_the_tree_and_the_toolkit_read_it(tmp_path: Path) -> None:
+    assert "GGML_CUDA_COMPRESSION_MODE" not in defines(plan(tmp_path, "cuda")), "an older tree: unused"
+    _declare_compression(tmp_path)
+    assert defines(plan(tmp_path, "cuda", tc={"cuda_version": "13.0.88"}))["GGML_CUDA_COMPRESSION_MODE"] == "balance"
+    assert defines(plan(tmp_path, "cuda", tc={"cuda_version": "12.8"}))["GGML_CUDA_COMPRESSION_MODE"] == "balance"
+    old_toolkit = plan(tmp_path, "cuda", tc={"cuda_version": "12.6.3"})
+    assert "GGML_CUDA_COMPRESSION_MODE" not in defines(old_toolkit), "CUDA < 12.8: the tree does not read it"
+
+
 def test_cuda_compression_mode_is_balance_unless_given(tmp_path: Path) -> None:
+    _declare_compression(tmp_path)
     p = plan(tmp_path, "cuda")
     assert defines(p)["GGML_CUDA_COMPRESSION_MODE"] == DEFAULT_COMPRESSION_MODE == "balance"
     assert p.expectations["GGML_CUDA_COMPRESSION_MODE"] == "balance"

@@ -51,6 +51,21 @@ _COMPRESSION_SOURCE: Final = (
     "(-DGGML_CUDA_COMPRESSION_MODE=size for the smallest binary)"
 )
 
+#: the tree file that declares the option
+_COMPRESSION_DECLARED_IN: Final = Path("ggml/CMakeLists.txt")
+
+
+def compression_applies(plan: PlanFacts) -> bool:
+    """Whether the tree reads GGML_CUDA_COMPRESSION_MODE: it declares it (trees from 2025 on)
+    and the toolkit is CUDA >= 12.8 (or of a version not known here); otherwise CMake would
+    report the -D as unused and the build would stop."""
+    declared = plan.source_dir / _COMPRESSION_DECLARED_IN
+    if not declared.is_file() or COMPRESSION_MODE not in declared.read_text(encoding="utf-8", errors="replace"):
+        return False
+    version = re.match(r"(\d+)\.(\d+)", plan.facts.get("cuda_version", ""))
+    return version is None or (int(version[1]), int(version[2])) >= (12, 8)
+
+
 _SYSTEM_LIB_DIRS: Final = (
     Path("/usr/lib/x86_64-linux-gnu"),
     Path("/usr/lib/aarch64-linux-gnu"),
@@ -202,8 +217,9 @@ class _Cuda(BackendSpec):
         out = [
             arch,
             Choice("GGML_CUDA_FA_ALL_QUANTS", "ON", source="default (opt out with -DGGML_CUDA_FA_ALL_QUANTS=OFF)"),
-            Choice(COMPRESSION_MODE, DEFAULT_COMPRESSION_MODE, source=_COMPRESSION_SOURCE),
         ]
+        if compression_applies(plan):
+            out.append(Choice(COMPRESSION_MODE, DEFAULT_COMPRESSION_MODE, source=_COMPRESSION_SOURCE))
         kind = plan.facts.get("cuda_toolkit")
         toolkit = f"CUDA toolkit: {kind} {plan.facts.get('cuda_version', '')}".rstrip() if kind else None
         if plan.facts.get("cuda_compiler"):
