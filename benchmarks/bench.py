@@ -436,13 +436,19 @@ def _git_lines(workdir: Path, genv: Mapping[str, str], *args: str) -> list[str]:
 
 SECTIONS = ("prepare", "minimal-touch", "builds", "shared-objects", "spot-check", "remote-cache", "pin-move")
 #: sections run only when asked for with --only (long: the whole CUDA and ROCm builds)
-ON_REQUEST = ("cuda", "rocm", "upstream-tests")
+ON_REQUEST = ("cuda", "cuda-profile", "rocm", "upstream-tests")
 
 
 def _bench_tests(settings: Settings, console: Console) -> dict[str, Any]:
     from benchmarks.bench_tests import bench_upstream_tests
 
     return bench_upstream_tests(settings, console)
+
+
+def _bench_cuda_profile(settings: Settings, console: Console) -> dict[str, Any]:
+    from benchmarks.bench_cuda_profile import bench_cuda_profile
+
+    return bench_cuda_profile(settings, console)
 
 
 def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: dict[str, Any]) -> None:
@@ -453,6 +459,7 @@ def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: 
         "spot-check": ("spot_check", "the spot check after an up-to-date CPU build", bench_proofs.bench_spot_check),
         "remote-cache": ("remote_cache", "a new machine served by a Redis cache", bench_proofs.bench_remote_cache),
         "cuda": ("cuda", "the whole CUDA build from the wheel toolkit", bench_proofs.bench_cuda),
+        "cuda-profile": ("cuda_profile", "where a cached CUDA build's time goes (sampled)", _bench_cuda_profile),
         "rocm": ("rocm", "the whole ROCm build inside the Debian root", bench_proofs.bench_rocm),
         "upstream-tests": ("upstream_tests", "upstream's tests: build, ctest, one attribution", _bench_tests),
         "pin-move": ("pin_move", "pin moves: skippy's build vs raw, commit held fixed", bench_pinmove.bench_pin_move),

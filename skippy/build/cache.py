@@ -489,7 +489,11 @@ def launcher_env(kind: str, cache_dir: Path, storage: CacheStorage | None = None
             env.update(storage.env)
         return env
     if kind == "ccache":
-        return {"CCACHE_DIR": str(cache_dir / "ccache")}
+        # depend mode: the key is the files of the compiler's own depfile (CMake's Ninja rules
+        # always ask for one), so a hit runs no preprocessor; and it is the sound mode for nvcc,
+        # whose one `nvcc -E` (ccache's other modes) sees device code only: an edit of host-only
+        # code got the old object back (the bench's cuda-profile section checks both)
+        return {"CCACHE_DIR": str(cache_dir / "ccache"), "CCACHE_DEPEND": "true"}
     return {}
 
 

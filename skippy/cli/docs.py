@@ -343,6 +343,27 @@ def _proof_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
                 "-",
             )
         )
+    profile = report.get("cuda_profile")
+    if profile:
+        e = profile["estimate"]
+        ccache = e.get("ccache_depend_wall_s")
+        rows.append(
+            (
+                f"where a fresh CUDA dir's time goes, sampled (`--only cuda-profile`): its {profile['cu_objects']} "
+                f".cu objects as sccache hits on {e['cores']} cores, vs raw nvcc; as ccache depend-mode hits",
+                f"{_s(e['sccache_wall_s'])} ({e['sccache_hit_over_raw']} of raw nvcc's {_s(e['raw_wall_s'])}"
+                + (
+                    f"; fatbinary, run again on each hit: {_s(fat['size'])} summed with the tree's size "
+                    f"compression, {_s(fat['balance'])} with balance"
+                    if (fat := e.get("fatbinary_sum_s"))
+                    else ""
+                )
+                + "); "
+                + (f"{_s(ccache)}" if ccache is not None else "ccache not found"),
+                f"at most {_s(e['target_s'])} for the whole fresh dir",
+                "-",
+            )
+        )
     tests = report.get("upstream_tests")
     if tests:
         cold = tests.get("cold_no_cache")
@@ -394,6 +415,7 @@ _BENCH_KEYS: Final = frozenset(
         "spot_check",
         "remote_cache",
         "cuda",
+        "cuda_profile",
         "rocm",
         "upstream_tests",
         "pin_move",

@@ -291,7 +291,7 @@ def test_ccache_launcher_and_hit_rate(tmp_path: Path) -> None:
     assert toolchain.launcher is not None
     assert toolchain.launcher.name == "ccache"
     plan = plan_build("cpu", settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha=SHA)
-    assert plan.env_overrides == {"CCACHE_DIR": str(settings.cache_dir / "ccache")}
+    assert plan.env_overrides == {"CCACHE_DIR": str(settings.cache_dir / "ccache"), "CCACHE_DEPEND": "true"}
     console = Console(env={}, stream=io.StringIO())
     cold = execute_plan(plan, console)
     assert values(plan)["CMAKE_C_COMPILER_LAUNCHER"] == toolchain.launcher.path

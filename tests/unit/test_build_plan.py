@@ -9,7 +9,7 @@ import pytest
 
 from skippy.build.backends import names, registry, spec
 from skippy.build.backends.base import Backend
-from skippy.build.backends.cuda import DEFAULT_CUDA_ARCHITECTURES
+from skippy.build.backends.cuda import DEFAULT_COMPRESSION_MODE, DEFAULT_CUDA_ARCHITECTURES
 from skippy.build.backends.rocm import DEFAULT_AMDGPU_TARGETS, ROOT_DEFAULT_AMDGPU_TARGETS
 from skippy.build.plan import BuildOptions, BuildPlan, plan_build, requested_defines, split_cmake_args
 from skippy.build.tool import Tool
@@ -145,7 +145,11 @@ def test_no_launcher_means_no_launcher_defines_and_no_cache_env(tmp_path: Path) 
 def test_ccache_launcher_env(tmp_path: Path) -> None:
     p = plan(tmp_path, "cpu", tc={"launcher": Tool("ccache", "/usr/bin/ccache", "ccache 4.8")})
     assert defines(p)["CMAKE_CXX_COMPILER_LAUNCHER"] == "/usr/bin/ccache"
-    assert p.env_overrides == {"CCACHE_DIR": str(tmp_path / "proj" / ".deps" / "cache" / "ccache")}
+    # depend mode: no preprocessor on a hit, and sound for nvcc (see skippy.build.cache.launcher_env)
+    assert p.env_overrides == {
+        "CCACHE_DIR": str(tmp_path / "proj" / ".deps" / "cache" / "ccache"),
+        "CCACHE_DEPEND": "true",
+    }
 
 
 def test_metal_plan(tmp_path: Path) -> None:
@@ -190,6 +194,35 @@ def test_cuda_architectures_precedence(tmp_path: Path) -> None:
     assert given.provenance["CMAKE_CUDA_ARCHITECTURES"] == "given"
     assert given.expectations["CMAKE_CUDA_ARCHITECTURES"] == "90"
     assert len({detected.digest, table.digest, env.digest, given.digest}) == 4
+
+
+def _declare_compression(tmp_path: Path) -> None:
+    ggml = tree(tmp_path).source_dir / "ggml"
+    ggml.mkdir(parents=True)
+    (ggml / "CMakeLists.txt").write_text('set(GGML_CUDA_COMPRESSION_MODE "size" CACHE STRING "...")\n')
+
+
+def test_cuda_compression_mode_only_where_the_tree_and_the_toolkit_read_it(tmp_path: Path) -> None:
+    assert "GGML_CUDA_COMPRESSION_MODE" not in defines(plan(tmp_path, "cuda")), "an older tree: unused"
+    _declare_compression(tmp_path)
+    assert defines(plan(tmp_path, "cuda", tc={"cuda_version": "13.0.88"}))["GGML_CUDA_COMPRESSION_MODE"] == "balance"
+    assert defines(plan(tmp_path, "cuda", tc={"cuda_version": "12.8"}))["GGML_CUDA_COMPRESSION_MODE"] == "balance"
+    old_toolkit = plan(tmp_path, "cuda", tc={"cuda_version": "12.6.3"})
+    assert "GGML_CUDA_COMPRESSION_MODE" not in defines(old_toolkit), "CUDA < 12.8: the tree does not read it"
+
+
+def test_cuda_compression_mode_is_balance_unless_given(tmp_path: Path) -> None:
+    _declare_compression(tmp_path)
+    p = plan(tmp_path, "cuda")
+    assert defines(p)["GGML_CUDA_COMPRESSION_MODE"] == DEFAULT_COMPRESSION_MODE == "balance"
+    assert p.expectations["GGML_CUDA_COMPRESSION_MODE"] == "balance"
+    assert "cache hit" in p.provenance["GGML_CUDA_COMPRESSION_MODE"]
+    given = plan(tmp_path, "cuda", args=("-DGGML_CUDA_COMPRESSION_MODE=size",))
+    assert defines(given)["GGML_CUDA_COMPRESSION_MODE"] == "size"
+    assert given.expectations["GGML_CUDA_COMPRESSION_MODE"] == "size"
+    assert given.digest != p.digest, "another compression, another build dir"
+    assert "GGML_CUDA_COMPRESSION_MODE" not in defines(plan(tmp_path, "cpu"))
+    assert "GGML_CUDA_COMPRESSION_MODE" not in defines(plan(tmp_path, "rocm"))
 
 
 def test_cuda_fa_all_quants_opt_out(tmp_path: Path) -> None:

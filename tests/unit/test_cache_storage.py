@@ -232,7 +232,10 @@ def test_ccache_keeps_its_local_directory(tmp_path: Path) -> None:
         table={"build": {"cache_storage": "redis://h"}},
         tc={"launcher": Tool("ccache", "/usr/bin/ccache", "ccache 4.8")},
     )
-    assert p.env_overrides == {"CCACHE_DIR": str(tmp_path / "proj" / ".deps" / "cache" / "ccache")}
+    assert p.env_overrides == {
+        "CCACHE_DIR": str(tmp_path / "proj" / ".deps" / "cache" / "ccache"),
+        "CCACHE_DEPEND": "true",
+    }
 
 
 def test_the_report_names_the_storage_and_the_languages(tmp_path: Path) -> None:

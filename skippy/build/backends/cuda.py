@@ -39,6 +39,33 @@ DEFAULT_CUDA_ARCHITECTURES: Final = "75-virtual;80-virtual;86-real;89-real;90-vi
 #: compile-check the tree on machines without a GPU; a GPU or a given value still wins
 WHEEL_DEFAULT_ARCHITECTURES: Final = "80"
 
+#: the fatbinary compression of the device code (the tree's option, CUDA >= 12.8; older trees
+#: and toolkits ignore it).  The tree's ``size`` makes fatbinary, which runs again on every
+#: compiler-cache hit (sccache caches cudafe++, cicc and ptxas, not fatbinary), take seconds per
+#: large object: about two thirds of a fresh build dir's cached CUDA objects (the bench's
+#: ``cuda-profile`` section); ``balance`` takes a fiftieth of that for a larger binary.
+COMPRESSION_MODE: Final = "GGML_CUDA_COMPRESSION_MODE"
+DEFAULT_COMPRESSION_MODE: Final = "balance"
+_COMPRESSION_SOURCE: Final = (
+    "default: fatbinary runs again on every cache hit, and the tree's `size` is slow "
+    "(-DGGML_CUDA_COMPRESSION_MODE=size for the smallest binary)"
+)
+
+#: the tree file that declares the option
+_COMPRESSION_DECLARED_IN: Final = Path("ggml/CMakeLists.txt")
+
+
+def compression_applies(plan: PlanFacts) -> bool:
+    """Whether the tree reads GGML_CUDA_COMPRESSION_MODE: it declares it (trees from 2025 on)
+    and the toolkit is CUDA >= 12.8 (or of a version not known here); otherwise CMake would
+    report the -D as unused and the build would stop."""
+    declared = plan.source_dir / _COMPRESSION_DECLARED_IN
+    if not declared.is_file() or COMPRESSION_MODE not in declared.read_text(encoding="utf-8", errors="replace"):
+        return False
+    version = re.match(r"(\d+)\.(\d+)", plan.facts.get("cuda_version", ""))
+    return version is None or (int(version[1]), int(version[2])) >= (12, 8)
+
+
 _SYSTEM_LIB_DIRS: Final = (
     Path("/usr/lib/x86_64-linux-gnu"),
     Path("/usr/lib/aarch64-linux-gnu"),
@@ -191,6 +218,8 @@ class _Cuda(BackendSpec):
             arch,
             Choice("GGML_CUDA_FA_ALL_QUANTS", "ON", source="default (opt out with -DGGML_CUDA_FA_ALL_QUANTS=OFF)"),
         ]
+        if compression_applies(plan):
+            out.append(Choice(COMPRESSION_MODE, DEFAULT_COMPRESSION_MODE, source=_COMPRESSION_SOURCE))
         kind = plan.facts.get("cuda_toolkit")
         toolkit = f"CUDA toolkit: {kind} {plan.facts.get('cuda_version', '')}".rstrip() if kind else None
         if plan.facts.get("cuda_compiler"):
