@@ -148,9 +148,13 @@ def build_backend(
     source_dir: Path,
     patched_sha: str,
     options: BuildOptions | None = None,
+    build: bool = True,
+    stop: bool = False,
 ) -> BuildReport:
-    """Probe, plan and execute a build of ``source_dir`` (no prepare, no spot check)."""
+    """Probe, plan and execute a build of ``source_dir`` (no prepare, no spot check); with
+    ``build=False`` configure only; with ``stop`` the compiler cache server is stopped after."""
     from skippy.build.builder import execute_plan
+    from skippy.build.cachestats import stop_cache_server
     from skippy.build.plan import BuildOptions, plan_build, requested_defines
     from skippy.build.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 
@@ -159,4 +163,8 @@ def build_backend(
     tree = inspect_tree(source_dir)
     check_tree_needs(tree, toolchain)
     plan = plan_build(backend, settings, tree=tree, toolchain=toolchain, patched_sha=patched_sha, options=options)
-    return execute_plan(plan, console)
+    try:
+        return execute_plan(plan, console, build=build)
+    finally:
+        if stop:
+            stop_cache_server(plan)

@@ -30,11 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from benchmarks.bench_builds import build_backend
 from benchmarks.bench_proofs import _quiet, machine_settings, share_downloads
-from skippy.build.builder import execute_plan
-from skippy.build.cachestats import stop_cache_server
-from skippy.build.plan import BuildOptions, plan_build, requested_defines
-from skippy.build.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
@@ -80,19 +77,6 @@ def reads_backend_use(source_dir: Path, rel: str) -> bool:
     return rel.startswith("ggml/") or re.search(r"\bGGML_USE_[A-Z0-9_]+\b", text) is not None
 
 
-def _configure(backend: str, settings: Settings, source_dir: Path, sha: str) -> Path:
-    options = BuildOptions()
-    toolchain = probe_toolchain(backend, settings, given=requested_defines(settings, options, backend))
-    tree = inspect_tree(source_dir)
-    check_tree_needs(tree, toolchain)
-    plan = plan_build(backend, settings, tree=tree, toolchain=toolchain, patched_sha=sha, options=options)
-    try:
-        execute_plan(plan, _quiet(), build=False)
-    finally:
-        stop_cache_server(plan)
-    return plan.build_dir
-
-
 def _unpatched(workdir: Path, base_commit: str, into: Path) -> None:
     """The upstream pin as it is (the workdir's base commit), written out with git archive."""
     data = subprocess.run(["git", "-C", str(workdir), "archive", base_commit], check=True, capture_output=True).stdout
@@ -116,7 +100,12 @@ def bench_shared_objects(settings: Settings, console: Console) -> dict[str, Any]
         ("patched", settings.workdir, stamp.patched_sha),
         ("unpatched", upstream, stamp.upstream_sha),
     ):
-        dirs = {backend: _configure(backend, machine, source, sha) for backend in ("cpu", OTHER_BACKEND)}
+        dirs = {
+            backend: build_backend(
+                backend, machine, _quiet(), source_dir=source, patched_sha=sha, build=False, stop=True
+            ).build_dir
+            for backend in ("cpu", OTHER_BACKEND)
+        }
         figures[label] = compare_lines(compile_lines(dirs["cpu"], source), compile_lines(dirs[OTHER_BACKEND], source))
     patched, unpatched = figures["patched"], figures["unpatched"]
     # met: with the queue, the lines that still differ are those of sources that read a backend
