@@ -143,10 +143,22 @@ def newest_builds(build_root: Path, source_dir: Path | None = None) -> dict[str,
             # prepared (the queue on its upstream) or local (the workdir as it stood: --workdir-as-is)
             "mode": stamp.get("mode", MODE_PREPARED),
             "source_dir": stamp.get("source_dir"),
-            "binaries": {p.name: str(p) for p in sorted(bin_dir.iterdir()) if p.is_file()} if bin_dir.is_dir() else {},
+            "binaries": _backend_binaries(bin_dir),
             "built": int(_built_at(path)),
         }
     return found
+
+
+#: the name upstream's test programs start with (they build beside the binaries: --upstream-tests)
+TEST_PROGRAM_PREFIX: Final = "test-"
+
+
+def _backend_binaries(bin_dir: Path) -> dict[str, str]:
+    """The programs in ``bin_dir`` but upstream's tests."""
+    if not bin_dir.is_dir():
+        return {}
+    programs = (p for p in sorted(bin_dir.iterdir()) if p.is_file())
+    return {p.name: str(p) for p in programs if not p.name.startswith(TEST_PROGRAM_PREFIX)}
 
 
 #: build dirs of the workdir as it stood (``--workdir-as-is``) kept per backend and flags

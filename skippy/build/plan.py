@@ -40,7 +40,8 @@ from skippy.core.settings import Settings
 
 GENERATOR: Final = "Ninja"
 STAMP_NAME: Final = "skippy-build-stamp.json"
-#: the define of a build dir of upstream's tests (``--upstream-tests``): a dir beside the binaries' build
+#: the define of a build dir of upstream's tests alone: the trees beside the workdir (baseline, attribution), and a
+#: binaries' dir that has them off (``--upstream-tests`` builds them in the binaries' dir where it can)
 TESTS_DEFINE: Final = "-DLLAMA_BUILD_TESTS=ON"
 STAMP_SCHEMA: Final = 1
 DEFINE_ARG = re.compile(r"^-D([A-Za-z_][A-Za-z0-9_.+-]*)(?::[A-Za-z]+)?=(.*)$", re.DOTALL)

@@ -530,6 +530,7 @@ def _upstream_tests(
         patched_sha=prepared.patched_sha,
         queue_digest=prepared.queue_digest,
         build_number=_upstream_count(settings, prepared),
+        plan=plan,
     )
     device = spec(backend).device_prefix
     if device is None:
@@ -559,7 +560,7 @@ def _upstream_failure(outcome: SessionOutcome, settings: Settings, *, local: boo
     named += [f"{o.op} on {report.ops_device}" for o in report.ops if o.failed]
     error = UpstreamTestsFailed(
         f"{len(named)} of upstream's tests fail on the {'workdir' if local else 'patched tree'}: {'; '.join(named)}",
-        untouched=f"the workdir; the tests' build dir {settings.relative(report.build_dir)} is kept",
+        untouched=f"the workdir; the build dir {settings.relative(report.build_dir)} is kept",
         next_step=(
             "fix the patch named above, then `invoke regenerate` and rerun "
             f"`nox -s build-{outcome.backend} -- --upstream-tests`"

@@ -1,7 +1,9 @@
 """Upstream's own tests on the patched tree, each failure traced to the patch that caused it.
 
-1. The patched tree is configured with ``LLAMA_BUILD_TESTS=ON`` (a build dir of its own,
-   keyed like every other, objects through the compiler cache) and CTest runs what
+1. Upstream's tests build in the binaries' own build dir (llama.cpp configures them there:
+   ``LLAMA_BUILD_TESTS`` is on for a top-level build), so asking for them configures nothing
+   again and generates nothing twice (a Vulkan build's shaders); only a build dir that has
+   them off gets a dir of its own with ``LLAMA_BUILD_TESTS=ON``. CTest runs what
    llama.cpp's CI runs (``-L main``) plus every test the queue's own patches add.
 2. Only when something fails, the same tests run on the unpatched pin (the *baseline*,
    kept per upstream commit under the cache dir, so a pin is tested once): a test that
@@ -29,6 +31,7 @@ from typing import Any, Final, Literal
 from filelock import FileLock
 
 from skippy.build.builder import BuildReport, execute_plan
+from skippy.build.configure import parse_cmake_cache
 from skippy.build.plan import TESTS_DEFINE, BuildOptions, BuildPlan, plan_build, workdir_key
 from skippy.build.toolchain import Toolchain, inspect_tree
 from skippy.check import backend_ops, ctest
@@ -190,7 +193,18 @@ class UpstreamTestsReport:
 
 
 def tests_options(options: BuildOptions) -> BuildOptions:
+    """The options of a build dir of upstream's tests alone (``LLAMA_BUILD_TESTS=ON`` last, so it wins)."""
     return replace(options, cmake_args=(*options.cmake_args, TESTS_DEFINE))
+
+
+def builds_tests(build_dir: Path) -> bool:
+    """Whether the configured ``build_dir`` has upstream's tests (its CMake cache says
+    ``LLAMA_BUILD_TESTS`` is on: llama.cpp's default when it is the top-level project)."""
+    try:
+        cache = parse_cmake_cache((build_dir / "CMakeCache.txt").read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return False
+    return cache.get("LLAMA_BUILD_TESTS", "").upper() in ("ON", "1", "TRUE", "YES", "Y")
 
 
 def own_test_targets(queue: Queue) -> tuple[str, ...]:
@@ -230,24 +244,46 @@ class _Tree:
     def jobs(self) -> int:
         return self.subject.options.jobs or os.cpu_count() or 1
 
-    def plan(self, source: Path, commit: str, queue_digest: str | None, *, aside: bool = False) -> BuildPlan:
+    def plan(
+        self, source: Path, commit: str, queue_digest: str | None, *, aside: bool = False, own_dir: bool = False
+    ) -> BuildPlan:
+        """The plan of a build of ``source``: the binaries' own, or (``own_dir``) a dir of upstream's tests alone."""
         return plan_build(
             self.backend,
             self.settings,
             tree=inspect_tree(source),
             toolchain=self.subject.toolchain,
             patched_sha=commit,
-            options=tests_options(self.subject.options),
+            options=tests_options(self.subject.options) if own_dir else self.subject.options,
             upstream_sha=ASIDE_BUILD_COMMIT if aside else self.upstream_sha,
             queue_digest=queue_digest,
             build_number=None if aside else self.subject.build_number,
         )
 
+    def patched(self) -> BuildPlan:
+        """The patched tree's tests, configured: in the build dir of its binaries (the session's
+        plan, else planned alike), or in a dir of their own where that dir has them off."""
+        subject = self.subject
+        plan = subject.plan or self.plan(self.settings.workdir, subject.patched_sha, subject.queue_digest)
+        execute_plan(plan, self.console, build=False)
+        if builds_tests(plan.build_dir):
+            return plan
+        self.console.info(
+            f"{plan.build_dir.name}: LLAMA_BUILD_TESTS is off there; upstream's tests get a build dir of their own"
+        )
+        return self.configured(plan.source_dir, subject.patched_sha, subject.queue_digest)
+
+    def configured(self, source: Path, commit: str, queue_digest: str | None, *, aside: bool = False) -> BuildPlan:
+        """A build dir of upstream's tests alone (``LLAMA_BUILD_TESTS=ON``), configured.  The
+        trees beside the workdir use one: they build nothing but tests."""
+        plan = self.plan(source, commit, queue_digest, aside=aside, own_dir=True)
+        execute_plan(plan, self.console, build=False)
+        return plan
+
     def build_and_run(
         self, plan: BuildPlan, names: Sequence[str] | None, own: Sequence[str]
     ) -> tuple[BuildReport, ctest.Run, tuple[ctest.Case, ...]]:
-        """Configure, build the tests' programs, run them (``names``, or the selection)."""
-        execute_plan(plan, self.console, build=False)
+        """Build the tests' programs in the configured ``plan``, run them (``names``, or the selection)."""
         chosen = self._chosen(plan, names, own)
         targets = sorted({c.target for c in chosen if c.target})
         report = execute_plan(_with_targets(plan, targets), self.console)
@@ -372,6 +408,8 @@ class Subject:
     patched_sha: str
     queue_digest: str | None
     build_number: int | None
+    #: the plan its binaries were built with: upstream's tests build in the same dir
+    plan: BuildPlan | None = None
 
 
 def run_backend_ops(
@@ -386,8 +424,7 @@ def run_backend_ops(
     (``test-backend-ops``, the one upstream test that exercises a device; ``ctest -L main``
     runs on the CPU build)."""
     tree = _Tree(backend, settings, console, subject)
-    plan = tree.plan(settings.workdir, subject.patched_sha, subject.queue_digest)
-    execute_plan(plan, console, build=False)
+    plan = tree.patched()
     report = execute_plan(_with_targets(plan, [BACKEND_OPS_TARGET]), console)
     env = {**plan.env, **plan.spot_check_env}
     seconds = budget_of(settings, "ops_budget")
@@ -422,7 +459,7 @@ def run_upstream_tests(
     own = own_test_targets(load_queue(settings.patch_dir))
     tree = _Tree(backend, settings, console, subject)
     patched_sha = subject.patched_sha
-    plan = tree.plan(settings.workdir, patched_sha, subject.queue_digest)
+    plan = tree.patched()
     report, run, chosen = tree.build_and_run(plan, None, own)
     own_names = {c.name for c in chosen if c.target in own}
     results = {r.name: r for r in run.results if not r.setup}
@@ -505,7 +542,7 @@ def _judge(
     (settings.cache_dir / "locks").mkdir(parents=True, exist_ok=True)
     with FileLock(str(settings.cache_dir / "locks" / "upstream-tests.lock")):
         start = time.monotonic()
-        base_plan = tree.plan(aside.at(stamp.base_commit), stamp.base_commit, None, aside=True)
+        base_plan = tree.configured(aside.at(stamp.base_commit), stamp.base_commit, None, aside=True)
         cache_file = _baseline_file(settings, tree.backend, tree.upstream_sha, base_plan.digest)
         known = _read_baseline(cache_file)
         missing = [n for n in failed if n not in known]
@@ -569,7 +606,7 @@ def _attribute(
             commit = commits[k - 1].sha
             with tree.console.step(f"attribution: {', '.join(names)} after patch {k}/{len(commits)}"):
                 _, run, _ = tree.build_and_run(
-                    tree.plan(aside.at(commit), commit, "attribution", aside=True), names, own
+                    tree.configured(aside.at(commit), commit, "attribution", aside=True), names, own
                 )
             probes[k] = run.by_name()
         return probes[k]

@@ -15,16 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import BuildReport, execute_plan
+from skippy.build.builder import BuildReport, execute_plan, newest_builds
 from skippy.build.cachestats import stop_cache_server
 from skippy.build.configure import parse_cmake_cache
-from skippy.build.plan import BuildOptions, BuildPlan, plan_build
+from skippy.build.plan import TESTS_DEFINE, BuildOptions, BuildPlan, plan_build
 from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, inspect_tree, probe_toolchain, tool_version
 from skippy.core import proc
 from skippy.core.errors import BuildError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from skippy.flows.upstream_tests import Subject, _Tree, builds_tests
 
 pytestmark = pytest.mark.integration
 
@@ -328,7 +329,7 @@ def test_artifact_gate_refuses_a_binary_without_its_backend(env: Env) -> None:
 
 
 def test_status_and_the_build_say_where_the_binaries_are(env: Env) -> None:
-    from skippy.build.builder import newest_builds
+
     from skippy.flows.build_session import where
 
     plan = env.plan()
@@ -366,3 +367,51 @@ def test_a_source_reading_a_backend_use_its_line_lacks_fails_before_the_build(en
     # given the definitions (as linking ggml-backend-use does), the same tree builds
     good = env.run(env.plan("-DGGML_RPC=ON", "-DPROBE_READERS_GET_USE=ON"))
     assert good.configured and (good.build_dir / "bin" / "llama-server").exists()
+
+
+def _tests_tree(env: Env, plan: BuildPlan, *args: str) -> _Tree:
+    """What ``--upstream-tests`` runs after the build of ``plan`` (made with ``args``)."""
+    subject = Subject(
+        toolchain=env.toolchain,
+        options=BuildOptions(cmake_args=args),
+        upstream_sha=SHA,
+        patched_sha=SHA,
+        queue_digest=None,
+        build_number=None,
+        plan=plan,
+    )
+    return _Tree("cpu", env.settings, env.console, subject)
+
+
+def test_upstream_tests_build_in_the_binaries_dir_and_are_not_binaries(env: Env) -> None:
+    """--upstream-tests after a build: the tests are configured in the binaries' own dir (on by
+    default for a top-level tree), nothing is configured again, and the test programs built
+    there are not listed among the backend's binaries."""
+    plan = env.plan()
+    env.run(plan)
+    assert builds_tests(plan.build_dir)
+    stamp = plan.stamp_path.read_bytes()
+    tree = _tests_tree(env, plan)
+    tests_plan = tree.patched()
+    assert tests_plan.build_dir == plan.build_dir
+    assert plan.stamp_path.read_bytes() == stamp, "not configured again"
+    report, run, chosen = tree.build_and_run(tests_plan, None, ())
+    assert [c.name for c in chosen] == ["test-probe"]
+    assert (plan.build_dir / "bin" / "test-probe").is_file()
+    assert [r.verdict for r in run.results] == ["passed"]
+    assert report.binaries["test-probe"].parent == plan.build_dir / "bin"
+    binaries = newest_builds(env.settings.build_root)["cpu"]["binaries"]
+    assert "llama-server" in binaries and "test-probe" not in binaries
+
+
+def test_upstream_tests_get_a_dir_of_their_own_where_the_binaries_have_them_off(env: Env) -> None:
+    plan = env.plan("-DLLAMA_BUILD_TESTS=OFF")
+    env.run(plan)
+    assert not builds_tests(plan.build_dir)
+    tests_plan = _tests_tree(env, plan, "-DLLAMA_BUILD_TESTS=OFF").patched()
+    assert tests_plan.build_dir != plan.build_dir
+    assert builds_tests(tests_plan.build_dir)
+    assert TESTS_DEFINE in tests_plan.stamp["configure_args"]
+    assert "LLAMA_BUILD_TESTS is off there" in env.out.getvalue()
+    # the binaries' dir is the backend's newest build still, not the tests' dir beside it
+    assert newest_builds(env.settings.build_root)["cpu"]["build_dir"] == str(plan.build_dir)
