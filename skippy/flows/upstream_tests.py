@@ -5,9 +5,10 @@
    again and generates nothing twice (a Vulkan build's shaders); only a build dir that has
    them off gets a dir of its own with ``LLAMA_BUILD_TESTS=ON``. CTest runs what
    llama.cpp's CI runs (``-L main``) plus every test the queue's own patches add.
-2. Only when something fails, the same tests run on the unpatched pin (the *baseline*,
-   kept per upstream commit under the cache dir, so a pin is tested once): a test that
-   fails there too is *red upstream*; one that fails only with the queue is the queue's.
+2. Only when something fails, the same tests run on the pin (the *baseline*, kept per
+   upstream commit under the cache dir, so a pin is tested once), with the queue's build-only
+   patches on it where they apply (:class:`_Baseline`): a test that fails on the bare pin too
+   is *red upstream*; one that fails only with the queue is the queue's.
 3. For each test the queue breaks, a bisection over the prepared commits (each carries
    its ``Skippy-Patch`` trailer) names the first patch whose application makes it fail:
    one tree beside the workdir (a ``git clone --shared``: no object is copied) is moved
@@ -18,6 +19,7 @@ The workdir itself is never checked out, built in or changed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -346,6 +348,20 @@ class AsideTree:
             shutil.rmtree(self.path, ignore_errors=True)
             return self._checkout(commit)
 
+    def apply(self, commits: Sequence[str]) -> str | None:
+        """The changes of ``commits`` (in order) on the checked-out tree, uncommitted: a key of
+        what was applied, or None (the tree left as checked out) when one does not apply."""
+        repo = Repo(self.path, self.env)
+        digest = hashlib.sha256()
+        for sha in commits:
+            diff = repo.git("diff", "--binary", f"{sha}^", sha).stdout
+            digest.update(diff.encode("utf-8", errors="surrogateescape"))
+            if repo.git("apply", "--whitespace=nowarn", "-", input=diff, check=False).returncode != 0:
+                repo.git("checkout", "--force", "--quiet", "HEAD")
+                repo.git("clean", "-fdq")
+                return None
+        return digest.hexdigest()
+
     def _checkout(self, commit: str) -> Path:
         if not (self.path / ".git").exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -520,6 +536,66 @@ class _Verdicts:
         return "red upstream" if name in self.red_upstream else "broken by the queue"
 
 
+#: the files a build-only patch changes: how the tree is built (its compile lines), not what it computes
+_BUILD_FILE: Final = re.compile(r"(?:^|/)(?:CMakeLists\.txt|[^/]+\.cmake)$")
+
+
+def build_only(repo: Repo, commits: Iterable[QueueCommit]) -> tuple[QueueCommit, ...]:
+    """The prepared commits that change CMake files and nothing else (CMakeLists.txt, ``*.cmake``)."""
+    found: list[QueueCommit] = []
+    for commit in commits:
+        names = repo.out("diff-tree", "--no-commit-id", "--name-only", "-r", commit.sha).splitlines()
+        if names and all(_BUILD_FILE.search(name) for name in names):
+            found.append(commit)
+    return tuple(found)
+
+
+class _Baseline:
+    """Tests on the pin, in the tree beside the workdir, kept per upstream commit.
+
+    With the queue's build-only patches on the pin (when they apply there), the pin's objects
+    are the prepared tree's: only the queue moves what a compile line carries (the build
+    commit, a backend's ``GGML_USE_*``), so the compiler cache serves libllama and common
+    instead of a cold build of a second variant of them.  A test that fails there is run on
+    the bare pin before it is called red upstream.
+    """
+
+    def __init__(self, tree: _Tree, aside: AsideTree, base: str, own: Sequence[str]) -> None:
+        self.tree, self.aside, self.base, self.own = tree, aside, base, own
+        #: the build-only patches the last run applied (none when they did not apply)
+        self.applied: tuple[QueueCommit, ...] = ()
+        #: what each run said, for the report
+        self.said: list[str] = []
+
+    def results(self, names: Sequence[str], patches: Sequence[QueueCommit]) -> dict[str, ctest.Result]:
+        tree, sha = self.tree, self.tree.upstream_sha
+        source = self.aside.at(self.base)
+        key = self.aside.apply([c.sha for c in patches]) if patches else None
+        if patches and key is None:
+            tree.console.info("the queue's build-only patches do not apply to the bare pin: its baseline is bare")
+        self.applied = tuple(patches) if key else ()
+        plan = tree.plan(source, self.base, None, aside=True, own_dir=True)
+        digest = f"{plan.digest[:16]}-{key[:12]}" if key else plan.digest
+        cache_file = _baseline_file(tree.settings, tree.backend, sha, digest)
+        on = f"upstream {sha[:12]}" + (
+            f" with the queue's build-only patches ({', '.join(c.label for c in self.applied)})" if self.applied else ""
+        )
+        known = _read_baseline(cache_file)
+        missing = [n for n in names if n not in known]
+        if not missing:
+            self.said.append(f"cached ({on})")
+            return {n: known[n] for n in names}
+        start = time.monotonic()
+        with tree.console.step(f"baseline: {len(missing)} failing tests on {on}"):
+            execute_plan(plan, tree.console, build=False)
+            _, run, _ = tree.build_and_run(plan, missing, self.own)
+        for name in missing:
+            known[name] = run.by_name().get(name) or ctest.Result(name, "not run", 0.0, "no such test upstream")
+        _write_baseline(cache_file, sha, known)
+        self.said.append(f"run ({len(missing)} tests on {on}, {time.monotonic() - start:.0f} s)")
+        return {n: known[n] for n in names}
+
+
 def _judge(
     tree: _Tree,
     patched_sha: str,
@@ -539,27 +615,23 @@ def _judge(
             next_step="invoke prepare --pinned",
         )
     aside = AsideTree(settings, settings.workdir)
+    repo = Repo(settings.workdir, settings.env)
+    build_patches = build_only(repo, queue_commits(repo, stamp.base_commit, patched_sha))
     (settings.cache_dir / "locks").mkdir(parents=True, exist_ok=True)
     with FileLock(str(settings.cache_dir / "locks" / "upstream-tests.lock")):
         start = time.monotonic()
-        base_plan = tree.configured(aside.at(stamp.base_commit), stamp.base_commit, None, aside=True)
-        cache_file = _baseline_file(settings, tree.backend, tree.upstream_sha, base_plan.digest)
-        known = _read_baseline(cache_file)
-        missing = [n for n in failed if n not in known]
-        baseline = f"cached (upstream {tree.upstream_sha[:12]})"
-        if missing:
-            with tree.console.step(f"baseline: {len(missing)} failing tests on the unpatched upstream"):
-                _, base_run, _ = tree.build_and_run(base_plan, missing, own)
-            for name in missing:
-                known[name] = base_run.by_name().get(name) or ctest.Result(
-                    name, "not run", 0.0, "no such test upstream"
-                )
-            _write_baseline(cache_file, tree.upstream_sha, known)
-            took = time.monotonic() - start
-            baseline = f"run ({len(missing)} tests on upstream {tree.upstream_sha[:12]}, {took:.0f} s)"
+        base = _Baseline(tree, aside, stamp.base_commit, own)
+        known = base.results(failed, build_patches)
+        suspects = [n for n in failed if known[n].verdict == "failed"]
+        if base.applied and suspects:
+            # a test that fails with the build-only patches is red upstream only if it fails on the bare pin
+            bare = base.results(suspects, ())
+            red = frozenset(n for n in suspects if bare[n].verdict == "failed")
+        else:
+            red = frozenset(suspects)
         verdicts = _Verdicts(
-            baseline=baseline,
-            red_upstream=frozenset(n for n in failed if known[n].verdict == "failed"),
+            baseline="; ".join(base.said),
+            red_upstream=red,
             judged=True,
             baseline_seconds=time.monotonic() - start,
         )
@@ -567,7 +639,7 @@ def _judge(
         verdicts.blames = _attribute(
             tree,
             aside,
-            Repo(settings.workdir, settings.env),
+            repo,
             span=(stamp.base_commit, patched_sha),
             broken=[n for n in failed if n not in verdicts.red_upstream],
             own=own,

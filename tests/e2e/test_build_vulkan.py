@@ -80,8 +80,9 @@ def test_build_vulkan_runs_on_lavapipe_and_computes_like_the_cpu(
     assert "Vulkan0" in devices.stdout + devices.stderr
 
 
-#: the time box of the ops subset in the suite (the default is 300 s)
-OPS_BUDGET_S = 150
+#: the time box of the ops subset in the suite (the default is 300 s): ADD, MUL, SCALE and RMS_NORM take
+#: about 20 s on lavapipe with a warm Mesa shader cache, the rest of the box goes to the ops after them
+OPS_BUDGET_S = 75
 
 
 def test_vulkan_ops_against_the_cpu_on_lavapipe_within_the_time_box(project_settings: Settings) -> None:

@@ -9,7 +9,8 @@ check's greedy chat does not see it.
 1. ``nox -s build-cpu -- --upstream-tests`` builds upstream's tests on the patched tree and runs
    ``ctest -L main`` plus the queue's own test (``test-skippy-gemma3``). Every other test passes
    or is named red upstream / not run with its reason; ``test-sampling`` fails, passes on the
-   unpatched pin (the baseline, run once and kept), and the bisection over the prepared
+   pin (the baseline, run once and kept, with the queue's build-only patches 0003-0005 on it so
+   its objects come from the compiler cache), and the bisection over the prepared
    commits names ``core/0006-...``. The session fails (skippy's exit code 15) with the report in ``--json``.
 2. ``invoke pin-bump --sha <README-only commit>`` builds, runs the tests, finds the same break
    and leaves the pin where it was.
@@ -87,6 +88,9 @@ def test_a_broken_upstream_test_is_traced_to_its_patch_and_keeps_the_pin(
         if t["status"] == "not run":
             assert t["output"], f"{name} not run without a reason"
     assert report["baseline"].startswith(("run", "cached")), report["baseline"]
+    # the pin got the queue's build-only patches (CMake files alone): its objects are the prepared tree's
+    assert "with the queue's build-only patches (core/0003-" in report["baseline"], report["baseline"]
+    assert "core/0005-" in report["baseline"] and "core/0001-" not in report["baseline"], report["baseline"]
     assert f"{BROKEN_TEST}: broken by the queue, first failing with core/{PATCH}" in result.stderr
 
     # 2. the pin does not move when the queue breaks an upstream test
