@@ -59,8 +59,15 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(tags=["check"])
 def tests(session: nox.Session) -> None:
-    """All test tiers: unit, integration and e2e (pass -m 'not e2e' to skip the slow tier)."""
-    session.run("pytest", *session.posargs, env={"PYTHONHASHSEED": "0"})
+    """All test tiers: unit and integration in one process per core, then e2e in one (its builds
+    take every core). Arguments replace that: one pytest run with them (-- -m 'not e2e' skips
+    the slow tier)."""
+    env = {"PYTHONHASHSEED": "0"}
+    if session.posargs:
+        session.run("pytest", *session.posargs, env=env)
+        return
+    session.run("pytest", "-m", "not e2e", "--numprocesses", "auto", env=env)
+    session.run("pytest", "-m", "e2e", env=env)
 
 
 @nox.session(tags=["docs"])
