@@ -59,9 +59,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(tags=["check"])
 def tests(session: nox.Session) -> None:
-    """All test tiers: unit and integration in one process per core, then e2e in one (its builds
-    take every core). Arguments replace that: one pytest run with them (-- -m 'not e2e' skips
-    the slow tier)."""
+    """All test tiers: unit and integration on every core, then e2e.
+
+    The fast tiers run in one process per core; the e2e tier in one (its builds take every core).
+    Arguments replace that: one pytest run with them (-- -m 'not e2e' skips the slow tier)."""
     env = {"PYTHONHASHSEED": "0"}
     if session.posargs:
         session.run("pytest", *session.posargs, env=env)
