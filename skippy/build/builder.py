@@ -134,9 +134,9 @@ def newest_builds(build_root: Path, source_dir: Path | None = None) -> dict[str,
             continue
         if source_dir is not None and not built_from(stamp, source_dir):
             continue
-        if TESTS_DEFINE in (stamp.get("configure_args") or ()):
-            continue  # upstream's tests' dir: its programs are tests, not the backend's binaries
         bin_dir = path.parent / "bin"
+        if TESTS_DEFINE in (stamp.get("configure_args") or ()) and not (bin_dir / SERVER_TARGET).is_file():
+            continue  # a dir of upstream's tests alone: its programs are tests, not the backend's binaries
         found[stamp["backend"]] = {
             "build_dir": str(path.parent),
             "patched_sha": stamp.get("patched_sha"),

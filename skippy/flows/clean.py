@@ -101,10 +101,11 @@ class _Build:
 
     @property
     def kind(self) -> str:
-        """``"cpu"``, or ``"cpu tests"`` for the build dir of upstream's tests (``--upstream-tests``),
-        which is kept beside the binaries' build, not instead of it."""
+        """``"cpu"``, or ``"cpu tests"`` for a build dir of upstream's tests alone (the trees beside
+        the workdir, an older ``--upstream-tests``), which is kept beside the binaries' build, not
+        instead of it.  A build given ``LLAMA_BUILD_TESTS=ON`` that has llama-server is the backend's."""
         args = self.stamp.get("configure_args")
-        tests = isinstance(args, list) and TESTS_DEFINE in args
+        tests = isinstance(args, list) and TESTS_DEFINE in args and not (self.path / "bin" / SERVER_TARGET).is_file()
         return f"{self.backend} tests" if tests else self.backend
 
     def source(self, workdir: Path) -> Path:

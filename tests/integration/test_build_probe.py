@@ -415,3 +415,14 @@ def test_upstream_tests_get_a_dir_of_their_own_where_the_binaries_have_them_off(
     assert "LLAMA_BUILD_TESTS is off there" in env.out.getvalue()
     # the binaries' dir is the backend's newest build still, not the tests' dir beside it
     assert newest_builds(env.settings.build_root)["cpu"]["build_dir"] == str(plan.build_dir)
+
+
+def test_a_build_given_llama_build_tests_on_is_still_the_backends_build(env: Env) -> None:
+    """A maintainer's own ``-DLLAMA_BUILD_TESTS=ON`` build has binaries: status shows it (only a
+    dir of upstream's tests alone, without llama-server, is left out)."""
+    plan = env.plan("-DLLAMA_BUILD_TESTS=ON")
+    env.run(plan)
+    assert TESTS_DEFINE in plan.stamp["configure_args"]
+    found = newest_builds(env.settings.build_root)
+    assert found["cpu"]["build_dir"] == str(plan.build_dir)
+    assert "llama-server" in found["cpu"]["binaries"]

@@ -81,8 +81,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Project, d
     older = project.build("-DGGML_NATIVE=ON")
     age(older.build_dir, 7200)
     newest = project.build()
-    # upstream's tests have a build dir of their own (--upstream-tests), built after the binaries'
-    tests = project.build("-DLLAMA_BUILD_TESTS=ON")
+    # a build dir of upstream's tests alone (a tree beside the workdir, an older --upstream-tests),
+    # made after the binaries': it holds test programs, no llama-server
+    tests = project.build("-DLLAMA_BUILD_TESTS=ON", build=False)
     local = project.build(local=True)
     failed = project.build("-DLLAMA_OPENSSL=ON", build=False)
     (failed.build_dir / STAMP_NAME).unlink()  # as a configure that failed its checks leaves it
