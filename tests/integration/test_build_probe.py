@@ -329,7 +329,6 @@ def test_artifact_gate_refuses_a_binary_without_its_backend(env: Env) -> None:
 
 
 def test_status_and_the_build_say_where_the_binaries_are(env: Env) -> None:
-
     from skippy.flows.build_session import where
 
     plan = env.plan()

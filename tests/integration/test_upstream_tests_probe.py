@@ -125,6 +125,7 @@ def test_a_test_that_fails_on_the_bare_pin_is_red_upstream(project: Project) -> 
     # a second judgement of the same pin takes both runs from the kept baseline
     verdicts, _ = project.judge(base, {"0002-core-a-source-change": {"src/common.c": "int probe_common = 2;\n"}})
     assert verdicts.red_upstream == frozenset({"test-probe"})
+    assert verdicts.baseline.count("cached (") == 2 and "run (" not in verdicts.baseline, verdicts.baseline
 
 
 def test_build_only_patches_that_do_not_apply_to_the_pin_leave_the_baseline_bare(project: Project) -> None:
