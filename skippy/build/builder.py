@@ -134,9 +134,9 @@ def newest_builds(build_root: Path, source_dir: Path | None = None) -> dict[str,
             continue
         if source_dir is not None and not built_from(stamp, source_dir):
             continue
+        if tests_only(stamp, path.parent):
+            continue  # its programs are tests, not the backend's binaries
         bin_dir = path.parent / "bin"
-        if TESTS_DEFINE in (stamp.get("configure_args") or ()) and not (bin_dir / SERVER_TARGET).is_file():
-            continue  # a dir of upstream's tests alone: its programs are tests, not the backend's binaries
         found[stamp["backend"]] = {
             "build_dir": str(path.parent),
             "patched_sha": stamp.get("patched_sha"),
@@ -147,6 +147,14 @@ def newest_builds(build_root: Path, source_dir: Path | None = None) -> dict[str,
             "built": int(_built_at(path)),
         }
     return found
+
+
+def tests_only(stamp: Mapping[str, Any], build_dir: Path) -> bool:
+    """Whether ``build_dir`` is a dir of upstream's tests alone (a tree beside the workdir, an
+    older ``--upstream-tests``): configured with ``LLAMA_BUILD_TESTS=ON`` by skippy and without
+    llama-server.  A maintainer's own build given that flag has llama-server: the backend's."""
+    args = stamp.get("configure_args")
+    return isinstance(args, list) and TESTS_DEFINE in args and not (build_dir / "bin" / SERVER_TARGET).is_file()
 
 
 #: the name upstream's test programs start with (they build beside the binaries: --upstream-tests)

@@ -178,6 +178,11 @@ def parse_unused_variables(output: str) -> list[str]:
     return names
 
 
+def cmake_on(value: str) -> bool:
+    """Whether a CMake cache value is true (``ON``, ``TRUE``, ``YES``, ``Y``, ``1``)."""
+    return value.strip().upper() in _TRUE
+
+
 def _normalize(value: str) -> str:
     upper = value.strip().upper()
     if upper in _TRUE:

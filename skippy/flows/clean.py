@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from skippy.build.backends.base import SERVER_TARGET
-from skippy.build.builder import read_stamp
+from skippy.build.builder import read_stamp, tests_only
 from skippy.build.localtree import MODE_LOCAL
-from skippy.build.plan import STAMP_NAME, TESTS_DEFINE
+from skippy.build.plan import STAMP_NAME
 from skippy.build.roots import remove_tree
 from skippy.core.errors import SkippyError
 from skippy.core.settings import Settings
@@ -104,9 +104,7 @@ class _Build:
         """``"cpu"``, or ``"cpu tests"`` for a build dir of upstream's tests alone (the trees beside
         the workdir, an older ``--upstream-tests``), which is kept beside the binaries' build, not
         instead of it.  A build given ``LLAMA_BUILD_TESTS=ON`` that has llama-server is the backend's."""
-        args = self.stamp.get("configure_args")
-        tests = isinstance(args, list) and TESTS_DEFINE in args and not (self.path / "bin" / SERVER_TARGET).is_file()
-        return f"{self.backend} tests" if tests else self.backend
+        return f"{self.backend} tests" if tests_only(self.stamp, self.path) else self.backend
 
     def source(self, workdir: Path) -> Path:
         """The tree it was built from (a stamp that names none is taken for the workdir's)."""

@@ -33,7 +33,7 @@ from typing import Any, Final, Literal
 from filelock import FileLock
 
 from skippy.build.builder import BuildReport, execute_plan
-from skippy.build.configure import parse_cmake_cache
+from skippy.build.configure import cmake_on, parse_cmake_cache
 from skippy.build.plan import TESTS_DEFINE, BuildOptions, BuildPlan, plan_build, workdir_key
 from skippy.build.toolchain import Toolchain, inspect_tree
 from skippy.check import backend_ops, ctest
@@ -206,7 +206,7 @@ def builds_tests(build_dir: Path) -> bool:
         cache = parse_cmake_cache((build_dir / "CMakeCache.txt").read_text(encoding="utf-8", errors="replace"))
     except OSError:
         return False
-    return cache.get("LLAMA_BUILD_TESTS", "").upper() in ("ON", "1", "TRUE", "YES", "Y")
+    return cmake_on(cache.get("LLAMA_BUILD_TESTS", ""))
 
 
 def own_test_targets(queue: Queue) -> tuple[str, ...]:
@@ -264,10 +264,13 @@ class _Tree:
 
     def patched(self) -> BuildPlan:
         """The patched tree's tests, configured: in the build dir of its binaries (the session's
-        plan, else planned alike), or in a dir of their own where that dir has them off."""
+        plan, configured and built just before; else planned alike and configured here), or in a
+        dir of their own where that dir has them off."""
         subject = self.subject
-        plan = subject.plan or self.plan(self.settings.workdir, subject.patched_sha, subject.queue_digest)
-        execute_plan(plan, self.console, build=False)
+        plan = subject.plan
+        if plan is None:
+            plan = self.plan(self.settings.workdir, subject.patched_sha, subject.queue_digest)
+            execute_plan(plan, self.console, build=False)
         if builds_tests(plan.build_dir):
             return plan
         self.console.info(
