@@ -83,6 +83,8 @@ def fast_noop(settings: Settings, queue: Queue, pin: str) -> wd.Stamp | None:
     recorded = wd.read_stamp(git_dir)
     if recorded is None or (recorded.upstream_sha, recorded.queue_digest) != (pin, queue.digest) or not recorded.marked:
         return None
+    if recorded.resolved:
+        return None  # a session's resolution is local work, whatever its target: converge refuses it
     interrupted = (wd.skippy_dir(git_dir) / wd.JOURNAL_NAME).exists() or wd.in_progress(git_dir) is not None
     if interrupted or _head_file(git_dir) != recorded.patched_sha:
         return None
@@ -214,10 +216,12 @@ def adopt_or_refuse(
 
 
 def decide(recorded: wd.Stamp | None, at: Resolved, queue_digest: str, head: str | None) -> Decision:
-    """Nothing to do when the stamp records this upstream and queue and HEAD is its patched commit."""
+    """Nothing to do when the stamp records this upstream and queue and HEAD is its patched commit
+    (one a conflict session finished is not the queue's: its resolutions are local work)."""
     if (
         recorded is not None
         and recorded.marked
+        and not recorded.resolved
         and recorded.upstream_sha == at.upstream_sha
         and recorded.queue_digest == queue_digest
         and head == recorded.patched_sha

@@ -173,7 +173,7 @@ def _would(pin: str | None, digest: str | None, stamp: wd.Stamp | None, work: wd
             "temporary worktree): if so carry on from it, else refuse (local commits)"
         )
     if not work.empty:
-        return _would_with_work(work)
+        return _would_with_work(work, unchanged_queue=stamp is not None and stamp.queue_digest == digest)
     if stamp is None:
         return f"check out {pin[:12] if pin else 'the pin'} and apply the queue"
     if pin and stamp.upstream_sha != pin:
@@ -183,7 +183,14 @@ def _would(pin: str | None, digest: str | None, stamp: wd.Stamp | None, work: wd
     return f"move HEAD back to the patched commit {stamp.patched_sha[:12]}"
 
 
-def _would_with_work(work: wd.LocalWork) -> str:
+def _would_with_work(work: wd.LocalWork, *, unchanged_queue: bool) -> str:
+    if work.committed_only and work.unqueued and unchanged_queue:
+        # the queue is still the one the session stopped on: it cannot give the resolved tree
+        return (
+            "refuse: the conflict session's resolution is local work, not in the queue (`invoke regenerate` "
+            "carries it there, then prepare takes the workdir as prepared; `--workdir-as-is` builds it as it "
+            "stands; `--force` discards it after a backup)"
+        )
     if work.committed_only:
         return (
             "apply the queue aside: when it gives HEAD's tree (after `invoke regenerate`), take the workdir "

@@ -462,9 +462,12 @@ def local_work(repo: Repo, git_dir: Path, stamp: Stamp | None, tolerated: tuple[
     if head is not None:
         if stamp is not None:
             if head == stamp.patched_sha and stamp.resolved:
+                commits = resolution_commits(repo, stamp)
                 unqueued = (
                     f"the conflict resolution(s) of {', '.join(stamp.resolved)} on upstream "
-                    f"{stamp.upstream_sha[:12]} are committed here but not in the queue"
+                    f"{stamp.upstream_sha[:12]} are committed here"
+                    + (f" (commit {', '.join(c[:12] for c in commits)})" if commits else "")
+                    + " but not in the queue"
                 )
             if head != stamp.patched_sha:
                 if repo.has_commit(stamp.patched_sha) and repo.is_ancestor(stamp.patched_sha, head):
@@ -483,6 +486,26 @@ def local_work(repo: Repo, git_dir: Path, stamp: Stamp | None, tolerated: tuple[
         tolerated=tuple(ignored_ok),
         unqueued=unqueued,
     )
+
+
+def resolution_commits(repo: Repo, stamp: Stamp) -> list[str]:
+    """The commits of ``stamp``'s patched history that hold a conflict session's resolutions (the
+    ``Skippy-Patch`` trailer of each patch resolved by hand; a skipped patch has none), oldest first."""
+    found: list[str] = []
+    for entry in stamp.resolved:
+        label, _, how = entry.rpartition(" (")
+        if how != "resolved)":
+            continue
+        result = repo.git(
+            "log",
+            "--format=%H",
+            "--fixed-strings",
+            f"--grep=Skippy-Patch: {label}",
+            f"{stamp.base_commit}..{stamp.patched_sha}",
+            check=False,
+        )
+        found += result.stdout.split()[:1] if result.ok else []
+    return found
 
 
 def _reachable_from_upstream(repo: Repo, commit: str) -> bool:
