@@ -110,6 +110,10 @@ class WorkdirError(SkippyError):
     exit_code = 9
 
 
+class UnsafeGitConfig(WorkdirError):
+    """A repository's own git config names a program git would run (skippy.core.gitconfig)."""
+
+
 class ArchiveError(SkippyError):
     exit_code = 10
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from skippy.core import proc
+from skippy.core import gitconfig, proc
 from skippy.core.errors import CommandError
 
 IDENTITY_NAME = "skippy"
@@ -136,8 +136,12 @@ class Repo:
         next_step: str | None = None,
         timeout: float | None = None,
     ) -> proc.Result:
-        """A hermetic git command in this repository."""
-        argv = ["git", *config_args(), "-C", str(self.path), *map(str, args)]
+        """A hermetic git command in this repository.
+
+        The repository's own config is audited first (:mod:`skippy.core.gitconfig`): the
+        programs it names are switched off, or the command is refused before it runs."""
+        programs_off = gitconfig.audit(self.path, self._env(None)).config_args()
+        argv = ["git", "--no-pager", *config_args(), *programs_off, "-C", str(self.path), *map(str, args)]
         if self.echo is not None and _is_noteworthy(args):
             # the hermetic -c options are the same every time: show the command a human would type
             self.echo("$ git -C " + " ".join(proc.quote(str(a)) for a in (self.path, *args)))
@@ -159,10 +163,13 @@ class Repo:
         what: str | None = None,
         timeout: float | None = None,
     ) -> proc.Result:
-        """A fetch-like command with the user's global config (proxies, credentials)."""
+        """A fetch-like command with the user's global config (proxies, credentials), never a
+        program named in the repository's own config (audited as for :meth:`git`)."""
+        programs_off = gitconfig.audit(self.path, self._env(None)).config_args()
         env = base_env(self.env)
         env["GIT_CEILING_DIRECTORIES"] = str(self.ceiling)
-        argv = ["git", "-c", "core.hooksPath=" + os.devnull, "-C", str(self.path), *map(str, args)]
+        argv = ["git", "--no-pager", "-c", "core.hooksPath=" + os.devnull, *programs_off, "-C", str(self.path)]
+        argv += map(str, args)
         return proc.run(argv, env=env, check=check, echo=self.echo, what=what or f"git {args[0]}", timeout=timeout)
 
     def out(self, *args: str | Path) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skippy.core.errors import QueueError, SkippyError
+from skippy.core.errors import QueueError, SkippyError, UnsafeGitConfig
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import generate, parity
@@ -110,6 +110,8 @@ def _timed(name: str, action: Callable[[], Step]) -> Step:
     started = time.monotonic()
     try:
         step = action()
+    except UnsafeGitConfig:
+        raise  # not a step's finding: no step can run in that repository
     except SkippyError as exc:
         step = Step(name, "failed", exc.what, details=exc.render())
     return Step(step.name, step.status, step.summary, time.monotonic() - started, step.details, step.data)
@@ -131,6 +133,8 @@ def run_check(
         with pinned_store(settings, console=console, checkout=checkout, offline=offline) as store:
             upstream_sha = store.upstream_sha
             patched = _pinned_steps(steps, settings, store, holder, console=console)
+    except UnsafeGitConfig:
+        raise  # the workdir's config is refused: nothing in it was checked
     except SkippyError as exc:
         # the pin itself could not be resolved: nothing past the queue can be checked
         steps.append(Step("apply", "failed", exc.what, details=exc.render()))
@@ -186,7 +190,7 @@ def _apply_step(settings: Settings, store: Store, queue: Queue, holder: dict[str
 def _parity_step(settings: Settings, store: Store, holder: dict[str, Any], *, console: Console) -> Step:
     replayed: Replay = holder["replay"]
     config = parity.ParityConfig.from_settings(settings)
-    allowlist = parity.load_allowlist(config.allowlist)
+    allowlist = parity.load_allowlist(config.allowlist, inside=settings.root)
     with console.step("check: parity audit"):
         report = parity.audit(store.repo, replayed, config, allowlist, upstream_sha=store.upstream_sha)
     holder["parity"] = report
@@ -223,7 +227,7 @@ def _generated_step(settings: Settings, store: Store, queue: Queue, *, console: 
             spec=spec,
             console=console,
         )
-    drift = generate.compare_lane(folder, lane)
+    drift = generate.compare_lane(folder, lane, inside=settings.root)
     if drift.ok:
         return Step("generated", "ok", f"{len(spec.families)} family patch(es), up to date", data=drift.as_dict())
     return Step(
