@@ -48,7 +48,7 @@ from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import rangediff
-from skippy.maintain.history import Lanes, lanes_of, refuse_merges
+from skippy.maintain.history import Commit, Lanes, lanes_of, refuse_merges
 from skippy.queue import leftovers
 from skippy.queue import workdir as wd
 from skippy.queue.model import Lane, load_queue, unknown_entries
@@ -397,6 +397,7 @@ def _heads(
     if core_head and ms_head:
         return _commit(store.repo, core_head, "--core-head"), _commit(store.repo, ms_head, "--model-support-head"), None
     history = _history(settings, store, rerun, console=console)
+    refuse_generated_changes(settings, store, history, rerun)
     return history.core_head, history.model_support_head, history
 
 
@@ -424,6 +425,65 @@ def _history(settings: Settings, store: Store, rerun: str, *, console: Console) 
     if lanes.reordered:
         console.info("the core and model_support commits were put in lane order aside (the workdir is untouched)")
     return lanes
+
+
+def refuse_generated_changes(settings: Settings, store: Store, history: Lanes, rerun: str) -> None:
+    """Refuse, before anything is written, a commit whose trailer puts it in the generated lane but
+    whose change is not that lane's patch of the same name: regenerate never writes the generated
+    lane (``invoke generate`` does), so the change would be dropped without a word."""
+    generated = [c for c in history.commits if c.lane is Lane.GENERATED]
+    if not generated:
+        return
+    repo = store.repo
+    lane = {item.name: item for item in loose_items(settings.patch_dir) if item.lane == Lane.GENERATED.value}
+    found: list[tuple[Commit, str]] = []
+    for commit in generated:
+        name = (commit.label or "").split("/", 1)[1]
+        why = (
+            _differs_from_patch(repo, commit.sha, settings.patch_dir / Lane.GENERATED.value / name)
+            if name in lane
+            else f"the generated lane holds no {name}"
+        )
+        if why:
+            found.append((commit, why))
+    if not found:
+        return
+    rel = settings.relative(repo.path)
+    first = found[0][0]
+    named = ", ".join(f"{c.sha[:12]} ({c.subject})" for c, _ in found)
+    raise QueueError(
+        f"{'commit' if len(found) == 1 else 'commits'} {named} "
+        f"{'carries' if len(found) == 1 else 'carry'} a `Skippy-Patch: generated/...` trailer but "
+        f"{'its change is not' if len(found) == 1 else 'their changes are not'} the generated lane's patch: "
+        "regenerate never writes the generated lane (`invoke generate` does), so the change would be dropped",
+        details="\n".join(f"- {c.sha[:12]} Skippy-Patch: {c.label}: {why}" for c, why in found),
+        untouched="everything: the queue and the workdir were not changed",
+        next_step=f"move the change into a core or model_support commit: `git -C {rel} rebase -i "
+        f"{store.base[:12]}`, `edit` {first.sha[:12]}, take your change out of it (the generated commit "
+        "stays as the lane holds it) and commit it without a trailer after the generated commits (it joins "
+        "model_support) or as a `--fixup` of a core/model_support commit; if it is the generator's change, "
+        f"drop it there and run `invoke generate`; then re-run `{rerun}`",
+    )
+
+
+def _differs_from_patch(repo: Repo, sha: str, patch: Path) -> str | None:
+    """How commit ``sha`` differs from ``patch`` applied on its parent (None: it is that patch, exactly)."""
+    scratch = wd.skippy_dir(repo.git_dir())
+    scratch.mkdir(parents=True, exist_ok=True)
+    index = scratch / "generated-check.index"
+    env = {"GIT_INDEX_FILE": str(index)}
+    try:
+        repo.git("read-tree", f"{sha}^", env=env)
+        applied = repo.git("apply", "--cached", "--whitespace=nowarn", str(patch.absolute()), env=env, check=False)
+        if not applied.ok:
+            return f"{patch.name} does not apply on its parent commit"
+        tree = repo.git("write-tree", env=env).stdout.strip()
+        differ = repo.git("diff", "--no-renames", "--name-only", tree, sha, check=False).stdout.splitlines()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            index.unlink()
+    changed = [line for line in differ if line.strip()]
+    return f"differs from {patch.name} (applied on its parent) in {', '.join(changed)}" if changed else None
 
 
 def _put_back(settings: Settings, backup: Path, exc: BaseException, rerun: str) -> BaseException:
