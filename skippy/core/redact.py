@@ -11,6 +11,7 @@ become ``***``.  The console, the JSON reports and the rendered errors call
 
 from __future__ import annotations
 
+import re
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
@@ -64,3 +65,27 @@ def _split_keep(text: str) -> list[str]:
     if current:
         tokens.append("".join(current))
     return tokens
+
+
+#: the most characters of a file's own text an error message quotes
+EXCERPT_LIMIT: Final = 48
+#: what separates the words of a line in :func:`excerpt` (``/proc/*/environ`` separates with NUL)
+_EXCERPT_SEPARATORS: Final = re.compile(r"([\s\x00-\x1f\"',;()\[\]{}<>]+)")
+
+
+def excerpt(text: str, limit: int = EXCERPT_LIMIT) -> str:
+    """A short, quoted excerpt of ``text`` (a line read from a file) for an error message.
+
+    At most ``limit`` characters of it are shown (``...`` says more was cut), control
+    characters escaped, URL credentials masked, and the value of any ``NAME=value`` whose
+    name looks secret (``GITHUB_TOKEN=...``) replaced by ``***``: a message names what is
+    wrong with a line, it never copies a file out.
+    """
+    words = _EXCERPT_SEPARATORS.split(redact_urls(text))
+    for i, word in enumerate(words):
+        name, sep, _value = word.partition("=")
+        if sep and any(secret in name.lower() for secret in _SECRET_WORDS):
+            words[i] = f"{name}={MASK}"
+    shown = "".join(words)
+    quoted = repr(shown[:limit])
+    return f"{quoted[:-1]}...{quoted[-1]}" if len(shown) > limit else quoted

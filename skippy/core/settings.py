@@ -7,6 +7,7 @@ entry points pass ``os.environ``; tests pass a dict).
 
 from __future__ import annotations
 
+import os
 import stat
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -16,7 +17,7 @@ from typing import Any
 
 from skippy.core import specs
 from skippy.core.errors import SettingsError
-from skippy.core.paths import path_kind
+from skippy.core.paths import NotSmallFile, is_link_loop, outside_why, path_kind, read_small_text
 
 DEFAULT_UPSTREAM = "https://github.com/ggml-org/llama.cpp.git"
 
@@ -31,7 +32,7 @@ def find_root(start: Path) -> Path:
     start = start.resolve()
     for candidate in (start, *start.parents):
         pyproject = candidate / "pyproject.toml"
-        if pyproject.is_file() and "[tool.skippy" in pyproject.read_text(encoding="utf-8"):
+        if os.path.lexists(pyproject) and "[tool.skippy" in read_settings_file(pyproject, candidate):
             return candidate
     raise SettingsError(
         f"no pyproject.toml with a [tool.skippy] table at or above {start}",
@@ -67,9 +68,9 @@ class Settings:
         root = root.resolve()
         pyproject = root / "pyproject.toml"
         table: dict[str, Any] = {}
-        if pyproject.is_file():
+        if os.path.lexists(pyproject):
             try:
-                data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+                data = tomllib.loads(read_settings_file(pyproject, root))
             except tomllib.TOMLDecodeError as exc:
                 raise SettingsError(
                     f"{pyproject}: not valid TOML ({exc})",
@@ -118,10 +119,11 @@ class Settings:
             env=dict(env),
             raw=dict(table),
         )
+        check_path_settings(settings)
         check_workdir(settings, from_env=bool(env.get("LLAMA_WORKDIR")))
         for key in ("pin_file", "pin_mirror"):
             pin: Path | None = getattr(settings, key)
-            why = pin_file_problem(pin) if pin is not None else None
+            why = pin_file_problem(pin, root) if pin is not None else None
             if why is not None:
                 raise refuse_pin_file(settings, key, why)
         return settings
@@ -167,6 +169,24 @@ class Settings:
 
 #: the largest pin file (or pin mirror) read: a pin is one line
 PIN_FILE_LIMIT = 64 * 1024
+#: the largest pyproject.toml read for the settings
+SETTINGS_FILE_LIMIT = 1024 * 1024
+
+
+def read_settings_file(pyproject: Path, root: Path) -> str:
+    """The text of ``pyproject``: a regular file inside ``root`` (no link out of it), read with a bound."""
+    try:
+        return read_small_text(pyproject, SETTINGS_FILE_LIMIT, inside=root)
+    except NotSmallFile as exc:
+        why = exc.why
+    except UnicodeDecodeError:
+        why = "not UTF-8 text"
+    raise SettingsError(
+        f"{pyproject}: refused as the settings file: it is {why}",
+        untouched="everything: nothing was read or written",
+        next_step=f"make {pyproject} a regular file of the project (a copy, not a link out of it), "
+        "then re-run `invoke status`",
+    )
 
 
 def source(settings: Settings, key: str) -> str:
@@ -177,9 +197,11 @@ def source(settings: Settings, key: str) -> str:
     return f"[tool.skippy] {key} = {getattr(settings, key)}"
 
 
-def pin_file_problem(path: Path) -> str | None:
+def pin_file_problem(path: Path, root: Path) -> str | None:
     """Why ``path`` cannot be a pin file (``stat`` only, nothing opened), or None when it can
-    (a missing one can: ``prepare --latest`` needs none)."""
+    (a missing one can: ``prepare --latest`` needs none).  It must be a small regular file
+    inside the project ``root`` once its links are followed: ``/proc/self/environ`` reports
+    size 0, and a link to it (or to ``/etc/shadow``) must never be read."""
     if not path.exists() and not path.is_symlink():
         return None
     try:
@@ -190,7 +212,7 @@ def pin_file_problem(path: Path) -> str | None:
         return f"{path_kind(path)}, not a regular file"
     if info.st_size > PIN_FILE_LIMIT:
         return f"{info.st_size} bytes, over the {PIN_FILE_LIMIT}-byte limit of a pin file"
-    return None
+    return outside_why(path, root)
 
 
 def refuse_pin_file(settings: Settings, key: str, why: str) -> SettingsError:
@@ -204,12 +226,51 @@ def refuse_pin_file(settings: Settings, key: str, why: str) -> SettingsError:
     )
 
 
+#: path settings -> how messages name them (a link loop in any is refused when the settings are made)
+_PATH_LABELS: Mapping[str, str] = {
+    "workdir": "the workdir",
+    "patch_dir": "the patch dir",
+    "pin_file": "the pin file",
+    "pin_mirror": "the pin mirror",
+    "build_root": "the build root",
+    "cache_dir": "the cache dir",
+}
+
+
+def check_path_settings(settings: Settings) -> None:
+    """Refuse a path setting whose links loop (nothing can be resolved, read or written under
+    it) and a patch dir outside the project (the queue is read only from inside it)."""
+    for key in _PATH_LABELS:
+        path: Path | None = getattr(settings, key)
+        if path is not None and is_link_loop(path):
+            raise refuse_path(
+                settings, key, f"a symbolic link loop ({path} never resolves: its links lead back to themselves)"
+            )
+    outside = outside_why(settings.patch_dir, settings.root)
+    if outside is not None:
+        raise refuse_path(settings, "patch_dir", f"{outside}: skippy reads the queue only from inside the project")
+
+
+def refuse_path(settings: Settings, key: str, why: str) -> SettingsError:
+    """The error for a path setting refused for ``why`` (it names where the value came from)."""
+    var = next((v for v, k in ENV_OVERRIDES.items() if k == key), None)
+    label = _PATH_LABELS[key]
+    unset = f"unset {var}, or point it at a real path, then " if var and settings.env.get(var) else ""
+    return SettingsError(
+        f"{source(settings, key)}: refused as {label}: it is {why}",
+        untouched="everything: nothing was locked, read or written",
+        next_step=f"{unset}set {key} under [tool.skippy] in {settings.root / 'pyproject.toml'} to a path "
+        f"inside the project, then re-run `invoke status`",
+    )
+
+
 def check_workdir(settings: Settings, *, from_env: bool) -> None:
     """Refuse a workdir skippy must never replace with llama.cpp: one that is (or holds) the
-    project root, the patch dir, the pin file, ``$HOME`` or ``/``, or that exists and is not a
-    directory.  Called when the settings are made, before any lock or work."""
+    project root, the patch dir, the pin file, ``$HOME`` or ``/``, one inside the patch dir or
+    the project's ``.git``, or one that exists and is not a directory.  Called when the
+    settings are made, before any lock or work."""
     workdir = settings.workdir
-    resolved = workdir.resolve()
+    resolved = Path(os.path.realpath(workdir))
     guarded: list[tuple[str, Path]] = [
         ("the file system root", Path("/")),
         ("the project root", settings.root),
@@ -221,7 +282,7 @@ def check_workdir(settings: Settings, *, from_env: bool) -> None:
         guarded.append(("your home directory ($HOME)", Path(home)))
     why = None
     for label, path in guarded:
-        target = path.resolve()
+        target = Path(os.path.realpath(path))
         if target == resolved:
             why = f"it is {label} ({target})"
         elif resolved in target.parents:
@@ -230,6 +291,15 @@ def check_workdir(settings: Settings, *, from_env: bool) -> None:
             continue
         why += ", and skippy replaces the workdir's whole tree with llama.cpp"
         break
+    inside = (
+        ("the patch dir", settings.patch_dir, "a clone there would put all of llama.cpp into the queue"),
+        ("the project's .git", settings.root / ".git", "a clone there would write into the project's own git data"),
+    )
+    for label, path, harm in inside if why is None else ():
+        target = Path(os.path.realpath(path))
+        if target in resolved.parents:
+            why = f"it is inside {label} ({target}), and {harm}"
+            break
     if why is None and (workdir.exists() or workdir.is_symlink()) and not workdir.is_dir():
         why = f"it is {path_kind(workdir)}, not a directory"
     if why is None:

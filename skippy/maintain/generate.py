@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -45,10 +46,11 @@ from typing import Any
 from skippy.core.errors import QueueError
 from skippy.core.files import write_bytes_atomic
 from skippy.core.git import Repo
+from skippy.core.paths import NotSmallFile, enclosing_project, read_small_bytes
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import cscan
-from skippy.queue.model import Lane, Queue, queue_digest
+from skippy.queue.model import PATCH_LIMIT, Lane, Queue, queue_digest
 from skippy.queue.replay import FIXED_DATE, blob_id, export_commit, read_text, replay, sub_queue
 from skippy.queue.triage import aside_worktree
 
@@ -61,6 +63,8 @@ REGISTRY_NAME = "families.def"
 #: upstream files the generator reads (their blob ids are inputs)
 READS: tuple[str, ...] = ("src/llama-arch.cpp", "src/llama-model.cpp")
 
+#: the largest spec, inputs manifest or series of the lane read (a patch: the queue's own limit)
+LANE_FILE_LIMIT = 1024 * 1024
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _ARCH = re.compile(r"^LLM_ARCH_[A-Z0-9_]+$")
 _SPEC_KEYS = frozenset({"schema", "output_dir", "family"})
@@ -303,9 +307,29 @@ def lanes_digest(queue: Queue) -> str:
 
 def load_spec(settings: Settings) -> Spec | None:
     path = spec_path(settings)
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    return parse_spec(path, path.read_bytes())
+    try:
+        data = read_small_bytes(path, LANE_FILE_LIMIT, inside=settings.root)
+    except NotSmallFile as exc:
+        raise QueueError(
+            f"the generated-lane spec {settings.relative(path)} is refused, not read: it is {exc.why}",
+            untouched="everything: the generated lane was not changed",
+            next_step=f"make {settings.relative(path)} a regular file of the project (the queue reads no file "
+            "from outside it), then `invoke generate`",
+        ) from None
+    return parse_spec(path, data)
+
+
+def _read_lane_file(path: Path, inside: Path | None) -> bytes | None:
+    """The bytes of one file of the generated lane, or None when it is not a regular file
+    inside the project (never read: a link out of the project counts as a file that differs)."""
+    container = inside or enclosing_project(path.parent) or path.parent.resolve()
+    limit = LANE_FILE_LIMIT if not path.name.endswith(".patch") else PATCH_LIMIT
+    try:
+        return read_small_bytes(path, limit, inside=container)
+    except (NotSmallFile, FileNotFoundError):
+        return None
 
 
 def expected_manifest(spec: Spec, repo: Repo, base: str, upstream_sha: str, queue: Queue) -> str:
@@ -360,11 +384,13 @@ def generate_lane(
     return GeneratedLane(files, text, spec.families, owners)
 
 
-def lane_files_on_disk(folder: Path) -> dict[str, bytes]:
+def lane_files_on_disk(folder: Path, *, inside: Path | None = None) -> dict[str, bytes | None]:
+    """The lane's patches and series on disk: name -> bytes (None for one that is not a regular
+    file inside the project ``inside``: it is never read, and differs from anything)."""
     if not folder.is_dir():
         return {}
     return {
-        p.name: p.read_bytes()
+        p.name: _read_lane_file(p, inside)
         for p in sorted(folder.iterdir())
         if p.is_file() and (p.name.endswith(".patch") or p.name == SERIES_NAME)
     }
@@ -427,15 +453,18 @@ class Drift:
         return "\n".join(lines)
 
 
-def compare_lane(folder: Path, lane: GeneratedLane) -> Drift:
-    on_disk = lane_files_on_disk(folder)
+def compare_lane(folder: Path, lane: GeneratedLane, *, inside: Path | None = None) -> Drift:
+    """What differs between the lane on disk (files inside the project ``inside`` only) and ``lane``."""
+    on_disk = lane_files_on_disk(folder, inside=inside)
     drifted = [lane.owners[n] for n in lane.owners if on_disk.get(n) != lane.files[n]]
     extra = sorted(n for n in on_disk if n.endswith(".patch") and n not in lane.files)
     series = on_disk.get(SERIES_NAME) != lane.files.get(SERIES_NAME)
     recorded_path = folder / INPUTS_NAME
-    recorded = manifest_lines(recorded_path.read_text(encoding="utf-8")) if recorded_path.is_file() else None
+    data = _read_lane_file(recorded_path, inside) if os.path.lexists(recorded_path) else None
+    recorded = manifest_lines(data.decode("utf-8", errors="replace")) if data is not None else None
     if recorded is None:
-        inputs = ["inputs.sha256 missing"]
+        missing = not os.path.lexists(recorded_path)
+        inputs = [f"{INPUTS_NAME} {'missing' if missing else 'not a regular file of the project (not read)'}"]
     else:
         wanted = manifest_lines(lane.manifest)
         inputs = [k for k in wanted if k != "sha256" and recorded.get(k) != wanted[k]]
@@ -463,7 +492,7 @@ def run_generate(
         lane = generate_lane(
             settings, store.repo, store.base, upstream_sha=store.upstream_sha, queue=queue, spec=spec, console=console
         )
-    drift = compare_lane(folder, lane)
+    drift = compare_lane(folder, lane, inside=settings.root)
     if check:
         if not drift.ok:
             raise drift_error(settings, drift)

@@ -528,7 +528,7 @@ def run_parity(
     from skippy.queue.replay import pinned_store, replay
 
     config = ParityConfig.from_settings(settings)
-    allowlist = load_allowlist(config.allowlist)
+    allowlist = load_allowlist(config.allowlist, inside=settings.root)
     queue = load_queue(settings.patch_dir)
     with pinned_store(settings, console=console, checkout=checkout, offline=offline) as store:
         with console.step(f"replay the queue ({len(queue.patches)} patches) on {store.upstream_sha[:12]}"):

@@ -18,11 +18,13 @@ queue drops on purpose, with a reason::
 from __future__ import annotations
 
 import fnmatch
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from skippy.core.errors import QueueError, SettingsError
+from skippy.core.paths import NotSmallFile, enclosing_project, read_small_text
 from skippy.core.settings import Settings
 
 DEFAULT_FILES: tuple[str, ...] = ("src/*.cpp", "src/models/*.cpp")
@@ -90,18 +92,42 @@ class Allowed:
         return {"file": self.file, scope_key: self.scope, "case": self.case, "reason": self.reason}
 
 
-def load_allowlist(path: Path) -> tuple[Allowed, ...]:
-    """The allowlist entries (none when the file does not exist); QueueError on a malformed file."""
-    if not path.is_file():
-        return ()
+#: the largest allowlist read
+ALLOWLIST_LIMIT = 1024 * 1024
+
+
+def _read_allowlist(path: Path, inside: Path | None) -> dict[str, object]:
+    """The allowlist's TOML, read with a bound from a regular file inside the project."""
+    container = inside or enclosing_project(path.parent) or path.parent.resolve()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(read_small_text(path, ALLOWLIST_LIMIT, inside=container))
+    except NotSmallFile as exc:
+        raise QueueError(
+            f"the parity allowlist {path} is refused, not read: it is {exc.why}",
+            untouched="everything",
+            next_step=f"make {path.name} a regular file of the project (the queue reads no file from outside it), "
+            "or point [tool.skippy.parity] allowlist at one",
+        ) from None
+    except UnicodeDecodeError:
+        raise QueueError(
+            f"the parity allowlist {path} is not UTF-8 text",
+            untouched="everything",
+            next_step=f"save {path.name} as UTF-8",
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise QueueError(
             f"{path}: not valid TOML ({exc})",
             untouched="everything",
             next_step=f"fix the syntax of {path.name}",
         ) from exc
+
+
+def load_allowlist(path: Path, *, inside: Path | None = None) -> tuple[Allowed, ...]:
+    """The allowlist entries (none when the file does not exist); QueueError on a malformed file
+    and on one that is not a regular file inside the project ``inside`` (never read then)."""
+    if not os.path.lexists(path):
+        return ()
+    data = _read_allowlist(path, inside)
     unknown_top = sorted(set(data) - {"dropped"})
     problems: list[str] = [f"unknown top-level key {k!r} (entries are [[dropped]] tables)" for k in unknown_top]
     entries: list[Allowed] = []

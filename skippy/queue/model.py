@@ -14,6 +14,11 @@ lane's spec and inputs manifest, TOML files at the top (the parity allowlist,
 whatever its configured name), a README and VCS/OS housekeeping files.  A patch that is a
 symlink must resolve inside its own lane folder.
 
+Every file of the queue is read through :func:`skippy.core.paths.read_small_bytes`: a regular
+file inside the project (no link out of it: a ``series`` linked to ``/etc/shadow`` or
+``/proc/self/environ`` is refused, never read), read with a bound.  A message quotes a line
+of a series only as a short, redacted excerpt.
+
 The queue digest (sha256 over lane, file name and bytes, in application order)
 identifies the queue in stamps, build provenance and reports.
 """
@@ -22,15 +27,24 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from skippy.core.errors import QueueError
+from skippy.core.paths import NotSmallFile, enclosing_project, read_small_bytes
+from skippy.core.redact import excerpt
 
 DIGEST_SCHEMA = b"skippy-queue-v1\n"
 _NUMBERED = re.compile(r"^(?P<num>\d{4})-(?P<slug>[^/\\]+)\.patch$")
 _HEADER_LIMIT = 64 * 1024
+#: the largest series file read (a line per patch)
+SERIES_LIMIT = 1024 * 1024
+#: the largest patch file read
+PATCH_LIMIT = 64 * 1024 * 1024
+#: a series entry shown as it is (longer or odder ones are quoted as a short excerpt)
+_PLAIN_ENTRY = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
 #: housekeeping files tolerated anywhere in the patch dir (and README, README.md ...)
 HOUSEKEEPING: frozenset[str] = frozenset({".gitkeep", ".gitignore", ".gitattributes", ".DS_Store"})
 #: files the project itself keeps in a lane folder besides the patches and ``series``
@@ -122,8 +136,13 @@ def queue_digest(patches: tuple[Patch, ...]) -> str:
     return h.hexdigest()
 
 
-def load_queue(patch_dir: Path) -> Queue:
-    """Read and validate the whole queue; raise one QueueError listing every violation."""
+def load_queue(patch_dir: Path, *, inside: Path | None = None) -> Queue:
+    """Read and validate the whole queue; raise one QueueError listing every violation.
+
+    Every file read must lie inside ``inside`` once its links are followed: by default the
+    project holding the patch dir (the nearest folder above it, as written, with a
+    ``pyproject.toml``), else the patch dir itself.
+    """
     if not patch_dir.is_dir():
         raise QueueError(
             f"patch dir {patch_dir} does not exist or is not a directory",
@@ -131,12 +150,13 @@ def load_queue(patch_dir: Path) -> Queue:
             next_step="create it (an empty queue is fine) or point LLAMA_PATCH_DIR / "
             "[tool.skippy] patch_dir at the queue",
         )
+    container = inside or enclosing_project(patch_dir) or patch_dir.resolve()
     violations: list[Violation] = []
     patches: list[Patch] = []
     violations += unknown_entries(patch_dir)
-    patches += _load_core(patch_dir, violations)
+    patches += _load_core(patch_dir, violations, container)
     for lane in (Lane.MODEL_SUPPORT, Lane.GENERATED):
-        patches += _load_series_lane(patch_dir, lane, violations)
+        patches += _load_series_lane(patch_dir, lane, violations, container)
     if violations:
         body = "\n".join(v.render(patch_dir) for v in violations)
         raise QueueError(
@@ -150,7 +170,32 @@ def load_queue(patch_dir: Path) -> Queue:
     return Queue(root=patch_dir, patches=ordered, digest=queue_digest(ordered))
 
 
-def _load_core(patch_dir: Path, violations: list[Violation]) -> list[Patch]:
+def _read_queue_file(lane: Lane, path: Path, limit: int, container: Path, violations: list[Violation]) -> bytes | None:
+    """The bytes of one file of the queue, or None with a violation naming what it is instead
+    (not a regular file, a link out of the project, too big): never a word of its content."""
+    try:
+        return read_small_bytes(path, limit, inside=container)
+    except (NotSmallFile, FileNotFoundError) as exc:
+        why = exc.why if isinstance(exc, NotSmallFile) else "missing"
+    where = path.parent.name + "/" if lane.folder is not None else "the patch dir"
+    violations.append(
+        Violation(
+            lane,
+            path,
+            None,
+            f"refused, not read: it is {why}",
+            f"make it a regular file in {where} (the queue reads no file from outside the project)",
+        )
+    )
+    return None
+
+
+def _shown(entry: str) -> str:
+    """A series entry as messages show it: a plain file name as it is, anything else as a short excerpt."""
+    return entry if _PLAIN_ENTRY.match(entry) else excerpt(entry)
+
+
+def _load_core(patch_dir: Path, violations: list[Violation], container: Path) -> list[Patch]:
     files = sorted(p for p in patch_dir.iterdir() if p.name.endswith(".patch"))
     patches: list[Patch] = []
     seen: dict[int, Path] = {}
@@ -186,14 +231,16 @@ def _load_core(patch_dir: Path, violations: list[Violation]) -> list[Patch]:
         if not _resolves_inside(path, patch_dir):
             violations.append(_escaping_link(Lane.CORE, path, None, "the patch dir"))
             continue
-        data = path.read_bytes()
+        data = _read_queue_file(Lane.CORE, path, PATCH_LIMIT, container, violations)
+        if data is None:
+            continue
         _check_mailbox(Lane.CORE, path, data, violations)
         patches.append(Patch(Lane.CORE, path, number, data))
     _check_contiguous(Lane.CORE, [(p.number, p.path, None) for p in patches], violations)
     return patches
 
 
-def _load_series_lane(patch_dir: Path, lane: Lane, violations: list[Violation]) -> list[Patch]:
+def _load_series_lane(patch_dir: Path, lane: Lane, violations: list[Violation], container: Path) -> list[Patch]:
     assert lane.folder is not None
     folder = patch_dir / lane.folder
     if not folder.exists():
@@ -203,7 +250,7 @@ def _load_series_lane(patch_dir: Path, lane: Lane, violations: list[Violation]) 
         return []
     on_disk = {p.name for p in folder.iterdir() if p.name.endswith(".patch")}
     series = folder / "series"
-    if not series.is_file():
+    if not os.path.lexists(series):
         if on_disk:
             violations.append(
                 Violation(
@@ -215,7 +262,10 @@ def _load_series_lane(patch_dir: Path, lane: Lane, violations: list[Violation]) 
                 )
             )
         return []
-    listed, entries = _read_series(lane, series, on_disk, violations)
+    data = _read_queue_file(lane, series, SERIES_LIMIT, container, violations)
+    if data is None:
+        return []
+    listed, entries = _read_series(lane, series, data, on_disk, violations)
     for name in sorted(on_disk - set(listed)):
         violations.append(
             Violation(
@@ -226,16 +276,17 @@ def _load_series_lane(patch_dir: Path, lane: Lane, violations: list[Violation]) 
                 f"add {name} to {lane.folder}/series or delete the file",
             )
         )
-    return _series_patches(lane, series, entries, violations)
+    return _series_patches(lane, series, entries, violations, container)
 
 
 def _read_series(
-    lane: Lane, series: Path, on_disk: set[str], violations: list[Violation]
+    lane: Lane, series: Path, data: bytes, on_disk: set[str], violations: list[Violation]
 ) -> tuple[dict[str, int], list[tuple[int, str]]]:
-    """Every entry of ``series`` with its line (``listed``) and the usable ones, in order (``entries``)."""
+    """Every entry of ``series`` (its bytes: ``data``) with its line (``listed``) and the usable
+    ones, in order (``entries``)."""
     listed: dict[str, int] = {}
     entries: list[tuple[int, str]] = []
-    text = series.read_bytes().decode("utf-8", errors="replace")
+    text = data.decode("utf-8", errors="replace")
     for lineno, raw in enumerate(text.splitlines(), start=1):
         entry = raw.rstrip("\r").strip()
         if not entry or entry.startswith("#"):
@@ -244,7 +295,7 @@ def _read_series(
         if problem is None:
             listed[entry] = lineno
             if entry not in on_disk:
-                problem = f"{entry} does not exist in {lane.folder}/", "add the patch file or remove the line"
+                problem = f"{_shown(entry)} does not exist in {lane.folder}/", "add the patch file or remove the line"
         if problem is not None:
             violations.append(Violation(lane, series, lineno, *problem))
         else:
@@ -256,18 +307,18 @@ def _series_entry_problem(lane: Lane, entry: str, listed: dict[str, int]) -> tup
     """What is wrong with the form of one series line, and its fix (the first rule that fails)."""
     if entry.startswith("/") or "/" in entry or "\\" in entry or entry in (".", "..") or ".." in entry.split("/"):
         return (
-            f"entry {entry!r} is not a plain file name in {lane.folder}/",
+            f"entry {excerpt(entry)} is not a plain file name in {lane.folder}/",
             "list patches by file name only; keep them in the lane folder",
         )
     if " " in entry or "\t" in entry:
-        return f"entry {entry!r} carries options or spaces", "one patch file name per line, no quilt options"
+        return f"entry {excerpt(entry)} carries options or spaces", "one patch file name per line, no quilt options"
     if entry in listed:
-        return f"{entry} is listed again (first on line {listed[entry]})", "remove the duplicate line"
+        return f"{_shown(entry)} is listed again (first on line {listed[entry]})", "remove the duplicate line"
     return None
 
 
 def _series_patches(
-    lane: Lane, series: Path, entries: list[tuple[int, str]], violations: list[Violation]
+    lane: Lane, series: Path, entries: list[tuple[int, str]], violations: list[Violation], container: Path
 ) -> list[Patch]:
     """The patches of the listed entries, each named ``NNNN-subject.patch`` and numbered in order."""
     folder = series.parent
@@ -282,7 +333,7 @@ def _series_patches(
                     lane,
                     series,
                     lineno,
-                    f"{entry} is not named NNNN-subject.patch",
+                    f"{_shown(entry)} is not named NNNN-subject.patch",
                     "rename the patch with its position in the series",
                 )
             )
@@ -292,7 +343,9 @@ def _series_patches(
         if not _resolves_inside(path, folder):
             violations.append(_escaping_link(lane, series, lineno, f"{lane.folder}/", name=entry))
             continue
-        data = path.read_bytes()
+        data = _read_queue_file(lane, path, PATCH_LIMIT, container, violations)
+        if data is None:
+            continue
         _check_mailbox(lane, path, data, violations)
         patches.append(Patch(lane, path, number, data))
     _check_contiguous(lane, numbered, violations, series=series)
@@ -352,7 +405,7 @@ def _resolves_inside(path: Path, folder: Path) -> bool:
     """True unless ``path`` is a symlink whose target is not a file directly in ``folder``."""
     if not path.is_symlink():
         return True
-    return path.resolve().parent == folder.resolve()
+    return Path(os.path.realpath(path)).parent == Path(os.path.realpath(folder))
 
 
 def _escaping_link(lane: Lane, file: Path, line: int | None, where: str, *, name: str | None = None) -> Violation:
@@ -361,7 +414,7 @@ def _escaping_link(lane: Lane, file: Path, line: int | None, where: str, *, name
         lane,
         file,
         line,
-        f"{'' if name is None else name + ' '}is a symlink to {link.resolve()}, outside {where}",
+        f"{'' if name is None else name + ' '}is a symlink to {os.path.realpath(link)}, outside {where}",
         f"copy the patch into {where} (the queue must not read files from elsewhere)",
     )
 

@@ -12,6 +12,7 @@ from typing import Literal
 
 from skippy.core.errors import SettingsError, SkippyError
 from skippy.core.paths import NotSmallFile, read_small_text
+from skippy.core.redact import excerpt
 from skippy.core.settings import PIN_FILE_LIMIT, Settings, refuse_pin_file
 
 SHA40 = re.compile(r"^[0-9a-f]{40}$")
@@ -44,7 +45,7 @@ class Target:
 def read_pin(settings: Settings) -> str:
     path = settings.pin_file
     try:
-        text = read_small_text(path, PIN_FILE_LIMIT)
+        text = read_small_text(path, PIN_FILE_LIMIT, inside=settings.root)
     except NotSmallFile as exc:
         raise refuse_pin_file(settings, "pin_file", exc.why) from None
     except UnicodeDecodeError:
@@ -56,15 +57,30 @@ def read_pin(settings: Settings) -> str:
             next_step=f"write the upstream commit (40 hex) to {settings.relative(path)}, "
             "or run `invoke prepare --latest`",
         ) from None
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
-    if len(lines) != 1 or not SHA40.match(lines[0].lower()):
-        shown = lines[0] if lines else "(empty)"
+    lines = [
+        (number, line.strip())
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip() and not line.startswith("#")
+    ]
+    rel = settings.relative(path)
+    fix = f"put the full upstream SHA in {rel} (`git rev-parse <ref>` prints it)"
+    if not lines or not SHA40.match(lines[0][1].lower()):
+        shown = excerpt(lines[0][1]) if lines else "(empty)"
+        where = f" on line {lines[0][0]}" if lines else ""
         raise SettingsError(
-            f"pin file {settings.relative(path)} must hold one full 40-hex commit SHA, found {shown!r}",
+            f"pin file {rel} must hold one full 40-hex commit SHA, found {shown}{where}",
             untouched="everything",
-            next_step=f"put the full upstream SHA in {settings.relative(path)} (`git rev-parse <ref>` prints it)",
+            next_step=fix,
         )
-    return lines[0].lower()
+    if len(lines) > 1:
+        first, (second, extra) = lines[0][0], lines[1]
+        raise SettingsError(
+            f"pin file {rel} must hold one line, but it has more: line {first} holds the SHA and line {second} "
+            f"holds {excerpt(extra)} as well",
+            untouched="everything",
+            next_step=f"keep the one upstream SHA in {rel} and remove line {second} (or make it a # comment)",
+        )
+    return lines[0][1].lower()
 
 
 def validate(settings: Settings, target: Target) -> str | None:

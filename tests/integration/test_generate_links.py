@@ -33,11 +33,14 @@ def test_generate_replaces_symlinked_lane_files_and_never_writes_through(
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "inputs.sha256").write_text("someone else's file\n", encoding="utf-8")
-    # the series a link to a copy outside (the queue accepts it: it lists the same patches)
-    (outside / "series").write_bytes(wanted["series"])
+    # the series a link to a copy elsewhere in the project (the queue accepts it: it lists the
+    # same patches; a link out of the project is refused, never read: test_hostile_links)
+    elsewhere = project.root / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "series").write_bytes(wanted["series"])
     # dangling: a write through it would make the file (and open() the folder's absence fails)
     inputs_target = outside / ("nowhere.sha256" if dangling else "inputs.sha256")
-    for name, target in (("inputs.sha256", inputs_target), ("series", outside / "series")):
+    for name, target in (("inputs.sha256", inputs_target), ("series", elsewhere / "series")):
         (folder / name).unlink()
         (folder / name).symlink_to(target)
     allowed = (project.patches, project.root / ".deps")
@@ -58,7 +61,7 @@ def test_generate_replaces_symlinked_lane_files_and_never_writes_through(
             "(what it pointed to is left as it was)" in captured.err
         )
     assert (outside / "inputs.sha256").read_text(encoding="utf-8") == "someone else's file\n"
-    assert (outside / "series").read_bytes() == wanted["series"]
+    assert (elsewhere / "series").read_bytes() == wanted["series"]
     assert not (outside / "nowhere.sha256").exists()
     assert written_outside(before, tree_state([tmp_path, Path(os.environ["HOME"])], allowed)) == []
     # no temporary file is left beside them, and the lane now passes its check
