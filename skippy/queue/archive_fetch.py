@@ -3,15 +3,19 @@
 :func:`fetch_verified` is the entry: a cached archive is reused while its digest
 matches; a download goes to a scratch folder of this run, is checked, then renamed
 into the content-addressed cache.  Anything that does not match is moved to
-``<cache>/quarantine``, never deleted.  Fetchers (``file:``, ``https://``,
+``<cache>/quarantine`` (a folder only its owner can enter, each file mode 0600: what a wrong
+URL fetched may be private), never deleted.  A ``file:`` archive is read only from inside the
+project or the cache.  Fetchers (``file:``, ``https://``,
 ``pypi-sdist:``) are plain functions of :data:`Fetcher`'s shape.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
 import re
+import stat
 import sys
 import time
 import urllib.error
@@ -28,7 +32,7 @@ from skippy.core import pip, proc
 from skippy.core.errors import ArchiveError, CommandError, LockBusyError, NetworkError, SkippyError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, human_size
-from skippy.queue.archive_specs import UrlKind, file_url_path, pypi_requirement, url_kind
+from skippy.queue.archive_specs import UrlKind, file_url_path, file_url_problem, pypi_requirement, url_kind
 from skippy.queue.scratch import owned_scratch, report_swept, sweep_stale
 
 #: seconds a single HTTP request may stall before it counts as a failed attempt
@@ -51,6 +55,8 @@ class FetchContext:
     http_timeout: float = HTTP_TIMEOUT
     on_ci: bool = False
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    #: besides ``root``, the one place a ``file:`` archive may be read from (the settings' cache dir)
+    cache: Path | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, console: Console, *, python: str | None = None) -> FetchContext:
@@ -62,6 +68,7 @@ class FetchContext:
             backoff=settings.network_backoff,
             python=python or sys.executable,
             on_ci=settings.on_ci,
+            cache=settings.cache_dir,
         )
 
 
@@ -80,22 +87,41 @@ def fetch(url: str, into: Path, ctx: FetchContext) -> Path:
 
 
 def fetch_file(url: str, into: Path, ctx: FetchContext) -> Path:
+    """Copy a ``file:`` archive (inside the project or the cache, links followed) into ``into``,
+    mode 0600 until its digest is checked."""
     source = file_url_path(url, ctx.root)
+    outside = file_url_problem(url, ctx.root, ctx.cache)
+    if outside is not None:
+        raise ArchiveError(
+            f"archive {url} refused: {outside}; a file: archive is read only from inside them",
+            untouched="everything: nothing was copied",
+            next_step="copy the archive into the project and point the url in pyproject.toml "
+            "[tool.skippy.archives] at it, then run it again",
+        )
     if not source.is_file():
         raise ArchiveError(
             f"archive {url} not found ({source} is not a file)",
             untouched="the repository and the download cache",
             next_step="fix the url in pyproject.toml [tool.skippy.archives] or restore the file",
         )
+    real = Path(os.path.realpath(source))
     target = into / source.name
-    with (
-        ctx.console.progress(source.name, source.stat().st_size, verb="copying") as progress,
-        source.open("rb") as src,
-        target.open("wb") as out,
-    ):
-        while chunk := src.read(_CHUNK):
-            out.write(chunk)
-            progress.advance(len(chunk))
+    src_fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(src_fd, "rb") as src:
+        if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+            raise ArchiveError(
+                f"archive {url} is not a regular file once opened (it was replaced meanwhile)",
+                untouched="everything: nothing was copied",
+                next_step="run it again",
+            )
+        out_fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with (
+            ctx.console.progress(source.name, os.fstat(src.fileno()).st_size, verb="copying") as progress,
+            os.fdopen(out_fd, "wb") as out,
+        ):
+            while chunk := src.read(_CHUNK):
+                out.write(chunk)
+                progress.advance(len(chunk))
     return target
 
 
@@ -248,8 +274,12 @@ def fetch_verified(
 
 
 def _quarantine(path: Path, cache: Path, name: str) -> Path:
+    """Move ``path`` to ``<cache>/quarantine/<name>``: the folder mode 0700 and the file 0600,
+    since what a wrong URL fetched may be private (``file:///etc/shadow``)."""
     quarantine = cache / "quarantine"
-    quarantine.mkdir(exist_ok=True)
+    quarantine.mkdir(mode=0o700, exist_ok=True)
+    quarantine.chmod(0o700)  # one an older skippy made with the umask's mode
+    path.chmod(0o600)
     kept = quarantine / name
     path.replace(kept)
     return kept

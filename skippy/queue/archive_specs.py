@@ -8,6 +8,7 @@ it that holds the llama.cpp tree.  Validation reads no file and names the key at
 from __future__ import annotations
 
 import enum
+import os
 import re
 import urllib.request
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skippy.core.errors import SettingsError
+from skippy.core.paths import is_inside
 from skippy.core.settings import Settings
 
 _SHA1 = re.compile(r"^[0-9a-f]{40}$")
@@ -69,6 +71,36 @@ def file_url_path(url: str, root: Path) -> Path:
         rest = "/" + path if sep else "/"
     local = Path(urllib.request.url2pathname(rest))
     return local if local.is_absolute() else root / local
+
+
+def file_url_problem(url: str, root: Path, cache: Path | None) -> str | None:
+    """Why the ``file:`` archive ``url`` may not be read, or None: it must lie inside the project
+    ``root`` or the ``cache`` once every link is followed (``file:///etc/shadow`` must never be
+    copied into the cache, nor a link to it)."""
+    source = file_url_path(url, root)
+    places = [root] if cache is None else [root, cache]
+    if any(is_inside(source, place) for place in places):
+        return None
+    real = Path(os.path.realpath(source))
+    shown = str(source) if real == Path(os.path.normpath(source)) else f"{source}, a link to {real},"
+    where = f"the project ({root})" + ("" if cache is None else f" and the cache ({cache})")
+    return f"{shown} is outside {where}"
+
+
+def check_file_url(settings: Settings, spec: ArchiveSpec) -> None:
+    """Refuse a ``file:`` archive outside the project and the cache, before anything is fetched."""
+    if spec.kind is not UrlKind.FILE:
+        return
+    why = file_url_problem(spec.url, settings.root, settings.cache_dir)
+    if why is None:
+        return
+    raise SettingsError(
+        f"pyproject.toml {spec_key(spec.upstream_sha, 'url')} = {spec.url!r}: refused: {why}; "
+        "a file: archive is read only from inside them",
+        untouched="everything: nothing was fetched, copied or written",
+        next_step=f'copy the archive into the project and set url = "file:<path relative to {settings.root}>" '
+        "(or use its https:// URL), then re-run `invoke prepare --pinned`",
+    )
 
 
 def spec_key(upstream_sha: str, field_name: str | None = None) -> str:

@@ -36,7 +36,7 @@ from skippy.core.git import IDENTITY_EMAIL, Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue.archive_fetch import FetchContext, Fetcher, fetch, fetch_verified
-from skippy.queue.archive_specs import ArchiveSpec, load_archive_specs, spec_key
+from skippy.queue.archive_specs import ArchiveSpec, check_file_url, load_archive_specs, spec_key
 from skippy.queue.archive_unpack import safe_unpack
 from skippy.queue.imports import (
     TRAILER_DIGEST,
@@ -211,6 +211,7 @@ def import_archive(
             ),
             details=f"archives mapped for: {known}",
         )
+    check_file_url(settings, spec)
     scratch_root = settings.cache_dir / "tmp"
     report_swept(sweep_stale(scratch_root, "archive-"), scratch_root, console)
     found = _recorded(repo, upstream_sha)
