@@ -224,24 +224,45 @@ def loose_items(patch_dir: Path) -> list[rangediff.Item]:
 
 
 def write_lanes(patch_dir: Path, core: list[Path], model_support: list[Path]) -> None:
-    """Replace the core and model_support lanes with the exported files (other files stay)."""
+    """Replace the core and model_support lanes with the exported files (other files stay).
+
+    A file that already holds the export's bytes is not written at all (its mode and time stay); a
+    changed one is rewritten in place, keeping its mode; a new one gets the umask's mode, as ``open``
+    gives it.  A link at a patch's place is replaced by a regular file, never written through."""
     patch_dir.mkdir(parents=True, exist_ok=True)
-    for old in patch_dir.glob("*.patch"):
-        old.unlink()
-    for path in core:
-        shutil.copyfile(path, patch_dir / path.name)
+    _write_lane(patch_dir, core)
     folder = patch_dir / "model_support"
-    if folder.is_dir():
-        for old in folder.glob("*.patch"):
-            old.unlink()
-        with contextlib.suppress(FileNotFoundError):
-            (folder / "series").unlink()
     if model_support:
         folder.mkdir(exist_ok=True)
-        for path in model_support:
-            shutil.copyfile(path, folder / path.name)
-        names = sorted(p.name for p in model_support)
-        (folder / "series").write_text("".join(n + "\n" for n in names), encoding="utf-8")
+    if folder.is_dir():
+        _write_lane(folder, model_support)
+        series = folder / "series"
+        if model_support:
+            names = sorted(p.name for p in model_support)
+            _put(series, "".join(n + "\n" for n in names).encode("utf-8"))
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                series.unlink()
+
+
+def _write_lane(folder: Path, files: list[Path]) -> None:
+    """``folder``'s ``*.patch`` files become exactly ``files`` (by name), each through :func:`_put`."""
+    wanted = {path.name: path for path in files}
+    for old in folder.glob("*.patch"):
+        if old.name not in wanted:
+            old.unlink()
+    for name, path in wanted.items():
+        _put(folder / name, path.read_bytes())
+
+
+def _put(path: Path, data: bytes) -> None:
+    """``path`` holds ``data``: untouched when it already does, else written in place."""
+    if path.is_symlink():
+        path.unlink()
+    elif path.is_file() and path.read_bytes() == data:
+        return
+    with path.open("wb") as fh:  # an existing file keeps its mode; a new one gets 0666 & ~umask
+        fh.write(data)
 
 
 # --------------------------------------------------------------------------- regenerate

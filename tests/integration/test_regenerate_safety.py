@@ -119,6 +119,9 @@ def immutable(path: Path) -> Iterator[None]:
 def test_immutable_patch_dir_is_a_named_error_and_nothing_changes(project: Project) -> None:
     real, before = exported(project)
     settings = project.settings()
+    # a patch the export must create (an unchanged one is not written at all)
+    (real / "0004-core-readme-note.patch").unlink()
+    before = snapshot(real)
     before_refs = refs(project.workdir)
     with immutable(real), pytest.raises(QueueError) as info:
         regenerate(settings, core_head="core", model_support_head="models", console=QUIET)
