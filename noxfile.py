@@ -18,7 +18,7 @@ ROOT = Path(__file__).parent
 # the sessions call the skippy beside this file, whichever checkout an installed one came from
 sys.path.insert(0, str(ROOT))
 
-from skippy.cli.noxlog import quiet_uv_probe  # noqa: E402 - importable from ROOT only after the line above
+from skippy.cli.noxlog import fail, quiet_uv_probe  # noqa: E402 - importable from ROOT only after the line above
 
 # every session runs in the project's own environment; nox still probes for uv: drop its log line
 nox.options.default_venv_backend = "none"
@@ -90,7 +90,7 @@ def _run(session: nox.Session, name: str, backend: str | None = None) -> None:
     if ran.skipped:
         session.skip(ran.skipped)
     if ran.code:
-        session.error(f"{session.name} failed (exit code {ran.code})")
+        fail(session, ran.code)  # run alone: skippy's exit code, not nox's 1
 
 
 def _register_build_session(backend: str, title: str, gpu: bool) -> None:

@@ -48,6 +48,17 @@ FAILURE_PATTERNS: Final[tuple[tuple[re.Pattern[str], str], ...]] = tuple(
 
 #: a port that was taken between our probe and the server's bind
 _BIND_FAILURE = re.compile(r"couldn't bind|address already in use", re.IGNORECASE)
+#: llama.cpp's argument parser refusing one argument (common/arg.cpp): an unknown one, or a bad value
+_REFUSED_ARG = re.compile(r'^error: invalid argument: (?P<unknown>\S+)|^error while handling argument "(?P<bad>[^"]+)"')
+
+
+def refused_argument(lines: Sequence[str]) -> tuple[str, str] | None:
+    """(the argument, the line) when llama-server refused one of its arguments and exited."""
+    for line in lines:
+        match = _REFUSED_ARG.match(line.strip())
+        if match:
+            return match["unknown"] or match["bad"], line.strip()
+    return None
 
 
 def plan_server_argv(

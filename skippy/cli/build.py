@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from skippy.check.models import check_model_args
 from skippy.check.report import SpotCheckReport
 from skippy.cli.options import BuildOptions, command, make
 from skippy.cli.run import Report, entry, nox_main, nox_values
@@ -59,7 +60,9 @@ def outcome_report(outcome: SessionOutcome) -> dict[str, Any]:
 def build(
     options: BuildOptions, settings: Settings, console: Console, *, session_fn: SessionFn | None = None
 ) -> Report:
-    """Run the build session (``session_fn`` replaces :func:`run_build_session` in tests)."""
+    """Run the build session (``session_fn`` replaces :func:`run_build_session` in tests); the
+    spot check's --model values are checked first, not after the build."""
+    check_model_args(options.model, cwd=settings.root, rerun=f"nox -s build-{options.backend}")
     session = session_fn or run_build_session
     outcome = session(options.backend, settings, console, session_args(options))
     report = outcome_report(outcome)

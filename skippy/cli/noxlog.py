@@ -5,12 +5,18 @@ backend: with ``default_venv_backend = "none"`` (our sessions run in the project
 own environment) it still asks for uv's version, and where uv is not installed it
 logs "uv binary not found." before every session. The noxfile drops exactly that
 record from nox's logger; every other line of nox's log is kept.
+
+nox ends every failed run with exit code 1 (``session.error`` included); a session
+run alone ends with skippy's own code instead (:func:`fail`).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Final
+from typing import TYPE_CHECKING, Final, NoReturn
+
+if TYPE_CHECKING:
+    from nox import Session
 
 UV_NOT_FOUND: Final = "uv binary not found."
 
@@ -25,3 +31,27 @@ def quiet_uv_probe(logger: logging.Logger | None = None) -> None:
     target = logger if logger is not None else logging.getLogger("nox")
     if not any(isinstance(f, _DropUvProbe) for f in target.filters):
         target.addFilter(_DropUvProbe())
+
+
+def _alone(session: Session) -> bool:
+    """This session is the only one nox runs (``nox -s build-cpu``, not ``nox -t build``)."""
+    # nox has no public word for it: the manifest of the run, through the session's runner
+    manifest = getattr(getattr(session, "_runner", None), "manifest", None)
+    try:
+        return manifest is not None and len(manifest) == 1
+    except TypeError:
+        return False
+
+
+def fail(session: Session, code: int) -> NoReturn:
+    """End a failed session with skippy's exit code (docs/building.md: 2 for an option refused,
+    11 for a toolchain this host lacks, 130 for Ctrl-C ...).
+
+    Run alone, the session logs its failure as nox does and exits with ``code`` (nox lets a
+    SystemExit through); among several sessions nox's summary and its exit code 1 stand, and
+    each failed session's own code is in its line."""
+    message = f"{session.name} failed (exit code {code})"
+    if _alone(session):
+        logging.getLogger("nox").error(f"Session {session.name} failed: exit code {code}.")
+        raise SystemExit(code)
+    session.error(message)

@@ -11,6 +11,8 @@ shared by every command (:class:`Common`).
 
 from __future__ import annotations
 
+import re
+import shlex
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -19,6 +21,15 @@ from typing import Annotated, Any, Final, Literal, TypeVar
 from skippy.core.errors import SettingsError
 
 Kind = Literal["flag", "text", "list", "int", "positional"]
+
+
+class Refused(ValueError):
+    """A value an option's converter refuses, with the next step that fixes it (a plain
+    ValueError gets the generic one: give the option a valid value)."""
+
+    def __init__(self, why: str, *, next_step: str) -> None:
+        super().__init__(why)
+        self.next_step = next_step
 
 
 def _positive(text: str) -> int:
@@ -31,13 +42,124 @@ def _positive(text: str) -> int:
     return value
 
 
+#: the cache entry types CMake knows (any other it silently takes for STRING)
+CMAKE_TYPES: Final = ("BOOL", "FILEPATH", "PATH", "STRING", "INTERNAL", "UNINITIALIZED")
+#: a `;`-separated element of a -D value that is itself a define (``-DA=1;-DB=2``)
+_SMUGGLED = re.compile(r"^\s*-D\s*[A-Za-z_]")
+
+
 def _define(text: str) -> str:
-    """``NAME[:TYPE]=VALUE`` -> ``-DNAME[:TYPE]=VALUE``: the only arguments passed to CMake."""
+    """``NAME[:TYPE]=VALUE`` -> ``-DNAME[:TYPE]=VALUE``: the only arguments passed to CMake.
+
+    A `;` in a value is a CMake list (``-DCMAKE_CUDA_ARCHITECTURES=86;89``), kept; a list
+    element that is another define (``-DCMAKE_BUILD_TYPE=Debug;-DX=1``) would reach CMake as
+    part of the first value, and is refused, as are a type CMake does not know and a line
+    break (they would end in a failed configure or compile that blames the patch)."""
     from skippy.build.plan import DEFINE_ARG
 
-    if not DEFINE_ARG.match("-D" + text):
-        raise ValueError(f"wants NAME=VALUE or NAME:TYPE=VALUE, got {text!r}")
-    return "-D" + text
+    given = "-D" + text
+    match = DEFINE_ARG.match(given)
+    if not match:
+        named = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.+-]*", text)
+        raise Refused(
+            f"{given} is not a CMake define: it wants -DNAME=VALUE or -DNAME:TYPE=VALUE",
+            next_step=f"rerun with -D{text}=<value>"
+            if named
+            else "rerun with the define written -DNAME=VALUE (e.g. -DCMAKE_BUILD_TYPE=Release)",
+        )
+    name, value = match.group(1), match.group(2)
+    kind = text[len(name) + 1 : text.index("=")] if text[len(name) : len(name) + 1] == ":" else ""
+    if kind and kind not in CMAKE_TYPES:
+        raise Refused(
+            f"{given}: {kind} is not a CMake cache type ({', '.join(CMAKE_TYPES)}); CMake would take it for STRING",
+            next_step=f"rerun with -D{name}:{kind.upper()}={value}"
+            if kind.upper() in CMAKE_TYPES
+            else f"rerun with -D{name}={value} (or -D{name}:STRING={value})",
+        )
+    if "\n" in value or "\r" in value:
+        raise Refused(
+            f"{given!r} has a line break in its value: a CMake cache value is one line",
+            next_step=f"rerun with a one-line value for -D{name}",
+        )
+    first, *rest = value.split(";")
+    smuggled = [item.strip() for item in rest if _SMUGGLED.match(item)]
+    if smuggled:
+        # each define with the list items that follow it
+        groups = [[f"-D{text[: text.index('=')]}={first}"]]
+        for item in rest:
+            if _SMUGGLED.match(item):
+                groups.append([item.strip()])
+            else:
+                groups[-1].append(item)
+        defines = " ".join(shlex.quote(";".join(group)) for group in groups)
+        raise Refused(
+            f"{given} smuggles {' '.join(smuggled)} into the value of {name} after a `;` (a `;` separates the "
+            f"items of one CMake list value; each define is a -D of its own)",
+            next_step=f"rerun with each define as a -D of its own: {defines}",
+        )
+    return given
+
+
+#: llama-server arguments the spot check gives itself, which a --server-arg must not change:
+#: (the spellings llama.cpp knows for it) -> why, and what to use instead
+OWNED_SERVER_ARGS: Final[tuple[tuple[tuple[str, ...], str, str], ...]] = (
+    (
+        ("--port", "--host"),
+        "it starts llama-server on 127.0.0.1 at a free port it picks, and polls that port",
+        "rerun without `--server-arg {arg}` and its value: the check picks a free port itself",
+    ),
+    (
+        ("-m", "--model", "-mu", "--model-url", "-hf", "-hfr", "--hf-repo"),
+        "the model is the check's own --model",
+        "rerun with --model MODEL (a .gguf path, tiny:<family> or Org/Repo[:quant]) instead of `--server-arg {arg}`",
+    ),
+    (
+        ("--rpc",),
+        "its RPC path starts an RPC server of its own",
+        "rerun without `--server-arg {arg}` and its value (--no-rpc skips the RPC path)",
+    ),
+    (
+        ("-c", "--ctx-size"),
+        "the context size is its setting ctx_size",
+        "set ctx_size under [tool.skippy.spot_check] in pyproject.toml and rerun without `--server-arg {arg}`",
+    ),
+    (
+        ("-np", "--parallel"),
+        "it runs one request at a time (--parallel 1)",
+        "rerun without `--server-arg {arg}` and its value",
+    ),
+    (
+        ("-lv", "--verbosity", "--log-verbosity", "--log-disable", "--log-file"),
+        "it reads the server's log at verbosity 4 (failure lines, the device each layer went to)",
+        "rerun without `--server-arg {arg}` (and its value)",
+    ),
+)
+
+
+def _server_arg(text: str) -> str:
+    """One extra llama-server argument; one the spot check gives itself is refused (a second
+    ``--port`` would leave the check polling a port nobody listens on for the whole load timeout)."""
+    flag = text.split("=", 1)[0]
+    if flag.startswith("--"):
+        flag = flag.replace("_", "-")  # llama.cpp reads --ctx_size as --ctx-size
+    for spellings, why, fix in OWNED_SERVER_ARGS:
+        if flag in spellings:
+            raise Refused(f"{text}: the spot check sets {flag} itself ({why})", next_step=fix.format(arg=text))
+    return text
+
+
+_SHA = re.compile(r"[0-9a-fA-F]{7,40}")
+
+
+def _pin_bump_sha(text: str) -> str:
+    """A commit SHA, full or abbreviated (7 to 40 hex digits): checked before any network attempt."""
+    if not _SHA.fullmatch(text):
+        raise Refused(
+            f"{text!r} is not a commit SHA (7 to 40 hex digits)",
+            next_step="pass an upstream commit SHA, e.g. `invoke pin-bump --sha 4df29be4f4c3` (or no --sha to move "
+            "to upstream master)",
+        )
+    return text
 
 
 def _backend(text: str) -> str:
@@ -142,7 +264,9 @@ class Option:
             raise SettingsError(
                 f"{'/'.join(self.names)}: {exc}",
                 untouched="everything: nothing was started",
-                next_step=f"give {self.names[-1]} a valid value (see --help)",
+                next_step=exc.next_step
+                if isinstance(exc, Refused)
+                else f"give {self.names[-1]} a valid value (see --help)",
             ) from None
 
 
@@ -275,7 +399,16 @@ class SpotCheckOptions(Common):
     model: Models = ()
     server: Annotated[str, text("llama-server to check (default: the newest build of --backend)", "PATH")] = ""
     backend: Annotated[str, text("check this backend's newest build (default: cpu)", "NAME", convert=_backend)] = ""
-    server_arg: Annotated[tuple[str, ...], repeated("extra llama-server argument; repeatable", "ARG")] = ()
+    server_arg: Annotated[
+        tuple[str, ...],
+        repeated(
+            "extra llama-server argument, one per flag or value (--server-arg=--threads --server-arg=2); "
+            "repeatable; the ones the check sets itself (--port, --host, --model, --rpc, --ctx-size, --parallel, "
+            "the log's) are refused",
+            "ARG",
+            convert=_server_arg,
+        ),
+    ] = ()
     no_provenance: Annotated[
         bool, flag("do not require the binary to report the workdir's pin and queue digest (said loudly)")
     ] = False
@@ -296,7 +429,9 @@ class StatusOptions(Common):
 
 @dataclass(frozen=True)
 class PinBumpOptions(Common):
-    sha: Annotated[str, text("the upstream commit to move to (default: upstream master)", "SHA")] = ""
+    sha: Annotated[
+        str, text("the upstream commit to move to (default: upstream master)", "SHA", convert=_pin_bump_sha)
+    ] = ""
     backend: Annotated[
         tuple[str, ...],
         repeated("build and spot-check this backend (repeatable; default cpu)", "NAME", convert=_backend),

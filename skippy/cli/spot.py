@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -10,10 +11,12 @@ from skippy.build.localtree import LOCAL_QUEUE_DIGEST
 from skippy.check.binaries import backend_of, default_server, rpc_server_beside
 from skippy.check.provenance import expected_queue_digest
 from skippy.check.report import Ending, ModelCheckFailed, Provenance, SpotCheckReport, model_path, spot_proofs
+from skippy.check.spotcheck import failure_next_step
 from skippy.check.spotcheck import spot_check as run_spot_check
 from skippy.cli.options import SpotCheckOptions
 from skippy.cli.run import Report, entry, nox_main
 from skippy.core.errors import SettingsError, SpotCheckFailed
+from skippy.core.paths import is_regular, path_kind
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
@@ -45,11 +48,51 @@ def spot_ending(report: SpotCheckReport, settings: Settings, server: Path) -> En
     return Ending(f"spot check of {report.server}: {verdict}", proofs, (run,))
 
 
-def spot_check(options: SpotCheckOptions, settings: Settings, console: Console) -> Report:
-    """``nox -s spot-check`` / ``invoke spot-check``: the newest build (or --server) on each --model."""
-    server = Path(options.server) if options.server else default_server(settings, options.backend or None)
+def given_server(text: str, settings: Settings) -> Path:
+    """``--server``: an executable regular file (relative to the project's root), checked before anything
+    runs (a directory would otherwise reach the process gate as a command that cannot be found)."""
+    server = Path(text).expanduser()
     if not server.is_absolute():
         server = settings.root / server
+    why = None
+    if not is_regular(server):
+        kind = path_kind(server)
+        why = "does not exist" if kind == "missing" else f"is {kind}, not a llama-server binary"
+    elif not os.access(server, os.X_OK):
+        why = "is not executable"
+    if why is not None:
+        raise SettingsError(
+            f"--server {text} {why}",
+            untouched="everything: no server was started",
+            next_step="rerun with --server naming a llama-server binary (build/<backend>-<digest>/bin/llama-server), "
+            "or without --server to check the newest build: nox -s spot-check",
+        )
+    return server
+
+
+def blame_server_args(exc: ModelCheckFailed, server_args: Sequence[str], server: Path, settings: Settings) -> None:
+    """A model whose llama-server refused one of the user's ``--server-arg`` values: that flag is
+    the next step, not the build (the check names the argument; the command knows who gave it)."""
+    shown = settings.relative(server)
+    # llama.cpp reads --ctx_size as --ctx-size, and names it so
+    given = {(a.replace("_", "-") if a.startswith("--") else a): a for a in server_args}
+    for result in exc.report.failed:
+        argument = given.get(result.refused_argument or "")
+        if argument is not None:
+            result.next_step = (
+                f"rerun without `--server-arg {argument}` or with it corrected: {server.name} does not take it as "
+                f"given (`{shown} --help` lists the arguments it takes)"
+            )
+    exc.next_step = failure_next_step(exc.report, f"nox -s build-{backend_of(server, settings)}")
+
+
+def spot_check(options: SpotCheckOptions, settings: Settings, console: Console) -> Report:
+    """``nox -s spot-check`` / ``invoke spot-check``: the newest build (or --server) on each --model."""
+    if options.server:
+        server = given_server(options.server, settings)
+    else:
+        server = default_server(settings, options.backend or None)
+        server = server if server.is_absolute() else settings.root / server
     backend = options.backend or backend_of(server, settings)
     if options.write_reference and backend != "cpu":
         raise SettingsError(
@@ -76,6 +119,7 @@ def spot_check(options: SpotCheckOptions, settings: Settings, console: Console) 
             write_reference=options.write_reference,
         )
     except ModelCheckFailed as exc:
+        blame_server_args(exc, options.server_arg, server, settings)
         exc.ending = spot_ending(exc.report, settings, server)
         raise
     return Report(report.as_dict(), ending=spot_ending(report, settings, server))

@@ -20,7 +20,7 @@ from skippy.check import spotcheck
 from skippy.check.report import ModelCheckFailed
 from skippy.cli.build import build_main
 from skippy.cli.spot import main as spot_main
-from skippy.core.errors import BuildError
+from skippy.core.errors import BuildError, SettingsError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionArgs, SessionOutcome
@@ -87,16 +87,16 @@ def test_a_port_taken_between_the_probe_and_the_bind_is_named_not_the_patch(
     assert written_outside(before, tree_state([tmp_path, Path(os.environ["HOME"])], allowed)) == []
 
 
-def test_a_port_given_with_server_arg_that_is_taken_names_the_setting(
+def test_a_port_given_with_server_arg_is_refused_before_the_server_starts(
     tmp_path: Path, holder: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The check sets --port itself: a --server-arg one (taken or free) is refused up front, by name
+    (tests/integration/test_blamed_flags.py runs it through nox and invoke)."""
     rig, env = _spot_project(tmp_path)
     code, report = _spot(rig, env, capsys, "--server-arg=--port", f"--server-arg={holder}")
-    assert code == ModelCheckFailed.exit_code
-    assert report["next"] == (
-        f"drop `--server-arg --port {holder}` (the spot check picks a free port itself) or free that port "
-        f"(`ss -ltnp 'sport = :{holder}'` names its holder), and rerun nox -s spot-check"
-    )
+    assert code == SettingsError.exit_code
+    assert report["next"] == "rerun without `--server-arg --port` and its value: the check picks a free port itself"
+    assert not rig.state.exists()
 
 
 def test_a_model_that_is_not_there_gives_its_own_next_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,7 +21,13 @@ TASKS = collection(ROOT)
 NOX_COMMANDS = [c for c in COMMANDS if c.nox]
 
 #: a valid value for an option that takes one (the converters check these)
-SAMPLES = {"backend": "vulkan", "define": "GGML_X=ON", "jobs": "3", "server": "bin/llama-server"}
+SAMPLES = {
+    "backend": "vulkan",
+    "define": "GGML_X=ON",
+    "jobs": "3",
+    "server": "bin/llama-server",
+    "sha": "4df29be4f4c3",
+}
 #: options that are only valid together
 COMPANIONS = {"core_head": "model_support_head", "model_support_head": "core_head"}
 

@@ -20,7 +20,8 @@ GGML_ASSERT line; *hanging* never becomes ready and ignores SIGTERM; *empty*
 answers with no token; *error-answer* streams an error chunk; *stall* accepts
 the completion but never answers; *leak* answers with a chat-template token.
 ``/completion`` answers a deterministic greedy run (token ids from the prompt);
-``--rpc HOST:PORT`` logs the layers offloaded to ``RPC0[HOST:PORT]``.
+``--rpc HOST:PORT`` logs the layers offloaded to ``RPC0[HOST:PORT]``.  An argument it does not
+know ends the run as llama.cpp's parser does (``error: invalid argument: X``, exit code 1).
 """
 
 from __future__ import annotations
@@ -167,8 +168,9 @@ def list_devices() -> int:
     return 0
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
+def parse_args() -> argparse.Namespace | None:
+    """The arguments; None when one is unknown (logged, and the run ends, as llama.cpp's parser does)."""
+    parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--version", action="store_true")
     parser.add_argument("--list-devices", action="store_true")
     parser.add_argument("-m", "--model")
@@ -176,7 +178,21 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--rpc")
     parser.add_argument("-ngl", "--n-gpu-layers")
-    args, _rest = parser.parse_known_args()
+    for name in ("--ctx-size", "--parallel", "--log-verbosity", "--chat-template", "--threads"):
+        parser.add_argument(name)
+    args, rest = parser.parse_known_args()
+    if rest:
+        # llama.cpp's argument parser (common/arg.cpp): the first argument it does not know ends the run
+        arg = rest[0].replace("_", "-") if rest[0].startswith("--") else rest[0]
+        log(f"error: invalid argument: {arg}")
+        return None
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    if args is None:
+        return 1
     if args.version:
         return version()
     if args.list_devices:
