@@ -35,6 +35,7 @@ from pathlib import Path
 from skippy.core.errors import QueueError
 from skippy.core.paths import NotSmallFile, enclosing_project, read_small_bytes
 from skippy.core.redact import excerpt
+from skippy.queue.patchpaths import paths_outside_the_tree
 
 DIGEST_SCHEMA = b"skippy-queue-v1\n"
 _NUMBERED = re.compile(r"^(?P<num>\d{4})-(?P<slug>[^/\\]+)\.patch$")
@@ -469,6 +470,18 @@ def _check_mailbox(lane: Lane, path: Path, data: bytes, violations: list[Violati
                 header_end + 1,
                 "has headers but no `diff --git` section",
                 "re-export it with `git format-patch`; empty commits do not belong in the queue",
+            )
+        )
+    for lineno, outside in paths_outside_the_tree(text):
+        violations.append(
+            Violation(
+                lane,
+                path,
+                lineno,
+                f"malformed: it names {excerpt(outside)}, a path outside the llama.cpp tree (a patch's paths are "
+                "relative to the tree's root; git refuses this one on every upstream)",
+                "fix this patch file: name the file inside the tree (diff --git a/<path> b/<path>), or re-export "
+                "the change with `git format-patch` from a commit of the workdir",
             )
         )
 

@@ -22,7 +22,8 @@ import pytest
 from skippy.check.server import free_port
 from skippy.cli.build import session_options
 from skippy.cli.options import PinBumpOptions, make
-from skippy.core.errors import SettingsError, SpotCheckFailed, ToolchainMissing
+from skippy.core.errors import QueueError, SettingsError, SpotCheckFailed, ToolchainMissing
+from skippy.queue.patchpaths import paths_outside_the_tree
 from tests.conftest import Project
 from tests.integration.test_spotcheck import FAST, Rig
 from tests.outside import tree_state, written_outside
@@ -369,3 +370,68 @@ def test_pin_bump_checks_its_sha_before_any_network_attempt(project: Project, tm
     # a SHA, full or abbreviated, passes the option check
     for sha in ("4df29be4f4c3", "4DF29BE", project.upstream.commits[1]):
         assert make(PinBumpOptions, {"sha": sha}, {}).sha == sha
+
+
+# --- item 8: a patch with a path outside the tree -------------------------------------------------
+
+
+def _escaping_patch(project: Project) -> tuple[Path, str]:
+    """A core patch whose diff names ../../src/llama-model.cpp: the patch itself is malformed."""
+    base = project.upstream.commits[1]
+    model = project.upstream.read("src/llama-model.cpp", base)
+    data = project.patch(base, "core: reach out", {"src/llama-model.cpp": model.replace("line 9\n", "line 9\nOUT\n")})
+    escaped = data.replace(b"a/src/llama-model.cpp", b"a/../../src/llama-model.cpp").replace(
+        b"b/src/llama-model.cpp", b"b/../../src/llama-model.cpp"
+    )
+    return project.add_patch("core", "0003-core-reach-out.patch", escaped), "../../src/llama-model.cpp"
+
+
+@pytest.mark.parametrize("command", [("triage",), ("prepare",), ("prepare", "--triage")])
+def test_a_patch_path_outside_the_tree_is_the_patch_malformed_not_a_conflict(
+    queued_project: Project, tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """It was triaged as a conflict with the pin, to be "refreshed against the new upstream"."""
+    project = queued_project
+    _menus(project.root)
+    patch, escaped = _escaping_patch(project)
+    env = _env(Path(project.env["HOME"]))
+    before = tree_state([tmp_path], ())
+
+    result = _run("invoke", project.root, env, *command, "--json")
+
+    assert result.returncode == QueueError.exit_code, result.stderr
+    report = _report(result)
+    assert (report["ok"], report["error"], report["exit_code"]) == (False, "QueueError", 3)
+    assert report["what"] == f"the patch queue in {project.patches} is invalid (1 problem)"
+    lineno = next(i for i, line in enumerate(patch.read_text().splitlines(), 1) if line.startswith("diff --git"))
+    assert report["details"] == (
+        f"[core] 0003-core-reach-out.patch:{lineno}: malformed: it names '{escaped}', a path outside the llama.cpp "
+        "tree (a patch's paths are relative to the tree's root; git refuses this one on every upstream)\n"
+        "    fix: fix this patch file: name the file inside the tree (diff --git a/<path> b/<path>), or re-export "
+        "the change with `git format-patch` from a commit of the workdir"
+    )
+    assert report["next"] == "fix the files named above, then re-run `invoke prepare`"
+    assert report["untouched"] == "the llama.cpp workdir and the queue: nothing was applied"
+    for wrong in ("refresh", "conflict", "upstream commit"):
+        assert wrong not in str(report["next"]) + result.stderr
+    assert not project.workdir.exists()
+    assert written_outside(before, tree_state([tmp_path], ())) == []
+    # the next step works: the patch named inside the tree, the queue applies
+    patch.write_bytes(patch.read_bytes().replace(b"/../../src/", b"/src/"))
+    fixed = _run("invoke", project.root, env, *command, "--json")
+    assert fixed.returncode == 0, fixed.stderr
+    assert _report(fixed)["ok"] is True
+
+
+def test_a_patch_path_outside_the_tree_is_found_in_every_header_line() -> None:
+    """The diff's header lines, plain or C-quoted; never the message or the hunks' text."""
+    text = (
+        "Subject: [PATCH] move\n\n---\n ../../x | 1 +\n\n"
+        "diff --git a/src/a.cpp b/src/a.cpp\n--- a/src/a.cpp\n+++ b/src/a.cpp\n@@ -1 +1 @@\n"
+        "--- a/../../in-a-hunk\n"
+        "diff --git a/src/b.cpp b/../b.cpp\nsimilarity index 90%\nrename from src/b.cpp\nrename to ../b.cpp\n"
+        'diff --git "a/caf\\303\\251" "b//etc/caf\\303\\251"\n--- "a/caf\\303\\251"\n'
+        '+++ "b//etc/caf\\303\\251"\n@@ -1 +1 @@\n'
+        "diff --git a/new file.txt b/new file.txt\nnew file mode 100644\n--- /dev/null\n+++ b/new file.txt\n"
+    )
+    assert paths_outside_the_tree(text) == [(11, "../b.cpp"), (15, "/etc/caf\\303\\251")]
