@@ -51,7 +51,7 @@ from skippy.maintain import rangediff
 from skippy.maintain.history import Commit, Lanes, lanes_of, refuse_merges
 from skippy.queue import leftovers
 from skippy.queue import workdir as wd
-from skippy.queue.model import Lane, load_queue, unknown_entries
+from skippy.queue.model import SERIES_LIMIT, Lane, load_queue, queue_file_bytes, unknown_entries
 from skippy.queue.replay import Store, export_range, pinned_store, replay, sub_queue
 
 #: queue backups kept under ``<cache_dir>/backups`` after a successful regenerate (a failed one keeps all)
@@ -203,24 +203,27 @@ def _sync(src: Path, dst: Path) -> None:
 
 
 def loose_items(patch_dir: Path) -> list[rangediff.Item]:
-    """The queue's patches as files, valid or not (the range-diff's old side)."""
-    items = (
-        [rangediff.Item("core", p.name, p.read_bytes()) for p in sorted(patch_dir.glob("*.patch")) if p.is_file()]
-        if patch_dir.is_dir()
-        else []
-    )
+    """The queue's patches as files, valid or not (the range-diff's old side); one that is not a
+    regular file inside the project (a link to /etc/shadow) is left out, never read."""
+    files = [("core", p.name, p) for p in sorted(patch_dir.glob("*.patch"))] if patch_dir.is_dir() else []
     for lane in ("model_support", "generated"):
         folder = patch_dir / lane
         if not folder.is_dir():
             continue
         series = folder / "series"
+        listed = queue_file_bytes(series, SERIES_LIMIT) if series.is_file() else None
         names = (
-            [n.strip() for n in series.read_text(encoding="utf-8").splitlines() if n.strip() and not n.startswith("#")]
-            if series.is_file()
+            [
+                n.strip()
+                for n in listed.decode("utf-8", errors="replace").splitlines()
+                if n.strip() and not n.startswith("#")
+            ]
+            if listed is not None
             else sorted(p.name for p in folder.glob("*.patch"))
         )
-        items += [rangediff.Item(lane, n, (folder / n).read_bytes()) for n in names if (folder / n).is_file()]
-    return items
+        files += [(lane, n, folder / n) for n in names]
+    found = [(lane, name, queue_file_bytes(path) if path.is_file() else None) for lane, name, path in files]
+    return [rangediff.Item(lane, name, data) for lane, name, data in found if data is not None]
 
 
 def write_lanes(patch_dir: Path, core: list[Path], model_support: list[Path]) -> None:

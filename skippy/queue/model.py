@@ -191,6 +191,17 @@ def _read_queue_file(lane: Lane, path: Path, limit: int, container: Path, violat
     return None
 
 
+def queue_file_bytes(path: Path, limit: int = PATCH_LIMIT, *, inside: Path | None = None) -> bytes | None:
+    """The bytes of one file of the queue read outside :func:`load_queue` (the old side of a
+    range-diff, a comparison), or None when it is missing or not a regular file inside the
+    project ``inside`` (by default the one holding it): such a file is never read."""
+    container = inside or enclosing_project(path.parent) or path.parent.resolve()
+    try:
+        return read_small_bytes(path, limit, inside=container)
+    except (NotSmallFile, FileNotFoundError):
+        return None
+
+
 def _shown(entry: str) -> str:
     """A series entry as messages show it: a plain file name as it is, anything else as a short excerpt."""
     return entry if _PLAIN_ENTRY.match(entry) else excerpt(entry)

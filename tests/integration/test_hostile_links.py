@@ -399,3 +399,32 @@ def test_a_pin_file_with_two_lines_names_the_second(
     # status reports it (and carries on: it is a report, not an action)
     ran = call(capsys, status_main, queued_project)
     assert ran.code == 0 and ran.report["queue"]["error"] == what and ran.report["pin"] is None
+
+
+@pytest.mark.timeout(300)
+def test_regenerate_never_reads_nor_writes_through_a_patch_linked_out_of_the_project(
+    project: Project, tmp_path: Path, capsys: pytest.CaptureFixture[str], secret: Secret
+) -> None:
+    """The range-diff's old side reads the queue's files before the queue is validated: a core
+    patch linked to a protected file is never shown (it is left out of the old side), and the
+    new lane replaces the link with a regular file (never written through)."""
+    from skippy.cli.maintain import regenerate_main
+    from skippy.core.ui import Console
+    from skippy.maintain.regenerate import regenerate
+    from tests.integration.test_parity_fixtures import arch_upstream
+    from tests.integration.test_regenerate import lanes_v1
+
+    arch_upstream(project)
+    lanes_v1(project)
+    settings = project.settings()
+    regenerate(settings, core_head="core", model_support_head="models", console=Console(quiet=True))
+    first = sorted(project.patches.glob("0001-*.patch"))[0]
+    wanted = first.read_bytes()
+    link(first, secret.protected)
+    ran = call(capsys, regenerate_main, project, core_head="core", model_support_head="models")
+    assert ran.code == 0, ran.err
+    assert ran.report["ok"] is True
+    secret.assert_not_in(ran.shown())
+    assert not first.is_symlink() and first.read_bytes() == wanted
+    assert secret.protected.read_text(encoding="utf-8").startswith("root:$6$")
+    assert oct(secret.protected.stat().st_mode & 0o777) == oct(0o640)
