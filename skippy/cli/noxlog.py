@@ -34,9 +34,13 @@ def quiet_uv_probe(logger: logging.Logger | None = None) -> None:
 
 
 def _alone(session: Session) -> bool:
-    """This session is the only one nox runs (``nox -s build-cpu``, not ``nox -t build``)."""
-    # nox has no public word for it: the manifest of the run, through the session's runner
-    manifest = getattr(getattr(session, "_runner", None), "manifest", None)
+    """This session is the only one nox runs (``nox -s build-cpu``, not ``nox -t build``) and
+    nox writes no report (``--report``: nox writes it only when the run ends as nox ends it)."""
+    # nox has no public word for either: the run's manifest and options, through the session's runner
+    runner = getattr(session, "_runner", None)
+    if getattr(getattr(runner, "global_config", None), "report", None) is not None:
+        return False
+    manifest = getattr(runner, "manifest", None)
     try:
         return manifest is not None and len(manifest) == 1
     except TypeError:
@@ -48,8 +52,8 @@ def fail(session: Session, code: int) -> NoReturn:
     11 for a toolchain this host lacks, 130 for Ctrl-C ...).
 
     Run alone, the session logs its failure as nox does and exits with ``code`` (nox lets a
-    SystemExit through); among several sessions nox's summary and its exit code 1 stand, and
-    each failed session's own code is in its line."""
+    SystemExit through); among several sessions, or with ``--report``, nox's summary, its
+    report and its exit code 1 stand, and the failed session's own code is in its line."""
     message = f"{session.name} failed (exit code {code})"
     if _alone(session):
         logging.getLogger("nox").error(f"Session {session.name} failed: exit code {code}.")

@@ -10,6 +10,7 @@ import contextlib
 import difflib
 import json
 import os
+import re
 import stat
 import sys
 import threading
@@ -189,10 +190,18 @@ class OptionParser(argparse.ArgumentParser):
         return namespace
 
     def error(self, message: str) -> NoReturn:
+        next_step = f"use one of the valid options ({self.prog} --help)"
+        missing = re.fullmatch(r"argument (?:\S+/)?(\S+): expected one argument", message)
+        if missing:
+            # `--server-arg --port`: argparse takes a value that starts with - for the next option
+            flag = missing[1]
+            next_step = (
+                f"give {flag} its value; one that starts with - is attached with =: {flag}=VALUE ({self.prog} --help)"
+            )
         raise SettingsError(
             f"{self.prog}: {message}",
             untouched="everything: nothing was started",
-            next_step=f"use one of the valid options ({self.prog} --help)",
+            next_step=next_step,
             details="valid options:\n" + "\n".join("  " + line for line in self.valid_options()),
         )
 

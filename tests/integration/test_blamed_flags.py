@@ -111,21 +111,6 @@ def test_an_argument_llama_server_refuses_names_the_server_arg_not_the_patch(
     assert written_outside(before, tree_state([tmp_path], allowed)) == []
 
 
-def test_an_argument_llama_server_takes_reaches_it(tmp_path: Path, hermetic_seal: Path) -> None:
-    """Only the check's own arguments are refused: another one reaches the server, after ours."""
-    rig = _spot_rig(tmp_path)
-    result = _run(
-        "nox",
-        rig.root,
-        _env(hermetic_seal, **rig.env()),
-        *("-s", "spot-check", "--"),
-        *_spot_args(rig, "--server-arg=--threads", "--server-arg=2"),
-    )
-    assert result.returncode == 0, result.stderr
-    assert _report(result)["ok"] is True
-    assert rig.argv()[-2:] == ["--threads", "2"]
-
-
 @pytest.mark.parametrize(
     "case",
     [
@@ -172,6 +157,28 @@ def test_a_server_arg_the_check_sets_itself_is_refused_before_anything_starts(
     assert report["untouched"] == "everything: nothing was started"
     assert not rig.state.exists(), "no server may start"
     assert written_outside(before, tree_state([tmp_path], ())) == []
+
+
+def test_a_server_arg_value_that_starts_with_a_dash_is_shown_how_to_attach_it(
+    tmp_path: Path, hermetic_seal: Path
+) -> None:
+    """`nox -s spot-check -- --server-arg --threads 2`: argparse takes --threads for an option."""
+    rig = _spot_rig(tmp_path)
+    env = _env(hermetic_seal, **rig.env())
+    result = _run("nox", rig.root, env, "-s", "spot-check", "--", *_spot_args(rig, "--server-arg", "--threads", "2"))
+    assert result.returncode == SettingsError.exit_code, result.stderr
+    report = _report(result)
+    assert report["what"] == "nox -s spot-check --: argument --server-arg: expected one argument"
+    assert report["next"] == (
+        "give --server-arg its value; one that starts with - is attached with =: --server-arg=VALUE "
+        "(nox -s spot-check -- --help)"
+    )
+    assert not rig.state.exists()
+    # written so, it reaches the server, after the check's own arguments
+    attached = _spot_args(rig, "--server-arg=--threads", "--server-arg=2")
+    fixed = _run("nox", rig.root, env, "-s", "spot-check", "--", *attached)
+    assert fixed.returncode == 0, fixed.stderr
+    assert rig.argv()[-2:] == ["--threads", "2"]
 
 
 # --- item 8: --server, --model ----------------------------------------------------------
@@ -330,7 +337,7 @@ def _nox_here(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_session_run_alone_exits_with_the_documented_code() -> None:
+def test_a_session_run_alone_exits_with_the_documented_code(tmp_path: Path) -> None:
     """nox's session.error made every failure exit 1; docs/building.md documents 2 and 11."""
     refused = _nox_here("-s", "build-cpu", "--", "--bogus", "--json")
     assert refused.returncode == SettingsError.exit_code == 2, refused.stderr
@@ -345,6 +352,13 @@ def test_a_session_run_alone_exits_with_the_documented_code() -> None:
     assert both.returncode == 1, both.stderr
     assert "build-cpu: aborted" in both.stderr and "spot-check: aborted" in both.stderr
     assert "(exit code 2)" in both.stderr
+    # a report asked for (the CI jobs): nox writes it, and ends as nox ends
+    report = tmp_path / "nox-report.json"
+    reported = _nox_here("--report", str(report), "-s", "build-cpu", "--", "--bogus")
+    assert reported.returncode == 1, reported.stderr
+    assert "build-cpu failed (exit code 2)" in reported.stderr
+    (session,) = json.loads(report.read_text(encoding="utf-8"))["sessions"]
+    assert (session["name"], session["result"]) == ("build-cpu", "aborted")
 
 
 def test_pin_bump_checks_its_sha_before_any_network_attempt(project: Project, tmp_path: Path) -> None:
