@@ -243,24 +243,27 @@ def check_path_settings(settings: Settings) -> None:
     for key in _PATH_LABELS:
         path: Path | None = getattr(settings, key)
         if path is not None and is_link_loop(path):
-            raise refuse_path(
-                settings, key, f"a symbolic link loop ({path} never resolves: its links lead back to themselves)"
-            )
+            why = f"a symbolic link loop ({path} never resolves: its links lead back to themselves)"
+            raise refuse_path(settings, key, why, wanted="a path whose links resolve")
     outside = outside_why(settings.patch_dir, settings.root)
     if outside is not None:
-        raise refuse_path(settings, "patch_dir", f"{outside}: skippy reads the queue only from inside the project")
+        why = f"{outside}: skippy reads the queue only from inside the project"
+        raise refuse_path(settings, "patch_dir", why, wanted="the queue's folder inside the project")
 
 
-def refuse_path(settings: Settings, key: str, why: str) -> SettingsError:
-    """The error for a path setting refused for ``why`` (it names where the value came from)."""
+def refuse_path(settings: Settings, key: str, why: str, *, wanted: str) -> SettingsError:
+    """The error for a path setting refused for ``why`` (it names where the value came from and,
+    as the next step, where to point it: ``wanted``)."""
     var = next((v for v, k in ENV_OVERRIDES.items() if k == key), None)
-    label = _PATH_LABELS[key]
-    unset = f"unset {var}, or point it at a real path, then " if var and settings.env.get(var) else ""
+    where = (
+        f"unset {var}, or point it at {wanted}"
+        if var and settings.env.get(var)
+        else f"set {key} under [tool.skippy] in {settings.root / 'pyproject.toml'} to {wanted}"
+    )
     return SettingsError(
-        f"{source(settings, key)}: refused as {label}: it is {why}",
+        f"{source(settings, key)}: refused as {_PATH_LABELS[key]}: it is {why}",
         untouched="everything: nothing was locked, read or written",
-        next_step=f"{unset}set {key} under [tool.skippy] in {settings.root / 'pyproject.toml'} to a path "
-        f"inside the project, then re-run `invoke status`",
+        next_step=f"{where}, then re-run `invoke status`",
     )
 
 
