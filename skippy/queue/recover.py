@@ -5,11 +5,11 @@ with ``force``, save and discard) the maintainer's local work."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 from skippy.core.errors import ConflictError, DirtyWorkdirError
 from skippy.core.git import Repo
+from skippy.queue import leftovers
 from skippy.queue import workdir as wd
 from skippy.queue.apply import apply_aside, changed_paths
 from skippy.queue.model import Queue
@@ -18,10 +18,8 @@ from skippy.queue.session import next_commands
 
 
 def remove_aside_worktrees(repo: Repo, git_dir: Path) -> None:
-    aside_root = wd.skippy_dir(git_dir) / "aside"
-    if aside_root.exists():
-        shutil.rmtree(aside_root, ignore_errors=True)
-        repo.git("worktree", "prune")
+    """The temporary worktrees a killed run left, and git's entries of them (locked ones too)."""
+    leftovers.remove_aside_worktrees(repo, git_dir)
 
 
 def recover(run: Run, repo: Repo, git_dir: Path) -> None:
