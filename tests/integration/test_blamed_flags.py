@@ -259,6 +259,27 @@ def test_a_model_that_is_not_a_gguf_file_is_refused_before_the_build(
     assert written_outside(before, tree_state([tmp_path], ())) == []
 
 
+def test_a_spot_check_model_that_is_not_a_gguf_file_is_named_before_a_server_starts(
+    tmp_path: Path, hermetic_seal: Path
+) -> None:
+    """The spot check resolves each model before it starts a server for it: a file without the GGUF
+    magic is named there (it used to reach llama-server, whose load failure blamed the patch)."""
+    rig = _spot_rig(tmp_path)
+    env = _env(hermetic_seal, **rig.env())
+    text = rig.root / "notes.gguf"
+    text.write_text("not a model\n", encoding="utf-8")
+    args = ["--server", str(rig.server), "--model", str(text), "--no-provenance", "--no-rpc", "--json"]
+    result = _run("nox", rig.root, env, "-s", "spot-check", "--", *args)
+    assert result.returncode == SpotCheckFailed.exit_code, result.stderr
+    report = _report(result)
+    assert report["next"] == "pass an existing .gguf file, or --model gemma3-270m"
+    (model,) = report["report"]["results"]
+    assert str(model["reason"]).startswith(
+        f"model file {text} is not a GGUF file (it does not start with the GGUF magic: b'not ')"
+    )
+    assert not rig.state.exists(), "no server may start"
+
+
 # --- item 8: -D ---------------------------------------------------------------------
 
 
