@@ -19,18 +19,29 @@ where they exist (:data:`GUARDS`):
   process group of every running child; when the pipe closes (the parent
   exited or was killed) it sends SIGTERM, then SIGKILL a second later, to the
   groups still registered.  It also reaches what the child started in its
-  group (ninja's compilers, a server's helpers).
+  group (ninja's compilers, a server's helpers).  The supervisor is started
+  before the first child, and each child registers its own group from inside,
+  between fork and exec (while it still holds the pipe): the supervisor cannot
+  see the pipe close before it knows the group, however early the parent dies.
+  A group is forgotten once its leader was reaped, never while it may run.
 
 A child that leaves its process group (its own ``setsid``) escapes the pipe
 guard.  The death signal belongs to the *thread* that forked: start
 long-lived children (:func:`spawn`) from a thread that lives as long as they
 should.
+
+SIGTERM (``timeout``, CI cancelling a job, ``kill``) is handled as Ctrl-C is
+inside :func:`sigterm_unwinds`: it raises :class:`Terminated` in the main
+thread, so the command waiting on a child stops that child's whole process
+group (SIGTERM, then SIGKILL after the grace period) on its way out, and the
+entry point still reports (exit code 143, 128 + SIGTERM).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import functools
 import os
 import shutil
@@ -92,6 +103,47 @@ def _load_prctl() -> Any:
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
     return prctl
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived inside :func:`sigterm_unwinds`: unwinds like Ctrl-C (every ``finally``
+    runs, a running child's group is stopped), then exits with 143 (128 + SIGTERM) if nothing
+    reports it first."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """Inside, SIGTERM raises :class:`Terminated` in the main thread, once: a second SIGTERM
+    while unwinding is ignored, so the cleanup (stopping a child's group within its grace
+    period, the report) is not cut short.  The previous handler is put back after.  Outside
+    the main thread (where Python cannot set handlers) this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised = False
+
+    def handler(_signum: int, _frame: object) -> None:
+        nonlocal raised
+        if not raised:
+            raised = True
+            raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _chain(hooks: Sequence[Callable[[], None]]) -> Callable[[], None]:
+    def hook() -> None:
+        for one in hooks:
+            one()
+
+    return hook
 
 
 def _death_signal_hook() -> Callable[[], None]:
@@ -156,6 +208,12 @@ class _Watchdog:
                 os.close(self._fd)
             self._fd = None
         read_end, write_end = os.pipe()
+        if write_end < 3:
+            # a child dups its stdin/stdout/stderr onto 0-2 before it registers (see hook):
+            # the write end must not be one of them (a parent started with those closed)
+            moved = fcntl.fcntl(write_end, fcntl.F_DUPFD_CLOEXEC, 3)
+            os.close(write_end)
+            write_end = moved
         os.set_inheritable(read_end, True)
         try:
             with Path(os.devnull).open("wb") as sink:
@@ -172,7 +230,7 @@ class _Watchdog:
                     _err=sink,
                     _ok_code=_ALL_CODES,
                 )
-        except OSError:
+        except Exception:  # no supervisor (sh's own errors too): the pdeathsig guard stays
             os.close(write_end)
             return None
         finally:
@@ -188,8 +246,32 @@ class _Watchdog:
             with contextlib.suppress(OSError):
                 os.write(fd, line.encode() + b"\n")
 
-    def watch(self, pgid: int) -> None:
-        self._send(f"+{pgid}")
+    def hook(self) -> Callable[[], None] | None:
+        """A preexec hook: the child registers its own process group, between fork and exec.
+
+        The supervisor is started first (here, in the parent).  The child still holds the
+        pipe's write end when it writes, so the supervisor reads the group before it can see
+        the pipe close, even when the parent dies at once (a registration sent by the parent
+        after the start left a window where a killed parent orphaned its child).
+        """
+        with self._lock:
+            fd = self._ensure()
+        if fd is None:
+            return None
+
+        def hook() -> None:
+            # in the child: it leads its own session, so its process group id is its pid
+            line = b"+%d\n" % os.getpid()
+            # a supervisor that is gone must not SIGPIPE the child before it runs (sh set SIG_DFL)
+            previous = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+            try:
+                os.write(fd, line)
+            except OSError:
+                pass
+            finally:
+                signal.signal(signal.SIGPIPE, previous)
+
+        return hook
 
     def release(self, pgid: int) -> None:
         if self._fd is not None and self._owner == os.getpid():
@@ -206,9 +288,12 @@ def spawn(exe: str, args: Sequence[str], **options: Any) -> Any:
     caller waits for the returned running command and then calls :func:`release`
     with its pid.  The child's session (and process group) id is its pid.
     """
-    guard: dict[str, Any] = {}
+    hooks: list[Callable[[], None]] = []
+    if "pipe" in GUARDS and (register := _watchdog.hook()) is not None:
+        hooks.append(register)
     if "pdeathsig" in GUARDS:
-        guard["_preexec_fn"] = _death_signal_hook()
+        hooks.append(_death_signal_hook())
+    guard: dict[str, Any] = {"_preexec_fn": _chain(hooks)} if hooks else {}
     running = sh.Command(exe)(
         *args,
         **options,
@@ -221,13 +306,12 @@ def spawn(exe: str, args: Sequence[str], **options: Any) -> Any:
         _ok_code=_ALL_CODES,
         _return_cmd=True,
     )
-    if "pipe" in GUARDS:
-        _watchdog.watch(int(running.pid))
     return running
 
 
 def release(pid: int) -> None:
-    """The child ``pid`` (and its process group) is done: the supervisor forgets it."""
+    """The child ``pid`` was reaped: the supervisor forgets its process group (what it left
+    running there on purpose, a compiler cache's server, may outlive this process)."""
     if "pipe" in GUARDS:
         _watchdog.release(pid)
 
@@ -320,7 +404,10 @@ def run(
             next_step=next_step,
         )
     finally:
-        release(int(running.pid))
+        # a child still running here (its stop cut short by a second Ctrl-C) stays registered:
+        # the supervisor stops its group when this process ends
+        if running.process.exit_code is not None:
+            release(int(running.pid))
 
 
 def _wait(

@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import pytest
 
 from skippy.check.server import port_is_free
 from skippy.core import proc
+from tests.busy import carrying, cpu_hogs
 from tests.integration import fake_server
 
 pytestmark = pytest.mark.integration
@@ -155,6 +158,87 @@ def test_a_killed_parent_takes_its_proc_run_child_along(guard: str, tmp_path: Pa
     if "pipe" in guard:
         # the supervisor stops the child's whole process group, not only the child
         assert wait_for(lambda: gone(grandchild), BOUND), f"the child's own child {grandchild} outlived the parent"
+
+
+#: the child's first act is to SIGKILL its parent (the earliest moment a parent can die); its
+#: own child (the inner sh) is in its process group; both carry the token in their command line
+SELF_KILL = """
+    import sys
+    from skippy.core import proc
+    proc.GUARDS = frozenset(filter(None, sys.argv[1].split("+")))
+    script = 'kill -9 "$PPID"; sh -c "sleep 120; :" "$0-grandchild" & wait'
+    proc.run(["/bin/sh", "-c", script, sys.argv[2]], env={"PATH": "/usr/bin:/bin"})
+"""
+
+
+def _orphans(tokens: list[str], seconds: float) -> dict[str, list[int]]:
+    """The tokens whose processes are still alive after ``seconds`` (they are SIGKILLed then)."""
+    deadline = time.monotonic() + seconds
+    while any(carrying(t) for t in tokens) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = {t: pids for t in tokens if (pids := carrying(t))}
+    for pids in left.values():
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return left
+
+
+@pytest.mark.parametrize("guard", ["pipe", DEFAULT])
+def test_a_parent_killed_the_moment_its_child_starts_takes_the_child_along(guard: str, tmp_path: Path) -> None:
+    """The pipe guard used to learn a child's group from the parent, after the child had
+    started: a parent killed in between left the child running for good (every time here)."""
+    tokens = []
+    for _ in range(5):
+        token = f"skippy-orphan-test-{uuid.uuid4().hex}"
+        tokens.append(token)
+        parent = start_parent(SELF_KILL, tmp_path, guard, token)
+        assert parent.wait(timeout=60) == -signal.SIGKILL, (tmp_path / "parent.log").read_text()
+    assert _orphans(tokens, BOUND) == {}, f"children outlived the parent their first act killed ({guard})"
+
+
+MARKED_CHILD = """
+    import sys
+    from skippy.core import proc
+    proc.GUARDS = frozenset(filter(None, sys.argv[1].split("+")))
+    child = (
+        "import subprocess, sys, time;"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[1] + '-grandchild']);"
+        "time.sleep(120)"
+    )
+    proc.run([sys.executable, "-c", child, sys.argv[2]], env={"PATH": "/usr/bin:/bin"})
+"""
+
+#: kills, and how many parents live at once
+KILLS, AT_ONCE = 50, 10
+
+
+def test_the_pipe_guard_holds_over_many_kills_at_random_moments(tmp_path: Path) -> None:
+    """50 parents SIGKILLed each at a random moment of its start (before, while or after it
+    starts its child), a CPU hog on every core: no child and no child's child outlives one."""
+    rng = random.Random()  # noqa: S311 - kill moments, not secrets
+    orphans: dict[str, list[int]] = {}
+    child_up = 0
+    tokens: list[str] = []
+    try:
+        with cpu_hogs():
+            for _ in range(KILLS // AT_ONCE):
+                batch = []
+                for _ in range(AT_ONCE):
+                    token = f"skippy-orphan-test-{uuid.uuid4().hex}"
+                    tokens.append(token)
+                    parent = start_parent(MARKED_CHILD, tmp_path, "pipe", token)
+                    batch.append((time.monotonic() + rng.uniform(0.0, 1.5), parent, token))
+                for moment, parent, token in sorted(batch, key=lambda b: b[0]):
+                    time.sleep(max(0.0, moment - time.monotonic()))
+                    child_up += bool(carrying(token))
+                    kill_parent(parent)
+                orphans |= _orphans([token for _, _, token in batch], BOUND)
+    finally:
+        _orphans(tokens, 0)
+    assert orphans == {}, f"{len(orphans)} of {KILLS} kills left processes running: {orphans}"
+    # the moments were spread: many kills found the child running (the rest hit its start)
+    assert child_up >= KILLS // 5, f"only {child_up} of {KILLS} kills found the child running"
 
 
 def test_without_a_guard_the_child_outlives_its_parent(tmp_path: Path, kill_on_exit: Reaper) -> None:
