@@ -11,10 +11,10 @@ namespace runner the binds are in the command line itself and nothing is mounted
 root, and binds the work folders (the source tree, the build dir) at the same paths, so every
 path in the plan means the same inside and out; it unmounts them again, in reverse order,
 whatever happens (an error, Ctrl-C, a SIGTERM: while the mounts are up it raises
-:class:`Terminated`, so the same cleanup runs).  A mount left behind by a killed run is never
-deleted through: :func:`mounts_under` reads the kernel's mount table, and :func:`remove_tree`
-refuses a folder that has a mount inside it (``shutil.rmtree`` would delete the host's
-``/dev`` through a bind).
+:class:`skippy.core.proc.Terminated`, so the same cleanup runs).  A mount left behind by a
+killed run is never deleted through: :func:`mounts_under` reads the kernel's mount table,
+and :func:`remove_tree` refuses a folder that has a mount inside it (``shutil.rmtree``
+would delete the host's ``/dev`` through a bind).
 
 The compiler cache runs inside too: :func:`install_launcher` copies the host's sccache
 (a static-enough binary: it links only an old glibc) once, by content, into the root
@@ -31,8 +31,6 @@ import contextlib
 import hashlib
 import os
 import shutil
-import signal
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,6 +40,7 @@ from typing import Final
 from skippy.build.tool import Tool
 from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError, SettingsError, ToolchainMissing
+from skippy.core.proc import sigterm_unwinds
 
 #: how commands run inside a root: ``chroot`` (root; :func:`mounted` mounts the
 #: work folders in around the build) or ``namespace`` (``bwrap`` in an unprivileged user
@@ -193,31 +192,6 @@ MOUNT_TIMEOUT: Final = 60.0
 LAUNCHER_HOME: Final = Path("/opt/skippy")
 
 
-class Terminated(SystemExit):
-    """SIGTERM arrived while mounts were up inside a root: unwinds like Ctrl-C (the mounts are
-    unmounted, a server inside is stopped first), then exits with 143 (128 + SIGTERM)."""
-
-    def __init__(self) -> None:
-        super().__init__(128 + signal.SIGTERM)
-
-
-def _raise_terminated(_signum: int, _frame: object) -> None:
-    raise Terminated
-
-
-@contextlib.contextmanager
-def sigterm_unwinds() -> Iterator[None]:
-    """SIGTERM raises :class:`Terminated` inside (main thread only); the previous handler after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _unescape(field: str) -> str:
     """mountinfo's octal escapes (``\\040`` for a space) -> the text."""
     out, i = [], 0
@@ -353,8 +327,9 @@ def mounted(
 ) -> Iterator[None]:
     """Inside: ``/proc``, ``/dev`` and ``binds`` are mounted in ``root`` (nothing when None).
     Everything mounted is unmounted on the way out, also on an error, Ctrl-C or SIGTERM
-    (which raises :class:`Terminated` while the mounts are up).  A namespace runner binds
-    in its own command line: the folders are only made (``bwrap`` binds existing ones)."""
+    (which raises :class:`skippy.core.proc.Terminated` while the mounts are up).  A namespace
+    runner binds in its own command line: the folders are only made (``bwrap`` binds existing
+    ones)."""
     if root is None:
         yield
         return

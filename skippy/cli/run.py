@@ -4,9 +4,10 @@ parse (invoke's parser or the nox session's, both made from the option table) ->
 the command's typed options object (:func:`skippy.cli.options.make`, once) ->
 settings -> the command's action -> catch -> report (human, or one JSON report on
 stdout with ``--json``) -> exit code.  Errors are caught here, once: a
-SkippyError is rendered and mapped to its exit code, Ctrl-C to 130, an exception
-skippy did not foresee to 70 (its traceback on stderr); with ``--json`` each of
-them still prints one JSON report.
+SkippyError is rendered and mapped to its exit code, Ctrl-C to 130, SIGTERM (handled as
+Ctrl-C is: the running child's process group is stopped) to 143, an exception skippy did
+not foresee to 70 (its traceback on stderr); with ``--json`` each of them still prints one
+JSON report.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import signal
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +31,8 @@ from skippy.core.ui import Console, OptionParser, print_json, say
 
 #: the exit code of a run that finished
 OK: Final = 0
+#: the exit code of a run SIGTERM stopped (128 + SIGTERM, as a shell reports it; Ctrl-C's is 130)
+TERMINATED: Final = 128 + signal.SIGTERM
 
 
 @dataclass(frozen=True)
@@ -89,17 +93,40 @@ def guarded(
     rerun: str = "",
 ) -> Ran:
     """Run ``action`` and report its outcome (see the module's docstring)."""
-    try:
-        done = action()
-    except SkippyError as exc:
-        return failed(exc, console, as_json=as_json)
-    except KeyboardInterrupt:
-        next_step = f"rerun {rerun}" if rerun else "rerun the command"
-        return failed(Interrupted("interrupted", untouched=interrupted, next_step=next_step), console, as_json=as_json)
-    except Exception as exc:
-        # a bug, not a failure we foresaw: the traceback for the bug report, and still one report
-        console.error(traceback.format_exc().rstrip())
-        return failed(InternalError(exc), console, as_json=as_json)
+    # SIGTERM (timeout, a cancelled CI job) unwinds as Ctrl-C does: the running child's whole
+    # process group is stopped on the way out, and the report is still printed
+    with proc.sigterm_unwinds() as unwinding:
+        try:
+            done = action()
+        except SkippyError as exc:
+            unwinding.finish()
+            return failed(exc, console, as_json=as_json)
+        except (KeyboardInterrupt, proc.Terminated) as exc:
+            unwinding.finish()
+            return failed(_interrupted(exc, interrupted, rerun), console, as_json=as_json)
+        except Exception as exc:
+            unwinding.finish()
+            # a bug, not a failure we foresaw: the traceback for the bug report, and still one report
+            console.error(traceback.format_exc().rstrip())
+            return failed(InternalError(exc), console, as_json=as_json)
+        unwinding.finish()
+        return _succeeded(done, console, as_json=as_json)
+
+
+def _interrupted(exc: BaseException, untouched: str, rerun: str) -> Interrupted:
+    """Ctrl-C (exit code 130) or SIGTERM (143, 128 + SIGTERM, as the shell reports a process it ended)."""
+    terminated = isinstance(exc, proc.Terminated)
+    error = Interrupted(
+        "interrupted by SIGTERM" if terminated else "interrupted",
+        untouched=untouched,
+        next_step=f"rerun {rerun}" if rerun else "rerun the command",
+    )
+    if terminated:
+        error.exit_code = TERMINATED
+    return error
+
+
+def _succeeded(done: Report | dict[str, Any], console: Console, *, as_json: bool) -> Ran:
     report = done if isinstance(done, Report) else Report(done)
     data = {"ok": True, **report.data}
     if report.ending is not None:

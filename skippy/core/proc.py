@@ -10,10 +10,14 @@ No child outlives the process that started it, even when that process is
 SIGKILLed (nothing of its own runs then).  Two guards, both on by default
 where they exist (:data:`GUARDS`):
 
-* ``pdeathsig`` (Linux): every child asks the kernel for SIGKILL when its
+* ``pdeathsig`` (Linux): every child asks the kernel for SIGTERM when its
   parent dies (``prctl(PR_SET_PDEATHSIG)`` between fork and exec, then a
   check that the parent did not die before that).  It reaches the child
-  itself, at once.
+  itself, at once.  SIGTERM, not SIGKILL: ninja runs each job in a process
+  group of its own, which no group signal of ours reaches, and stops them
+  only when it is asked to stop (a SIGKILLed ninja left its compilers
+  writing into the build dir); a child that ignores SIGTERM gets SIGKILL
+  from the pipe guard a second later.
 * ``pipe`` (everywhere, the only one on macOS): one supervising process per
   parent holds the read end of a pipe only the parent writes to, and the
   process group of every running child; when the pipe closes (the parent
@@ -114,27 +118,49 @@ class Terminated(SystemExit):
         super().__init__(128 + signal.SIGTERM)
 
 
-@contextlib.contextmanager
-def sigterm_unwinds() -> Iterator[None]:
-    """Inside, SIGTERM raises :class:`Terminated` in the main thread, once: a second SIGTERM
-    while unwinding is ignored, so the cleanup (stopping a child's group within its grace
-    period, the report) is not cut short.  The previous handler is put back after.  Outside
-    the main thread (where Python cannot set handlers) this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    raised = False
+class Unwinding:
+    """The state of one :func:`sigterm_unwinds` block."""
 
-    def handler(_signum: int, _frame: object) -> None:
-        nonlocal raised
-        if not raised:
-            raised = True
+    def __init__(self) -> None:
+        #: SIGTERM no longer raises: it did once, or the work is done (:meth:`finish`)
+        self.settled = False
+        #: a SIGTERM arrived
+        self.terminated = False
+
+    def handler(self, _signum: int, _frame: object) -> None:
+        self.terminated = True
+        if not self.settled:
+            self.settled = True
             raise Terminated
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    def finish(self) -> None:
+        """The work is over (only its report is left): a SIGTERM from now on does not raise."""
+        self.settled = True
+
+
+_UNWINDING: list[Unwinding] = []
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[Unwinding]:
+    """Inside, SIGTERM raises :class:`Terminated` in the main thread, once: a second SIGTERM
+    while unwinding is ignored, so the cleanup (stopping a child's group within its grace
+    period, the report) is not cut short.  The previous handler is put back after.  A block
+    inside another shares the outer one's state; outside the main thread (where Python cannot
+    set handlers) this does nothing."""
+    if _UNWINDING:
+        yield _UNWINDING[-1]
+        return
+    state = Unwinding()
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+    previous = signal.signal(signal.SIGTERM, state.handler)
+    _UNWINDING.append(state)
     try:
-        yield
+        yield state
     finally:
+        _UNWINDING.remove(state)
         signal.signal(signal.SIGTERM, previous)
 
 
@@ -147,12 +173,13 @@ def _chain(hooks: Sequence[Callable[[], None]]) -> Callable[[], None]:
 
 
 def _death_signal_hook() -> Callable[[], None]:
-    """A preexec hook: SIGKILL this child when the parent dies; the parent may already be gone."""
+    """A preexec hook: SIGTERM this child when the parent dies (see the module's docstring);
+    the parent may already be gone, and then the child, which has not run anything yet, goes."""
     prctl = _load_prctl()
     parent = os.getpid()
 
     def hook() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         # the parent died between fork and prctl: the signal will never come, so go now
         if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)

@@ -51,15 +51,7 @@ from typing import Final
 from skippy.build.backends.base import resolve_choice
 from skippy.build.backends.debian import DEBIAN_KEYRING, present_keyring, sources_line, system_mirror
 from skippy.build.fetched import fetch_once, read_marker
-from skippy.build.roots import (
-    BuildRoot,
-    Terminated,
-    remove_tree,
-    runner_program,
-    runner_root,
-    sigterm_unwinds,
-    unmount_under,
-)
+from skippy.build.roots import BuildRoot, remove_tree, runner_program, runner_root, unmount_under
 from skippy.build.tool import Tool
 from skippy.core import proc
 from skippy.core.errors import (
@@ -70,6 +62,7 @@ from skippy.core.errors import (
     SkippyError,
     ToolchainMissing,
 )
+from skippy.core.proc import Terminated, sigterm_unwinds
 
 #: ``[tool.skippy.build] rocm_toolkit`` / ``SKIPPY_ROCM_TOOLKIT`` values
 TOOLKIT_CHOICES: Final = ("auto", "system", "debian-root")
