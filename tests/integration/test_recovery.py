@@ -19,6 +19,7 @@ from skippy.queue import workdir as wd
 from skippy.queue.prepare import Target, prepare
 from skippy.queue.session import resume
 from skippy.queue.status import compute_status
+from tests.busy import default_sigint
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env
 from tests.integration.test_conflicts import session_queue
@@ -111,6 +112,8 @@ def interrupted_switch(project: Project, tmp_path: Path, sig: str) -> tuple[str,
         text=True,
         timeout=120,
         check=False,
+        # the SIGINT the stand-in sends must raise KeyboardInterrupt whatever this process inherited
+        preexec_fn=default_sigint,
     )
     if sig == "INT":
         assert result.returncode == 130, result.stderr

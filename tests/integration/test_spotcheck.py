@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from skippy.cli.spot import main
 from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from tests.busy import sigint_raises
 from tests.integration import fake_server
 
 pytestmark = pytest.mark.integration
@@ -207,23 +209,36 @@ def test_stalled_completion_times_out(tmp_path: Path) -> None:
     rig.assert_cleaned_up()
 
 
+def _polled(root: Path) -> bool:
+    """The server answered the spot check's /health poll: it is up, and the check waits on it."""
+    for log in root.rglob("*.log"):
+        with contextlib.suppress(OSError):
+            if "GET /health" in log.read_text(encoding="utf-8", errors="replace"):
+                return True
+    return False
+
+
 def test_ctrl_c_stops_the_server(tmp_path: Path) -> None:
     rig = Rig(tmp_path, load_timeout=60)
 
     def interrupt() -> None:
-        deadline = time.monotonic() + 10
-        while not (rig.state / "pid").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)
+        # a real readiness signal, not a fixed sleep: the (hanging) server has answered a poll
+        deadline = time.monotonic() + 30
+        while not _polled(rig.root) and time.monotonic() < deadline:
+            time.sleep(0.02)
         os.kill(os.getpid(), signal.SIGINT)
 
     thread = threading.Thread(target=interrupt)
-    thread.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            rig.check("hanging")
-    finally:
-        thread.join()
+    # SIGINT raises KeyboardInterrupt here whatever this process inherited (a background job of
+    # a non-interactive shell starts with SIGINT ignored)
+    with sigint_raises():
+        thread.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                rig.check("hanging")
+        finally:
+            thread.join()
+    assert _polled(rig.root), "the signal came once the server answered the spot check's poll"
     rig.assert_cleaned_up()
 
 
