@@ -92,10 +92,23 @@ def stand_in(bindir: Path, name: str, *, real: str, when: str, ready: Path, beat
     return script
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def interrupt(
-    script: str, args: list[str], env: dict[str, str], ready: Path, sig: str, *, timeout: float = 120
+    script: str,
+    args: list[str],
+    env: dict[str, str],
+    ready: Path,
+    sig: str,
+    *,
+    timeout: float = 120,
+    background: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` in a process of its own, ``sig`` to it once ``ready`` exists."""
+    """Run ``script`` in a process of its own, ``sig`` to it once ``ready`` exists.  SIGINT is
+    at its default in the child, or ignored with ``background`` (how a background job of a
+    non-interactive shell starts); ``sig`` may name several signals, sent in order."""
     child = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(script), *args],
         env=env,
@@ -103,14 +116,15 @@ def interrupt(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=default_sigint,  # noqa: PLW1509 - sets one signal disposition, nothing that can deadlock
+        preexec_fn=_ignore_sigint if background else default_sigint,  # noqa: PLW1509 - one signal disposition
     )
     try:
         deadline = time.monotonic() + timeout
         while not ready.exists() and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         assert ready.exists(), child.communicate(timeout=30)
-        child.send_signal(getattr(signal, f"SIG{sig}"))
+        for name in sig.split("+"):
+            child.send_signal(getattr(signal, f"SIG{name}"))
         out, err = child.communicate(timeout=timeout)
     finally:
         if child.poll() is None:
@@ -221,6 +235,28 @@ def test_a_signal_while_git_am_runs_stops_it_and_reports(
     assert (project.workdir / "src" / "generated" / "llama.inc").read_text() == "// v2\n"
 
 
+def test_a_background_job_keeps_ignoring_ctrl_c_and_stops_on_sigterm(queued_project: Project, tmp_path: Path) -> None:
+    """`nohup invoke prepare &` in a script: the job starts with SIGINT ignored, so that a
+    Ctrl-C meant for the foreground command does not stop it half-way through `git am`.
+    skippy keeps that (as Python does); SIGTERM, `kill`'s default, stops it cleanly.  The
+    SIGINT is sent first: an ignored signal is dropped when sent, a handled one would have
+    made the report "interrupted" (130)."""
+    project = queued_project
+    prepare(project.settings(), Target.pinned(), console=Console(quiet=True))
+    gen = project.patch(project.upstream.commits[1], "generated: family llama", {"src/generated/llama.inc": "// v2\n"})
+    project.add_patch("generated", "0001-family-llama.patch", gen)
+    token = f"skippy-signal-test-{os.getpid()}-{tmp_path.name}"
+    ready, beat = tmp_path / "git.ready", tmp_path / "git.beat"
+    bindir = tmp_path / "bin"
+    stand_in(bindir, "git", real=shutil.which("git") or "git", when=GIT_AM, ready=ready, beat=beat, token=token)
+    env = _project_env(project, bindir)
+
+    result = interrupt(PREPARE, [str(project.root)], env, ready, "INT+TERM", background=True)
+
+    reported(result, "TERM", INTERRUPTED, "invoke prepare")
+    assert gone(token)
+
+
 PROBE = Path(__file__).parent / "cmake_probe"
 
 #: the build entry point (`nox -s build-cpu -- --json`'s path) on the CMake probe tree: a real
@@ -291,7 +327,8 @@ def test_a_signal_during_the_build_stops_every_compiler(tmp_path: Path, sig: str
         "CXX": str(cxx),
         "SKIPPY_COMPILER_CACHE": "none",
     }
-    allowed = [root / ".deps", src, home, ready, bindir]
+    # the stand-ins (two compile at once) and what they write
+    allowed = [root / ".deps", src, home, ready, ready.with_name(ready.name + ".tmp"), bindir]
     before = tree_state([tmp_path], allowed)
 
     result = interrupt(BUILD, [str(src), str(root)], env, ready, sig, timeout=300)
