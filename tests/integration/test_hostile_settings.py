@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 
 from skippy.cli.app import prepare_main, status_main
 from tests.conftest import Project
+from tests.gitfixtures import git
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +40,22 @@ def listing(folder: Path) -> set[str]:
     return {p.name for p in folder.iterdir()}
 
 
+def skippy_could_make(folder: Path, project: Project) -> set[str]:
+    """The entries of a shared folder (``/``, ``/tmp``, ``/dev``: other processes write there
+    too) that skippy could have made, the folder being a workdir or a workdir's parent: a
+    clone's ``.git`` and upstream's files inside, a partial clone, an old checkout, a lock or a
+    compat link beside.  Only these are compared before and after."""
+    upstream = set(git(project.upstream.path, "ls-tree", "--name-only", "HEAD", env=project.upstream.env).split())
+    return {
+        name
+        for name in listing(folder)
+        if name in upstream | {".git", "llama.cpp"}
+        or name.startswith((".skippy", "llama.cpp"))
+        or name.endswith(".lock")
+        or ".before-reclone-" in name
+    }
+
+
 def call(
     capsys: pytest.CaptureFixture[str], main: Any, project: Project, env: dict[str, str], **options: Any
 ) -> tuple[int, dict[str, Any], str]:
@@ -51,8 +69,17 @@ def call(
 
 @pytest.mark.parametrize("which", ["root", "root-parent", "/", "home", "/tmp", "/dev/null", "patches"])
 def test_a_workdir_skippy_must_never_replace_is_refused_before_any_lock(
-    queued_project: Project, capsys: pytest.CaptureFixture[str], which: str
+    queued_project: Project,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    which: str,
 ) -> None:
+    # a TMPDIR of its own (Python's temporary files and the children's), inside the tree compared
+    own_tmp = tmp_path / "tmpdir"
+    own_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(own_tmp))
+    queued_project.env["TMPDIR"] = str(own_tmp)
     root = queued_project.root.resolve()
     home = Path(queued_project.env["HOME"]).resolve()
     workdir = {
@@ -64,8 +91,10 @@ def test_a_workdir_skippy_must_never_replace_is_refused_before_any_lock(
         "/dev/null": "/dev/null",
         "patches": str(queued_project.patches),
     }[which]
-    watched = [Path("/"), Path("/tmp"), Path("/dev"), root.parent, home]
-    before = {folder: listing(folder) for folder in watched}
+    # shared folders: only what skippy could have made there is compared (other processes,
+    # the other test worker's compiler among them, write /tmp all the time)
+    shared = [Path("/"), Path("/tmp"), Path("/dev")]
+    before = {folder: skippy_could_make(folder, queued_project) for folder in shared}
     tree = state([root.parent, home])
     for main, options in ((prepare_main, {"force": True}), (prepare_main, {"latest": True}), (status_main, {})):
         code, report, err = call(capsys, main, queued_project, {"LLAMA_WORKDIR": workdir}, **options)
@@ -85,8 +114,9 @@ def test_a_workdir_skippy_must_never_replace_is_refused_before_any_lock(
         pass  # the project is elsewhere: /tmp is refused by the workdir checks after the lock
     else:
         assert "and skippy replaces the workdir's whole tree with llama.cpp" in report["what"]
-    assert {folder: listing(folder) for folder in watched} == before, "no lock file (nor anything) left"
-    assert state([root.parent, home]) == tree, "nothing of the project (nor of $HOME) was written"
+    assert {folder: skippy_could_make(folder, queued_project) for folder in shared} == before, "no lock file left"
+    assert state([root.parent, home]) == tree, "nothing of the project (nor of $HOME, nor in its TMPDIR) was written"
+    assert listing(own_tmp) == set()
 
 
 def test_the_prepare_lock_is_in_the_cache_dir_one_per_workdir(queued_project: Project) -> None:
