@@ -20,7 +20,7 @@ from skippy.check.server import (
     LOG_TAIL,
     Server,
     ServerFailure,
-    describe_exit,
+    exited_early,
     http_status,
 )
 
@@ -203,7 +203,7 @@ def wait_ready(server: Server, port: int, options: Options) -> float:
     while True:
         code = server.poll()
         if code is not None:
-            raise ServerFailure(f"llama-server {describe_exit(code)} before it was ready")
+            raise exited_early(server, code, "before it was ready")
         try:
             status = http_status(url, timeout=max(options.poll_interval * 10, 1.0))
         except (urllib.error.URLError, OSError, TimeoutError):

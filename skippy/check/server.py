@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import time
@@ -71,8 +72,14 @@ class Server:
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.started = time.monotonic()
-        # own session, tied to this process: it dies with us even when we are SIGKILLed
-        self._running: Any = proc.spawn(exe, self.argv[1:], _env=dict(env), _out=self._log, _err_to_out=True)
+        # own session, tied to this process: it dies with us even when we are SIGKILLed.  Its
+        # stdout and stderr are the log file itself (sh dups the file into the child; no thread
+        # of ours copies them), so the log is whole once the server has exited
+        try:
+            self._running: Any = proc.spawn(exe, self.argv[1:], _env=dict(env), _out=self._log, _err_to_out=True)
+        except BaseException:
+            self._log.close()  # never left open (a server that could not start is never stopped)
+            raise
         self.pid = int(self._running.pid)
         self.exit_code: int | None = None
         self.killed = False
@@ -167,13 +174,41 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
+#: a log line that says why a server stopped (llama.cpp's own words for it)
+_SAYS_WHY: Final = re.compile(
+    r"error|fail|invalid|unexpected|abort|assert|exception|terminate|fatal|cannot|can't|couldn't|unable|"
+    r"not found|no such|exiting|denied|killed",
+    re.IGNORECASE,
+)
+
+
+def exited_early(server: Server, code: int, before: str) -> ServerFailure:
+    """The server exited on its own ``before`` (it was ready, it listened).
+
+    Its log is whole at this point: the server writes the log file itself (its stdout and
+    stderr are that file, no thread of ours copies them), and it has exited.  When no line
+    of it says why, the reason says so, and how to see why: llama.cpp writes its log from a
+    thread it never waits for when it exits (``common_log_main``'s logger is leaked on
+    purpose), so the lines that say why can be lost, and are, on a busy machine.
+    """
+    reason = f"{Path(server.argv[0]).name} {describe_exit(code)} {before}"
+    if code > 0 and not any(_SAYS_WHY.search(line) for line in server.log_lines()):
+        command = " ".join(proc.quote(arg) for arg in server.argv)
+        reason += (
+            f"; its log ({server.log_path}) says nothing of why: llama.cpp writes its log from a thread "
+            "it does not wait for when it exits, and the last lines, which say why, can be lost on a "
+            f"busy machine; run it alone to see them: {command}"
+        )
+    return ServerFailure(reason)
+
+
 def wait_for_port(server: Server, port: int, timeout: float, host: str = HOST) -> float:
     """Wait until ``port`` accepts a connection (a server without /health, like the RPC server)."""
     deadline = server.started + timeout
     while time.monotonic() < deadline:
         code = server.poll()
         if code is not None:
-            raise ServerFailure(f"{Path(server.argv[0]).name} {describe_exit(code)} before listening")
+            raise exited_early(server, code, "before listening")
         with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
             return time.monotonic() - server.started
         time.sleep(0.05)

@@ -3,8 +3,8 @@
 Behaviour is chosen with environment variables (the spot check passes
 ``server_env`` through):
 
-FAKE_LLAMA_MODE     ready (default) | slow | crashing | error-in-log | hanging |
-                    empty | error-answer | stall
+FAKE_LLAMA_MODE     ready (default) | slow | crashing | truncated | log-lost | error-in-log |
+                    hanging | empty | error-answer | stall
 FAKE_LLAMA_LOAD     seconds /health answers 503 before it is ready (default 0.2;
                     slow: 1.5)
 FAKE_LLAMA_STATE    a directory: the server writes argv.json, pid, child.pid there
@@ -15,8 +15,10 @@ FAKE_LLAMA_DEVICE   a device name (``Vulkan0``): with ``-ngl`` the load log offl
 FAKE_LLAMA_LISTED   the devices ``--list-devices`` prints, comma-separated (default: FAKE_LLAMA_DEVICE)
 FAKE_LLAMA_LIST_FAILS  "1": ``--list-devices`` fails like a binary missing its driver library
 
-Modes: *crashing* exits 3 while loading; *error-in-log* answers fine but logs a
-GGML_ASSERT line; *hanging* never becomes ready and ignores SIGTERM; *empty*
+Modes: *crashing* exits 3 while loading; *truncated* logs llama.cpp's error for a truncated
+model and exits 1 at once; *log-lost* exits 1 at once having logged only the start of the
+load (as llama-server does when its logger thread loses the last lines); *error-in-log*
+answers fine but logs a GGML_ASSERT line; *hanging* never becomes ready and ignores SIGTERM; *empty*
 answers with no token; *error-answer* streams an error chunk; *stall* accepts
 the completion but never answers; *leak* answers with a chat-template token.
 ``/completion`` answers a deterministic greedy run (token ids from the prompt);
@@ -189,6 +191,18 @@ def parse_args() -> argparse.Namespace | None:
     return args
 
 
+#: the modes whose load fails: (seconds into the load, the lines logged, the exit code)
+LOAD_FAILS: dict[str, tuple[float, tuple[str, ...], int]] = {
+    "crashing": (0.2, ("llama_model_loader: unexpected end of tensor data",), 3),
+    "truncated": (
+        0.0,
+        ("llama_model_load: error loading model: tensor 'blk.0.attn_q.weight' data is not within the file bounds",),
+        1,
+    ),
+    "log-lost": (0.0, ("llama_model_loader: - kv   0:  general.architecture str = llama",), 1),
+}
+
+
 def main() -> int:
     args = parse_args()
     if args is None:
@@ -203,10 +217,17 @@ def main() -> int:
     else:
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     log(f"srv    load_model: loading model '{args.model}'")
-    if MODE == "crashing":
-        time.sleep(0.2)
-        log("llama_model_loader: unexpected end of tensor data")
-        return 3
+    if MODE in LOAD_FAILS:
+        after, lines, code = LOAD_FAILS[MODE]
+        time.sleep(after)
+        for line in lines:
+            log(line)
+        return code
+    return serve(args)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Load (the offload log, FAKE_LLAMA_LOAD seconds of 503), listen and answer until stopped."""
     offload_log(args.rpc, args.n_gpu_layers)
     load = float(os.environ.get("FAKE_LLAMA_LOAD", "1.5" if MODE == "slow" else "0.2"))
     Handler.ready_at = float("inf") if MODE == "hanging" else time.monotonic() + load

@@ -1,0 +1,103 @@
+"""A user always sees why the server died (issue 46 item 10), on a busy machine too.
+
+The e2e tier once failed on a busy machine with "llama-server exited with code 1 before it was
+ready" and no log line saying why.  On skippy's side nothing can be lost: the server's stdout
+and stderr are the log file itself (no thread of ours copies them), and the log is read once
+the server has exited.  These tests hold that with the stand-in server, beside a CPU hog per
+core: a server that logs why and exits 1 at once, many times, through the spot check and its
+entry point (message, exit code, JSON, nothing written outside its places).  The lines were
+lost inside llama-server: its logger writes from a thread it does not wait for when it exits.
+When a log says nothing of why, the reason says so, and how to see why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from skippy.check.report import ModelCheckFailed
+from skippy.cli.spot import main as spot_main
+from skippy.core import proc
+from tests.busy import cpu_hogs
+from tests.integration.test_spotcheck import FAST, Rig
+from tests.outside import tree_state, written_outside
+
+pytestmark = pytest.mark.integration
+
+#: what the stand-in logs in "truncated" mode, as llama.cpp does for a truncated model
+TRUNCATED = "llama_model_load: error loading model: tensor 'blk.0.attn_q.weight' data is not within the file bounds"
+#: spot checks of a server that dies at once, under load
+RUNS = 20
+
+
+def _project(tmp_path: Path) -> tuple[Rig, dict[str, str]]:
+    rig = Rig(tmp_path / "proj")
+    fast = "\n".join(f"{k} = {v}" for k, v in FAST.items())
+    (rig.root / "pyproject.toml").write_text(
+        f'[project]\nname = "x"\nversion = "0"\n\n[tool.skippy]\nbuild_root = "build"\ncache_dir = "cache"\n\n'
+        f"[tool.skippy.spot_check]\n{fast}\n",
+        encoding="utf-8",
+    )
+    return rig, {"PATH": os.defpath, **rig.env()}
+
+
+def _spot(rig: Rig, env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
+    argv = ["--server", str(rig.server), "--model", str(rig.model), "--no-provenance", "--no-rpc", "--json"]
+    code = spot_main(argv, env=env, root=rig.root)
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_a_server_that_dies_at_once_is_shown_dying_of_its_log_line_under_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rig, env = _project(tmp_path)
+    allowed = (rig.root / "build", rig.root / "cache", rig.state)
+    before = tree_state([tmp_path, Path(os.environ["HOME"])], allowed)
+    with cpu_hogs():
+        for _ in range(RUNS):
+            with pytest.raises(ModelCheckFailed) as info:
+                rig.check("truncated")
+            (result,) = info.value.report.results
+            assert (result.verdict, result.exit_code) == ("fail", 1)
+            assert result.reason == "server log: llama.cpp could not load the model"
+            assert result.log_lines == [TRUNCATED]
+            assert TRUNCATED in info.value.render()
+            rig.assert_cleaned_up()
+        # and through the entry point: its exit code, one JSON report carrying the line
+        code, report = _spot(rig, {**env, "FAKE_LLAMA_MODE": "truncated"}, capsys)
+    assert code == ModelCheckFailed.exit_code
+    assert report["ok"] is False and report["what"] == f"spot check failed for 1 of 1 model(s): {rig.model}"
+    (result,) = report["report"]["results"]  # type: ignore[index]
+    assert (result["reason"], result["log_lines"], result["exit_code"]) == (
+        "server log: llama.cpp could not load the model",
+        [TRUNCATED],
+        1,
+    )
+    assert written_outside(before, tree_state([tmp_path, Path(os.environ["HOME"])], allowed)) == []
+
+
+def test_a_log_that_says_nothing_of_why_is_named_with_the_command_to_see_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """llama-server's logger lost the lines that say why (its thread was not scheduled before
+    the exit): the reason says the log is silent, why it can be, and the command to run alone."""
+    rig, env = _project(tmp_path)
+    allowed = (rig.root / "build", rig.root / "cache", rig.state)
+    before = tree_state([tmp_path, Path(os.environ["HOME"])], allowed)
+
+    code, report = _spot(rig, {**env, "FAKE_LLAMA_MODE": "log-lost"}, capsys)
+
+    assert code == ModelCheckFailed.exit_code
+    (result,) = report["report"]["results"]  # type: ignore[index]
+    command = " ".join(proc.quote(arg) for arg in rig.argv())
+    log = result["log_path"]
+    assert result["reason"] == (
+        f"llama-server exited with code 1 before it was ready; its log ({log}) says nothing of why: llama.cpp "
+        "writes its log from a thread it does not wait for when it exits, and the last lines, which say why, "
+        f"can be lost on a busy machine; run it alone to see them: {proc.quote(str(rig.server))} {command}"
+    )
+    assert result["log_lines"][-1].startswith("llama_model_loader: - kv   0:")
+    assert written_outside(before, tree_state([tmp_path, Path(os.environ["HOME"])], allowed)) == []
