@@ -12,13 +12,16 @@ When a log says nothing of why, the reason says so, and how to see why.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import warnings
 from pathlib import Path
 
 import pytest
 
 from skippy.check.report import ModelCheckFailed
+from skippy.check.server import Server
 from skippy.cli.spot import main as spot_main
 from skippy.core import proc
 from tests.busy import cpu_hogs
@@ -101,3 +104,21 @@ def test_a_log_that_says_nothing_of_why_is_named_with_the_command_to_see_why(
     )
     assert result["log_lines"][-1].startswith("llama_model_loader: - kv   0:")
     assert written_outside(before, tree_state([tmp_path, Path(os.environ["HOME"])], allowed)) == []
+
+
+@pytest.mark.parametrize("kind", ["directory", "no interpreter line"])
+def test_a_server_that_cannot_start_leaves_no_file_open(tmp_path: Path, kind: str) -> None:
+    """Its log file was opened and never closed (an "unclosed file" ResourceWarning, turned into
+    an error by whichever later test the garbage collector happened to run in)."""
+    binary = tmp_path / "llama-server"
+    if kind == "directory":
+        binary.mkdir()
+    else:
+        binary.write_bytes(b"\x00not a program\n")
+        binary.chmod(0o755)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(Exception):  # noqa: B017 - sh's own error for a program it cannot start
+            Server([str(binary)], env={"PATH": os.defpath}, log_path=tmp_path / "server.log")
+        gc.collect()
+    assert [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)] == []
