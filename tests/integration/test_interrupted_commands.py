@@ -348,5 +348,5 @@ def test_a_signal_during_the_build_stops_every_compiler(tmp_path: Path, sig: str
 def _real(name: str) -> str:
     found = shutil.which(name)
     if found is None:
-        pytest.skip(f"no {name}: install build-essential")
+        pytest.skip(f"no {name}: install g++")
     return str(Path(found).resolve())
