@@ -382,6 +382,10 @@ class _NinjaCounter:
         self.show(line)
 
 
+#: seconds a compile the cache server still runs for an interrupted build gets after SIGTERM
+STRAY_GRACE: Final = 5.0
+
+
 def _run_ninja(
     plan: BuildPlan, targets: tuple[str, ...], console: Console, box: list[float]
 ) -> tuple[_NinjaCounter, CacheStats | None]:
@@ -402,6 +406,12 @@ def _run_ninja(
                 plan,
                 f"fix the compile error above and rerun `nox -s build-{plan.backend}`",
             ) from None
+        except (KeyboardInterrupt, proc.Terminated):
+            # ninja stopped its own jobs; sccache's server, a daemon outside our process groups,
+            # still runs the compiles it was handed for this build dir: those are stopped too
+            if plan.launcher is not None and plan.launcher.name == "sccache":
+                proc.stop_strays(plan.build_dir, daemon="sccache", grace=STRAY_GRACE)
+            raise
         finally:
             shown.close()
     stats = probe.after()

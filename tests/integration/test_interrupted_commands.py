@@ -295,14 +295,19 @@ BUILD = """
 """
 
 
-@pytest.mark.parametrize("sig", ["TERM", "INT", "KILL"])
-def test_a_signal_during_the_build_stops_every_compiler(tmp_path: Path, sig: str) -> None:
+@pytest.mark.parametrize(
+    ("sig", "cache"),
+    [("TERM", "none"), ("INT", "none"), ("KILL", "none"), ("TERM", "sccache"), ("INT", "sccache")],
+)
+def test_a_signal_during_the_build_stops_every_compiler(tmp_path: Path, sig: str, cache: str) -> None:
     """`timeout N nox -s build-cpu`: the compilers ninja runs (stand-ins that write into the
     build dir until stopped) kept running with parent pid 1 once SIGTERM had ended skippy.
     ninja runs each job in a process group of its own, which only ninja can stop, and it was
     SIGKILLed by the death signal before it could.  Now SIGTERM (as Ctrl-C) stops ninja's group
     before the command exits, ninja stops its jobs, and the report says so (143, 130); a
-    SIGKILLed skippy's ninja gets SIGTERM from the death signal and stops them too."""
+    SIGKILLed skippy's ninja gets SIGTERM from the death signal and stops them too.  With sccache
+    (the default launcher where it is installed) the compiles run in its server, a daemon outside
+    every group of ours: those still working in the build dir are stopped too."""
     src = tmp_path / "src"
     shutil.copytree(PROBE, src)
     root = tmp_path / "proj"
@@ -320,12 +325,13 @@ def test_a_signal_during_the_build_stops_every_compiler(tmp_path: Path, sig: str
         for name in ("cc", "c++")
     )
     env = {
-        "PATH": os.environ.get("PATH", os.defpath),
+        # the venv's bin first: sccache comes from the package index
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
         "HOME": str(home),
         "PYTHONPATH": str(ROOT),
         "CC": str(cc),
         "CXX": str(cxx),
-        "SKIPPY_COMPILER_CACHE": "none",
+        "SKIPPY_COMPILER_CACHE": cache,
     }
     # the stand-ins (two compile at once) and what they write
     allowed = [root / ".deps", src, home, ready, ready.with_name(ready.name + ".tmp"), bindir]
