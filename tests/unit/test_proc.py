@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -68,3 +69,28 @@ def test_timeout_terms_then_kills_the_whole_group(tmp_path: Path) -> None:
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(child), "the grandchild must not outlive the timeout"
+
+
+def test_sigterm_inside_raises_once_and_not_while_unwinding() -> None:
+    """A real SIGTERM to this process: Terminated (exit code 143) once; a second one while the
+    block unwinds (stopping a child, printing the report) is ignored; the handler is put back."""
+    before = signal.getsignal(signal.SIGTERM)
+    unwound = False
+    with pytest.raises(proc.Terminated) as info, proc.sigterm_unwinds() as unwinding:
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        finally:
+            signal.raise_signal(signal.SIGTERM)  # ignored: the first one is being handled
+            unwound = True
+    assert unwound and unwinding.terminated
+    assert info.value.code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_block_inside_another_shares_it_and_finish_stops_raising() -> None:
+    with proc.sigterm_unwinds() as outer:
+        with proc.sigterm_unwinds() as inner:
+            assert inner is outer
+        outer.finish()  # the work is done: only the report is left
+        signal.raise_signal(signal.SIGTERM)
+        assert outer.terminated
