@@ -261,7 +261,10 @@ def remove_stale_index_lock(git_dir: Path) -> Path | None:
     lock = git_dir / "index.lock"
     if not lock.is_file() or held_open(lock) is not False:
         return None
-    lock.unlink()
+    try:
+        lock.unlink()
+    except FileNotFoundError:
+        return None  # a git of the killed run was still finishing: it took its lock away itself
     return lock
 
 

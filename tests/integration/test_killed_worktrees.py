@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,8 +32,8 @@ from skippy.cli.app import triage_main
 sys.exit(triage_main(os.environ, root=Path(sys.argv[1])))
 """
 
-#: files in the pinned tree: enough that `git worktree add` takes a while to check them out
-MANY_FILES = 3000
+#: files in the pinned tree (the worktree skippy makes checks them all out)
+MANY_FILES = 300
 
 
 def run_git(path: Path, *args: str) -> str:
@@ -69,43 +70,54 @@ def entries(wdir: Path) -> dict[str, str]:
     return out
 
 
-def locked_aside_entry(git_dir: Path, aside: Path) -> Path | None:
-    """An entry git is making under ``aside``: its admin folder holds ``locked`` and ``gitdir``."""
-    for admin in (git_dir / "worktrees").glob("*"):
-        try:
-            home = Path((admin / "gitdir").read_text(encoding="utf-8").strip())
-        except OSError:
-            continue
-        if (admin / "locked").is_file() and home.parent.parent == aside:
-            return admin
-    return None
+#: a `git` first on the run's PATH: its `worktree add` is the real one, left locked "initializing"
+#: as a kill inside it leaves it; then it says so and waits (the run is SIGKILLed right there)
+GIT_WRAPPER = """#!/bin/sh
+prev=""; hit=""
+for a in "$@"; do
+    shift
+    if [ "$prev" = worktree ] && [ "$a" = add ]; then
+        set -- "$@" add --lock --reason initializing; hit=1
+    else
+        set -- "$@" "$a"
+    fi
+    prev="$a"
+done
+[ -n "$hit" ] || exec {real} "$@"
+{real} "$@" || exit $?
+touch {ready}
+exec sleep 600
+"""
 
 
-def kill_during_worktree_add(project: Project, aside: Path) -> None:
-    """Run `invoke triage` and SIGKILL it once its `git worktree add` has locked the new entry;
-    again until a kill lands inside that window (a run that outruns the poll is not counted)."""
-    git_dir = project.workdir / ".git"
-    for _attempt in range(20):
-        child = subprocess.Popen(
-            [sys.executable, "-c", TRIAGE, str(project.root)],
-            env={**os.environ, **project.env},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        while child.poll() is None:
-            if locked_aside_entry(git_dir, aside) is not None:
-                os.kill(child.pid, signal.SIGKILL)
-                break
-        assert child.wait(timeout=120) in (0, 1, -signal.SIGKILL)
-        # the checkout `git worktree add` started may outlive the kill for a moment: wait for it
-        deadline = time.monotonic() + 60
-        while in_use([*aside.glob("*"), *(git_dir / "worktrees").glob("*")]):
-            assert time.monotonic() < deadline, "a git of the killed run kept working"
-        if child.returncode == -signal.SIGKILL and any(
-            e.endswith("initializing") for e in entries(project.workdir).values()
-        ):
-            return
-    pytest.fail("no kill landed while `git worktree add` held its entry locked")
+def kill_during_worktree_add(project: Project, tmp_path: Path) -> None:
+    """Run `invoke triage` and SIGKILL it inside its `git worktree add`: the real git makes the
+    entry, a wrapper keeps it locked as a kill midway leaves it and holds the run there."""
+    real = shutil.which("git")
+    assert real is not None
+    bindir, ready = tmp_path / "wrapped-bin", tmp_path / "worktree-add-reached"
+    bindir.mkdir()
+    wrapper = bindir / "git"
+    wrapper.write_text(GIT_WRAPPER.format(real=real, ready=ready), encoding="utf-8")
+    wrapper.chmod(0o755)
+    env = {**os.environ, **project.env, "PATH": f"{bindir}{os.pathsep}{project.env['PATH']}"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", TRIAGE, str(project.root)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    while not ready.exists():
+        assert child.poll() is None, f"the run ended ({child.returncode}) before its git worktree add"
+        time.sleep(0.01)  # polling a condition, not waiting for a signal to land
+    os.kill(child.pid, signal.SIGKILL)
+    assert child.wait(timeout=120) == -signal.SIGKILL
+    # the wrapper dies with the run (skippy's children do): nothing of it works in the folders after
+    aside = wd.skippy_dir(project.workdir / ".git") / "aside"
+    deadline = time.monotonic() + 60
+    while in_use([*aside.glob("*"), *(project.workdir / ".git" / "worktrees").glob("*")]):
+        assert time.monotonic() < deadline, "a git of the killed run kept working"
+        time.sleep(0.05)
 
 
 def test_a_run_killed_in_git_worktree_add_leaves_a_locked_entry_the_next_command_removes(
@@ -123,7 +135,7 @@ def test_a_run_killed_in_git_worktree_add_leaves_a_locked_entry_the_next_command
     users = {str(mine): "locked mine", str(away): "locked on a usb disk"}
     capsys.readouterr()
 
-    kill_during_worktree_add(project, aside)
+    kill_during_worktree_add(project, tmp_path)
     left = entries(wdir)
     ours = {path: lock for path, lock in left.items() if Path(path).parent == aside}
     assert ours and all(lock == "locked initializing" for lock in ours.values()), left
