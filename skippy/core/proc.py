@@ -385,8 +385,9 @@ def _strays(folder: Path, daemon: str) -> list[int]:
     return found
 
 
-#: a daemon's queue is empty once this many scans in a row (0.1 s apart) find nothing of it
-_QUIET_SCANS: Final = 3
+#: a daemon is done with a folder once this many scans in a row (0.1 s apart, 2 s) find nothing
+#: of it there: sccache runs a compile after its preprocessing was stopped, late on busy cores
+_QUIET_SCANS: Final = 20
 
 
 def stop_strays(folder: Path, *, daemon: str, grace: float) -> list[int]:
