@@ -434,7 +434,16 @@ def _git_lines(workdir: Path, genv: Mapping[str, str], *args: str) -> list[str]:
     return [p for p in proc.run(["git", "-C", str(workdir), *args], env=genv).stdout.splitlines() if p]
 
 
-SECTIONS = ("prepare", "minimal-touch", "builds", "shared-objects", "spot-check", "remote-cache", "pin-move")
+SECTIONS = (
+    "prepare",
+    "minimal-touch",
+    "builds",
+    "shared-objects",
+    "spot-check",
+    "remote-cache",
+    "pin-move",
+    "graph-parse",
+)
 #: sections run only when asked for with --only (long: the whole CUDA and ROCm builds)
 ON_REQUEST = ("cuda", "cuda-profile", "rocm", "upstream-tests")
 
@@ -451,8 +460,15 @@ def _bench_cuda_profile(settings: Settings, console: Console) -> dict[str, Any]:
     return bench_cuda_profile(settings, console)
 
 
+def _bench_graph_parse(settings: Settings, console: Console) -> dict[str, Any]:
+    from benchmarks.bench_graphparse import bench_graph_parse
+
+    return bench_graph_parse(settings, console)
+
+
 def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: dict[str, Any]) -> None:
-    """The sections of :mod:`benchmarks.bench_proofs` (spot check, remote cache, CUDA)."""
+    """The sections of :mod:`benchmarks.bench_proofs` (spot check, remote cache, CUDA), pin moves,
+    and the C++ parsers on the family files."""
     from benchmarks import bench_pinmove, bench_proofs
 
     sections = {
@@ -463,6 +479,7 @@ def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: 
         "rocm": ("rocm", "the whole ROCm build inside the Debian root", bench_proofs.bench_rocm),
         "upstream-tests": ("upstream_tests", "upstream's tests: build, ctest, one attribution", _bench_tests),
         "pin-move": ("pin_move", "pin moves: skippy's build vs raw, commit held fixed", bench_pinmove.bench_pin_move),
+        "graph-parse": ("graph_parse", "C++ parsers on the family files: tree-sitter vs libclang", _bench_graph_parse),
     }
     for name, (key, title, bench) in sections.items():
         if name in wanted:

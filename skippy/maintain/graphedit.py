@@ -237,6 +237,25 @@ def _builders(root: tree_sitter.Node) -> list[_Builder]:
     return found
 
 
+def builder_nodes(root: tree_sitter.Node) -> list[tree_sitter.Node]:
+    """The function definitions of every family graph builder under ``root``."""
+    return [b.node for b in _builders(root)]
+
+
+def anchors_in_loops(definition: tree_sitter.Node) -> int:
+    """How many ``cb(..., "l_out", il)`` statements a builder holds inside a ``for`` loop (a census,
+    apart from the placement rules)."""
+    count = 0
+    for node in _walk(definition):
+        if _anchor_tensor(node) is None:
+            continue
+        parent = node.parent
+        while parent is not None and parent != definition and parent.type != "for_statement":
+            parent = parent.parent
+        count += parent is not None and parent.type == "for_statement"
+    return count
+
+
 def find_builders(source: bytes) -> list[tuple[str, str, int]]:
     """Every family graph builder in ``source``: (family class, name as written, line)."""
     return [(b.family_class, b.name, _line(b.node)) for b in _builders(parse(source).root_node)]
