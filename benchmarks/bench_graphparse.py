@@ -146,42 +146,24 @@ def _clang_anchors(ci: Any, builder: Any) -> int:
 
 def rewrite_figures(tree: Path, files: list[Path]) -> dict[str, Any]:
     """The hook placed in every family file: placed, refused (why), shared builders, second pass."""
-    shared = graphedit.shared_graphs((tree / "src" / "models" / "models.h").read_bytes())
-    placed: dict[str, int] = {}
-    refused: dict[str, str] = {}
-    sharing: dict[str, str] = {}
-    no_family: list[str] = []
-    hows: Counter[str] = Counter()
-    second_pass_changed: list[str] = []
     started = time.perf_counter()
-    for path in files:
-        rel = f"src/models/{path.name}"
-        source = path.read_bytes()
-        family = graphedit.family_class_for(rel)
-        try:
-            edit = graphedit.place_layer_hooks(source, path=rel)
-        except graphedit.GraphEditError as exc:
-            if not graphedit.find_builders(source):
-                if family in shared:
-                    sharing[path.name] = shared[family]
-                else:
-                    no_family.append(path.name)
-            else:
-                refused[path.name] = exc.reason
-            continue
-        placed[path.name] = len(edit.placements)
-        hows.update(p.how for p in edit.placements)
-        if graphedit.place_layer_hooks(edit.source, path=rel).changed:
-            second_pass_changed.append(path.name)
+    sources = {f"src/models/{path.name}": path.read_bytes() for path in files}
+    done = graphedit.rewrite_tree(sources, (tree / "src" / "models" / "models.h").read_bytes())
+    second_pass_changed = [
+        Path(path).name
+        for path, edit in done.edits.items()
+        if graphedit.place_layer_hooks(edit.source, path=path).changed
+    ]
     seconds = time.perf_counter() - started
+    hows = Counter(p.how for edit in done.edits.values() for p in edit.placements)
     return {
         "seconds": round(seconds, 3),
-        "families_placed": len(placed),
-        "hooks": sum(placed.values()),
+        "families_placed": len(done.edits),
+        "hooks": sum(len(edit.placements) for edit in done.edits.values()),
         "by_placement": dict(hows),
-        "refused": refused,
-        "sharing_another_builder": sharing,
-        "without_a_family_builder": no_family,
+        "refused": {Path(path).name: reason for path, reason in done.refused.items()},
+        "sharing_another_builder": {Path(path).name: cls for path, cls in done.sharing.items()},
+        "without_a_family_builder": [Path(path).name for path in done.not_families],
         "second_pass_changed": second_pass_changed,
         "idempotent": not second_pass_changed,
     }

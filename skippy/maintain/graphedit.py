@@ -607,3 +607,49 @@ def place_layer_hooks(source: bytes, *, path: str, family_class: str | None = No
         skipped=tuple(skipped),
         source=edited,
     )
+
+
+# --- a whole tree -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TreeRewrite:
+    """The rewrite over every family file of a tree, by path (``src/models/<file>.cpp``)."""
+
+    edits: dict[str, FamilyEdit]
+    refused: dict[str, str]  # path -> reason (the file has a builder the rewrite cannot place)
+    sharing: dict[str, str]  # path -> the family class whose builder the family uses
+    not_families: tuple[str, ...]  # no builder and none shared (a stub, a base class)
+
+    def covering(self, family_class: str) -> str | None:
+        """The path whose edit covers ``family_class``: its own file, or the file of the builder it
+        shares; None when that file was refused (or there is none)."""
+        by_class = {edit.family_class: path for path, edit in self.edits.items()}
+        if family_class in by_class:
+            return by_class[family_class]
+        shared = next((cls for path, cls in self.sharing.items() if family_class_for(path) == family_class), None)
+        return None if shared is None else by_class.get(shared)
+
+
+def rewrite_tree(files: dict[str, bytes], models_h: bytes) -> TreeRewrite:
+    """:func:`place_layer_hooks` over ``files`` (path -> bytes, the family files of one tree),
+    each file classified: edited, refused (why), sharing another family's builder (from
+    ``models_h``), or no family at all."""
+    shared = shared_graphs(models_h)
+    edits: dict[str, FamilyEdit] = {}
+    refused: dict[str, str] = {}
+    sharing: dict[str, str] = {}
+    not_families: list[str] = []
+    for path in sorted(files):
+        family = family_class_for(path)
+        if not any(b.family_class == family for b in _builders(parse(files[path]).root_node)):
+            if family in shared:
+                sharing[path] = shared[family]
+            else:
+                not_families.append(path)
+            continue
+        try:
+            edits[path] = place_layer_hooks(files[path], path=path, family_class=family)
+        except GraphEditError as exc:
+            refused[path] = exc.reason
+    return TreeRewrite(edits, refused, sharing, tuple(not_families))

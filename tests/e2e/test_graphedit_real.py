@@ -89,6 +89,15 @@ def test_every_family_with_a_graph_builder_is_placed_or_refused(models: dict[str
     assert all(cls in by_class for cls in sharing.values()), sharing
     for name, edit in placed.items():
         check_edit(name, models[name], edit)
+    # the library's own classification of the tree agrees, and maps each family to its shard's file
+    done = ge.rewrite_tree({f"src/models/{name}": models[name] for name in files}, models["models.h"])
+    assert {path.rsplit("/", 1)[1] for path in done.edits} == set(placed)
+    assert {path.rsplit("/", 1)[1]: reason for path, reason in done.refused.items()} == refused
+    assert {path.rsplit("/", 1)[1]: cls for path, cls in done.sharing.items()} == sharing
+    assert done.covering("llama_model_granite_moe") == "src/models/granite.cpp"
+    assert done.covering("llama_model_phimoe") == "src/models/phi3.cpp"
+    assert done.covering("llama_model_qwen2") == "src/models/qwen2.cpp"
+    assert done.covering("llama_model_eagle3") is None
     anchored = {name for name, edit in placed.items() if any(p.how == "anchor" for p in edit.placements)}
     with_anchor_text = {name for name in files if ANCHOR in models[name]}
     # in these the anchor ends a per-layer helper (build_layer_ffn) that the builder's loop calls:

@@ -305,3 +305,26 @@ struct llama_model_qwen3vlx : public llama_model_qwen3vl {
         "llama_model_phimoe": "llama_model_phi3",
         "llama_model_qwen3tts": "llama_model_qwen3vl",
     }
+
+
+def test_a_tree_is_classified_and_each_family_mapped_to_the_file_covering_it() -> None:
+    models_h = (
+        b"struct llama_model_toy_moe : public llama_model_base {\n    using graph = llama_model_toy::graph;\n};\n"
+    )
+    files = {
+        "src/models/toy.cpp": PLAIN,
+        "src/models/toy-moe.cpp": b"void llama_model_toy_moe::load_arch_hparams() {}\n",
+        "src/models/base.cpp": b"llm_build_base::llm_build_base() {}\n",
+        "src/models/odd.cpp": PLAIN.replace(b"llama_model_toy", b"llama_model_odd").replace(
+            b"for (int il", b"for (int j"
+        ),
+    }
+    done = ge.rewrite_tree(files, models_h)
+    assert list(done.edits) == ["src/models/toy.cpp"]
+    assert list(done.refused) == ["src/models/odd.cpp"]
+    assert done.sharing == {"src/models/toy-moe.cpp": "llama_model_toy"}
+    assert done.not_families == ("src/models/base.cpp",)
+    assert done.covering("llama_model_toy") == "src/models/toy.cpp"
+    assert done.covering("llama_model_toy_moe") == "src/models/toy.cpp"
+    assert done.covering("llama_model_odd") is None
+    assert done.covering("llama_model_absent") is None
