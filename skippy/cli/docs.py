@@ -271,7 +271,35 @@ def _bench_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
         )
     rows += _pin_move_rows(report)
     rows += _proof_rows(report)
+    rows += _graph_parse_rows(report)
     return rows
+
+
+def _graph_parse_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The graph-parse section: the two C++ parsers on the family files, and the rewrite's result."""
+    graph = report.get("graph_parse")
+    if not graph or "skipped" in graph:
+        return []
+    ts, clang, rewrite = graph["tree_sitter"], graph["libclang"], graph["rewrite"]
+    found = f"{ts['builders']} builders / {ts['anchors']} anchors, {ts['files_with_errors']} file(s) with errors"
+    if "skipped" not in clang:
+        found = (
+            f"{_s(ts['parse_s'])} vs {_s(clang['parse_s'])}; {found} vs {clang['builders']} / {clang['anchors']}, "
+            f"{clang['files_with_errors']}"
+        )
+    second = "a no-op" if rewrite["idempotent"] else "changed " + ", ".join(rewrite["second_pass_changed"])
+    return [
+        (
+            f"the {graph['files']} family files (`src/models/*.cpp`) parsed by tree-sitter-cpp vs libclang: seconds; "
+            "graph builders / `l_out` anchors in their loops found; the layer hook placed by the rewrite "
+            "(`--only graph-parse`)",
+            f"{found}; hook placed in {rewrite['families_placed']} families ({rewrite['hooks']} hooks), "
+            f"{len(rewrite['refused'])} refused, {len(rewrite['sharing_another_builder'])} sharing another's builder; "
+            f"second pass {second}",
+            "a second pass changes nothing",
+            "met" if rewrite["idempotent"] else "**missed**",
+        )
+    ]
 
 
 #: the pin-move section's upstream moves, in the order the row gives them (others after, by name)
@@ -419,6 +447,7 @@ _BENCH_KEYS: Final = frozenset(
         "rocm",
         "upstream_tests",
         "pin_move",
+        "graph_parse",
     }
 )
 

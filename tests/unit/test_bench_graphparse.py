@@ -75,3 +75,20 @@ def test_libclang_counts_the_same_builders(tmp_path: Path) -> None:
     assert all(str(tmp_path) not in a for a in clang["args"])
     ts = bg.tree_sitter_figures(files, rounds=1)
     assert (ts["builders"], ts["anchors"]) == (1, 1)
+
+
+def test_the_figures_table_shows_the_section(tmp_path: Path) -> None:
+    from skippy.cli.docs import render_bench
+
+    tree = toy_tree(tmp_path)
+    files = bg.family_files(tree)
+    section = {
+        "files": len(files),
+        "tree_sitter": bg.tree_sitter_figures(files, rounds=1),
+        "libclang": {"skipped": "not installed"},
+        "rewrite": bg.rewrite_figures(tree, files),
+    }
+    table = render_bench({"machine": {"cpus": 2}, "graph_parse": section})
+    assert "the 3 family files (`src/models/*.cpp`) parsed by tree-sitter-cpp vs libclang" in table
+    assert "hook placed in 1 families (1 hooks), 1 refused, 1 sharing another's builder; second pass a no-op" in table
+    assert "does not show yet" not in table
