@@ -13,7 +13,8 @@ right after the loop's anchor, the statement ``cb(cur, "l_out", il);`` that
 names the layer's output (the tensor passed is the anchor's own first
 argument).  The name follows the core lane's trace point
 (``llama_skippy_graph_hook`` in ``src/skippy-hooks.cpp``): the layer hook is
-its per-layer sibling; the core lane declares it.
+its per-layer sibling.  The core lane is to declare it (the shipped queue
+does not yet: nothing here is wired into ``invoke generate``).
 
 Placement rules, per layer loop:
 
@@ -33,6 +34,12 @@ Placement rules, per layer loop:
   the others are reported as skipped; several loops and no anchor is an
   error.  A builder without a layer loop (an encoder's feature fusion) is
   skipped; a family none of whose builders has one is an error.
+
+:func:`rewrite_tree` runs this over a whole tree's family files and sorts
+them: edited, refused (why), using another family's builder (read from
+``models.h``: ``using graph = llama_model_bert::graph;`` or a derived class),
+or no family at all (a stub, a base class); ``covering`` names the file whose
+edit covers a family class.
 
 Edits are insertions at byte offsets taken from the parse tree, applied from
 the end; the source is never matched with regular expressions.  A second pass
