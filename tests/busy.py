@@ -1,7 +1,7 @@
 """The suite on a busy machine, in a shell that is not interactive.
 
 * :func:`cpu_hogs`: one busy process per core while a block runs (real load, not a sleep).
-* :func:`default_sigint`: a ``preexec_fn`` giving a child SIGINT at its default disposition.
+* :func:`default_interrupts`: a ``preexec_fn`` giving a child SIGINT (and SIGTERM) at its default.
   A background job of a non-interactive shell (``nohup ... &``, some CI agents) starts with
   SIGINT ignored, its children inherit that, and Python then installs no KeyboardInterrupt
   handler: a test that sends SIGINT sets the disposition it relies on itself.
@@ -40,9 +40,11 @@ def cpu_hogs(count: int | None = None) -> Iterator[list[int]]:
             hog.wait()
 
 
-def default_sigint() -> None:
-    """``preexec_fn``: SIGINT at its default in the child, whatever this process inherited."""
+def default_interrupts() -> None:
+    """``preexec_fn``: SIGINT and SIGTERM at their defaults in the child, whatever this process
+    inherited (skippy, as Python does for SIGINT, keeps either ignored when it starts so)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextlib.contextmanager

@@ -147,12 +147,13 @@ def sigterm_unwinds() -> Iterator[Unwinding]:
     while unwinding is ignored, so the cleanup (stopping a child's group within its grace
     period, the report) is not cut short.  The previous handler is put back after.  A block
     inside another shares the outer one's state; outside the main thread (where Python cannot
-    set handlers) this does nothing."""
+    set handlers) this does nothing, and so it does where SIGTERM is ignored on entry (whoever
+    started this process wants it to run on, as Python keeps an inherited SIG_IGN for SIGINT)."""
     if _UNWINDING:
         yield _UNWINDING[-1]
         return
     state = Unwinding()
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
         yield state
         return
     previous = signal.signal(signal.SIGTERM, state.handler)

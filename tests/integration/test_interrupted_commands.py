@@ -28,7 +28,7 @@ from skippy.cli.options import INTERRUPTED
 from skippy.core.errors import Interrupted
 from skippy.core.ui import Console
 from skippy.queue.prepare import Target, prepare
-from tests.busy import carrying, default_sigint
+from tests.busy import carrying, default_interrupts
 from tests.conftest import Project
 from tests.outside import tree_state, written_outside
 
@@ -93,6 +93,7 @@ def stand_in(bindir: Path, name: str, *, real: str, when: str, ready: Path, beat
 
 
 def _ignore_sigint() -> None:
+    default_interrupts()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -116,7 +117,7 @@ def interrupt(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_ignore_sigint if background else default_sigint,  # noqa: PLW1509 - one signal disposition
+        preexec_fn=_ignore_sigint if background else default_interrupts,  # noqa: PLW1509 - one signal disposition
     )
     try:
         deadline = time.monotonic() + timeout

@@ -26,7 +26,7 @@ from skippy.queue.guard import lock_path
 from skippy.queue.prepare import Target, prepare
 from skippy.queue.status import compute_status
 from skippy.queue.target import read_pin
-from tests.busy import default_sigint
+from tests.busy import default_interrupts
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env
 
@@ -500,7 +500,7 @@ def test_interrupted_am_is_recovered(queued_project: Project, tmp_path: Path, wa
         timeout=60,
         check=False,
         # the SIGINT the stand-in sends must raise KeyboardInterrupt whatever this process inherited
-        preexec_fn=default_sigint,
+        preexec_fn=default_interrupts,
     )
     leftovers = list(queued_project.workdir.parent.glob(".skippy-partial-*")) + list(
         (queued_project.workdir / ".git" / "skippy" / "aside").glob("*")

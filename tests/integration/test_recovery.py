@@ -19,7 +19,7 @@ from skippy.queue import workdir as wd
 from skippy.queue.prepare import Target, prepare
 from skippy.queue.session import resume
 from skippy.queue.status import compute_status
-from tests.busy import default_sigint
+from tests.busy import default_interrupts
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env
 from tests.integration.test_conflicts import session_queue
@@ -113,7 +113,7 @@ def interrupted_switch(project: Project, tmp_path: Path, sig: str) -> tuple[str,
         timeout=120,
         check=False,
         # the SIGINT the stand-in sends must raise KeyboardInterrupt whatever this process inherited
-        preexec_fn=default_sigint,
+        preexec_fn=default_interrupts,
     )
     if sig == "INT":
         assert result.returncode == 130, result.stderr

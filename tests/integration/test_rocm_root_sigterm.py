@@ -19,7 +19,7 @@ import pytest
 from skippy.build.backends.rocm_root import parse_root_pin, root_home
 from skippy.build.roots import mounts_under
 from skippy.core.errors import Interrupted
-from tests.busy import default_sigint
+from tests.busy import default_interrupts
 from tests.e2e.needs import cannot_run
 from tests.integration.test_build_toolchain import Host
 from tests.integration.test_rocm_root import _FAKE_APT, _FAKE_CHROOT, PACKAGES, _script
@@ -77,7 +77,7 @@ def test_a_signal_during_mmdebstrap_unmounts_and_removes_the_half_made_root(tmp_
         stderr=subprocess.PIPE,
         text=True,
         # SIGINT must raise KeyboardInterrupt whatever this process inherited
-        preexec_fn=default_sigint,  # noqa: PLW1509 - sets one signal disposition, nothing that can deadlock
+        preexec_fn=default_interrupts,  # noqa: PLW1509 - sets one signal disposition, nothing that can deadlock
     )
     try:
         deadline = time.monotonic() + 60

@@ -94,3 +94,15 @@ def test_a_block_inside_another_shares_it_and_finish_stops_raising() -> None:
         outer.finish()  # the work is done: only the report is left
         signal.raise_signal(signal.SIGTERM)
         assert outer.terminated
+
+
+def test_an_ignored_sigterm_stays_ignored() -> None:
+    """Started with SIGTERM ignored (its starter wants it to run on): skippy keeps it so."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with proc.sigterm_unwinds() as unwinding:
+            signal.raise_signal(signal.SIGTERM)
+        assert not unwinding.terminated
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
