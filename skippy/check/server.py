@@ -5,6 +5,8 @@ its log in a file, always stopped (SIGTERM, then SIGKILL after a grace period)."
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import itertools
 import os
 import re
 import signal
@@ -14,7 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import sh
 
@@ -50,6 +52,29 @@ def port_is_free(port: int, host: str = HOST) -> bool:
         return True
 
 
+def own_log(path: Path) -> tuple[BinaryIO, Path]:
+    """A log file for one server, written by it alone: ``path``, or ``<stem>-2<suffix>`` (the
+    next free) while the server of another run still writes ``path`` (two spot checks of the
+    same model in the same build dir at once: opening it afresh emptied the other's log, which
+    then showed a server that exited saying nothing).  The file is locked (``flock``) while any
+    process holds it open: this one until :meth:`Server.stop`, the server until it exits."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        candidate = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+        fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        return os.fdopen(fd, "wb"), candidate
+    raise AssertionError("unreachable")  # pragma: no cover - itertools.count never ends
+
+
 class Server:
     """A background llama-server (or stand-in) with its log in a file.
 
@@ -68,9 +93,8 @@ class Server:
                 untouched="everything: no server was started",
                 next_step="nox -s build-cpu",
             )
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_path
-        self._log = log_path.open("wb")
+        # the log is this server's alone (see own_log): another run's server may still write log_path
+        self._log, self.log_path = own_log(log_path)
         self.started = time.monotonic()
         # own session, tied to this process: it dies with us even when we are SIGKILLed.  Its
         # stdout and stderr are the log file itself (sh dups the file into the child; no thread

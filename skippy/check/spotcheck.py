@@ -114,6 +114,7 @@ def check_model(
         argv = plan_server_argv(server_binary, model, port, options, extra_server_args)
         answer: Answer | None = None
         with running_server(argv, env=env, log_path=log_path, grace=options.grace) as server:
+            result.log_path = str(server.log_path)  # its own: another run's server may hold log_path
             try:
                 result.load_seconds = wait_ready(server, port, options)
                 answer = ask(port, options)

@@ -15,6 +15,10 @@ from __future__ import annotations
 import gc
 import json
 import os
+import subprocess
+import sys
+import textwrap
+import time
 import warnings
 from pathlib import Path
 
@@ -122,3 +126,78 @@ def test_a_server_that_cannot_start_leaves_no_file_open(tmp_path: Path, kind: st
             Server([str(binary)], env={"PATH": os.defpath}, log_path=tmp_path / "server.log")
         gc.collect()
     assert [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)] == []
+
+
+#: a spot check of the stand-in in "truncated" mode, RUNS_AT_ONCE times, in a process of its own:
+#: prints how many results showed no log line
+CHECKS = """
+import os, sys
+from pathlib import Path
+from skippy.check.report import ModelCheckFailed
+from skippy.check.spotcheck import spot_check
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+root, runs = Path(sys.argv[1]), int(sys.argv[2])
+table = {"build_root": "build", "cache_dir": "cache", "spot_check": FAST}
+settings = Settings.from_table(root, table, {"PATH": os.defpath})
+silent = 0
+for _ in range(runs):
+    try:
+        spot_check(
+            settings,
+            root / "build" / "cpu-0123abcd" / "bin" / "llama-server",
+            [str(root / "models" / "m.gguf")],
+            console=Console(env={}, quiet=True),
+            server_env={"FAKE_LLAMA_MODE": "truncated"},
+        )
+    except ModelCheckFailed as exc:
+        (result,) = exc.report.results
+        silent += result.log_lines != [TRUNCATED] or result.reason != "server log: llama.cpp could not load the model"
+print(silent)
+"""
+RUNS_AT_ONCE = 15
+
+
+def test_two_spot_checks_of_one_model_at_once_keep_their_own_logs(tmp_path: Path) -> None:
+    """Two runs in one build dir at once (two suites, or a build's check beside `nox -s
+    spot-check`) wrote the same log file; opening it afresh emptied the other's, which then
+    reported a server that exited saying nothing (12 of 80 checks here).  Each now writes a log
+    of its own, beside a CPU hog per core."""
+    rig = Rig(tmp_path)
+    script = textwrap.dedent(CHECKS).replace("FAST", repr(FAST)).replace("TRUNCATED", repr(TRUNCATED))
+    env = {"PATH": os.defpath, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "HOME": str(tmp_path)}
+    with cpu_hogs():
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, str(rig.root), str(RUNS_AT_ONCE)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outs = [run.communicate(timeout=600) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outs
+    assert [out.strip() for out, _err in outs] == ["0", "0"], "every check showed its own log line"
+
+
+def test_a_log_another_run_s_server_still_writes_is_left_to_it(tmp_path: Path) -> None:
+    log = tmp_path / "spot-check" / "m.gguf.log"
+    rig = Rig(tmp_path)
+    env = {"PATH": os.defpath, **rig.env("hanging")}
+    first = Server([str(rig.server), "--model", str(rig.model), "--port", "0"], env=env, log_path=log)
+    try:
+        while "loading model" not in "".join(first.log_lines()):
+            assert first.poll() is None, first.log_lines()
+            time.sleep(0.02)  # polling for its first line
+        second = Server([str(rig.server), "--version"], env=env, log_path=log)
+        assert second.log_path == log.with_name("m.gguf-2.log")
+        assert second.poll() is None or second.exit_code == 0
+        second.stop(1)
+        assert any("loading model" in line for line in first.log_lines()), "the first log was not emptied"
+    finally:
+        first.stop(1)
+    third = Server([str(rig.server), "--version"], env=env, log_path=log)
+    third.stop(5)
+    assert third.log_path == log, "free again once its server is gone"
