@@ -1,13 +1,15 @@
 """A user always sees why the server died (issue 46 item 10), on a busy machine too.
 
 The e2e tier once failed on a busy machine with "llama-server exited with code 1 before it was
-ready" and no log line saying why.  On skippy's side nothing can be lost: the server's stdout
-and stderr are the log file itself (no thread of ours copies them), and the log is read once
-the server has exited.  These tests hold that with the stand-in server, beside a CPU hog per
-core: a server that logs why and exits 1 at once, many times, through the spot check and its
-entry point (message, exit code, JSON, nothing written outside its places).  The lines were
-lost inside llama-server: its logger writes from a thread it does not wait for when it exits.
-When a log says nothing of why, the reason says so, and how to see why.
+ready" and no log line saying why.  Nothing passes through a thread of ours: the server's
+stdout and stderr are the log file itself, read once the server has exited; these tests hold
+that with the stand-in server beside a CPU hog per core (a server that logs why and exits 1
+at once, many times, through the spot check and its entry point: message, exit code, JSON,
+nothing written outside its places).  What emptied the log was another run: two spot checks
+of a model of the same name in one build dir (two suites in one checkout) opened the same log
+file afresh.  Each server now writes a log of its own.  And llama-server's own logger writes
+from a thread it does not wait for when it exits: when a log says nothing of why, the reason
+says so, and how to see why.
 """
 
 from __future__ import annotations
