@@ -31,6 +31,7 @@ from skippy.check.server import Server
 from skippy.cli.spot import main as spot_main
 from skippy.core import proc
 from tests.busy import cpu_hogs
+from tests.integration.test_next_steps import _spot_project as _project
 from tests.integration.test_spotcheck import FAST, Rig
 from tests.outside import tree_state, written_outside
 
@@ -40,17 +41,6 @@ pytestmark = pytest.mark.integration
 TRUNCATED = "llama_model_load: error loading model: tensor 'blk.0.attn_q.weight' data is not within the file bounds"
 #: spot checks of a server that dies at once, under load
 RUNS = 20
-
-
-def _project(tmp_path: Path) -> tuple[Rig, dict[str, str]]:
-    rig = Rig(tmp_path / "proj")
-    fast = "\n".join(f"{k} = {v}" for k, v in FAST.items())
-    (rig.root / "pyproject.toml").write_text(
-        f'[project]\nname = "x"\nversion = "0"\n\n[tool.skippy]\nbuild_root = "build"\ncache_dir = "cache"\n\n'
-        f"[tool.skippy.spot_check]\n{fast}\n",
-        encoding="utf-8",
-    )
-    return rig, {"PATH": os.defpath, **rig.env()}
 
 
 def _spot(rig: Rig, env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
