@@ -140,7 +140,7 @@ class Repo:
 
         The repository's own config is audited first (:mod:`skippy.core.gitconfig`): the
         programs it names are switched off, or the command is refused before it runs."""
-        programs_off = gitconfig.audit(self.path, self._env(None)).config_args()
+        programs_off = config_args(gitconfig.audit(self.path, self._env(None)).overrides)
         argv = ["git", "--no-pager", *config_args(), *programs_off, "-C", str(self.path), *map(str, args)]
         if self.echo is not None and _is_noteworthy(args):
             # the hermetic -c options are the same every time: show the command a human would type
@@ -165,7 +165,7 @@ class Repo:
     ) -> proc.Result:
         """A fetch-like command with the user's global config (proxies, credentials), never a
         program named in the repository's own config (audited as for :meth:`git`)."""
-        programs_off = gitconfig.audit(self.path, self._env(None)).config_args()
+        programs_off = config_args(gitconfig.audit(self.path, self._env(None)).overrides)
         env = base_env(self.env)
         env["GIT_CEILING_DIRECTORIES"] = str(self.ceiling)
         argv = ["git", "--no-pager", "-c", "core.hooksPath=" + os.devnull, *programs_off, "-C", str(self.path)]

@@ -134,12 +134,6 @@ class Audit:
     overrides: tuple[tuple[str, str], ...]
     refused: tuple[Entry, ...]
 
-    def config_args(self) -> list[str]:
-        args: list[str] = []
-        for key, value in self.overrides:
-            args += ["-c", f"{key}={value}"]
-        return args
-
 
 _Signature = tuple[tuple[str, tuple[int, int, int] | None], ...]
 _AUDITS: dict[Path, tuple[_Signature, Audit]] = {}
@@ -225,11 +219,9 @@ def _judge(entries: list[Entry]) -> Audit:
 
 
 def _refusal(path: Path, refused: tuple[Entry, ...]) -> UnsafeGitConfig:
-    names = ", ".join(f"{e.key} ({e.origin})" for e in refused)
-    fixes = " && ".join(
-        f"git config --file {proc.quote(e.origin)} --unset-all {proc.quote(e.key)}"
-        for e in dict.fromkeys(refused)  # one command per key and file
-    )
+    once = tuple(dict.fromkeys(refused))  # a key set twice in one file is named, and unset, once
+    names = ", ".join(f"{e.key} ({e.origin})" for e in once)
+    fixes = " && ".join(f"git config --file {proc.quote(e.origin)} --unset-all {proc.quote(e.key)}" for e in once)
     return UnsafeGitConfig(
         f"the git config of {path} names a program git would run: {names}",
         untouched=f"{path}: no git command ran in it; its config was read, not changed",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skippy.core.errors import QueueError, WorkdirError
-from skippy.core.git import Repo
+from skippy.core.git import Repo, config_args
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue.guard import locked
@@ -90,10 +90,7 @@ FIXED_DATE = "2000-01-01T00:00:00+0000"
 
 
 def export_config_args() -> list[str]:
-    args: list[str] = []
-    for key, value in EXPORT_CONFIG:
-        args += ["-c", f"{key}={value}"]
-    return args
+    return config_args(EXPORT_CONFIG)
 
 
 def export_range(repo: Repo, rev_range: str, out_dir: Path) -> list[Path]:
