@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from skippy.core.errors import CommandError, DirtyWorkdirError, QueueError, SettingsError, SkippyError, WorkdirError
-from skippy.core.files import same_folder
+from skippy.core.files import same_folder, write_bytes_atomic
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -259,13 +259,12 @@ def _write_lane(folder: Path, files: list[Path]) -> None:
 
 
 def _put(path: Path, data: bytes) -> None:
-    """``path`` holds ``data``: untouched when it already does, else written in place."""
-    if path.is_symlink():
-        path.unlink()
-    elif path.is_file() and path.read_bytes() == data:
+    """``path`` holds ``data``: untouched when it already does, else written by
+    :func:`write_bytes_atomic` (a regular file keeps its mode, a new one gets the umask's, a link
+    is replaced, never written through)."""
+    if not path.is_symlink() and path.is_file() and path.read_bytes() == data:
         return
-    with path.open("wb") as fh:  # an existing file keeps its mode; a new one gets 0666 & ~umask
-        fh.write(data)
+    write_bytes_atomic(path, data)
 
 
 # --------------------------------------------------------------------------- regenerate
