@@ -297,6 +297,14 @@ FAMILIES: Final[Mapping[str, TinyFamily]] = {
 }
 
 
+def for_arch(gguf_arch: str) -> str | None:
+    """The tiny model that stands for the GGUF arch ``gguf_arch`` in a spot check (``tiny:<name>``),
+    or None when there is none: the family named like the arch, else the first family of that arch."""
+    if gguf_arch in FAMILIES and FAMILIES[gguf_arch].arch == gguf_arch:
+        return gguf_arch
+    return next((name for name, fam in FAMILIES.items() if fam.arch == gguf_arch), None)
+
+
 def family(name: str) -> TinyFamily:
     try:
         return FAMILIES[name]
