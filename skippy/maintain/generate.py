@@ -1,44 +1,59 @@
-"""The generated lane: one patch per model family, derived from declared inputs.
+"""The generated lane: graph-code edits in each model family's own source, one patch per family.
 
 Inputs:
 
 * the spec ``<patch_dir>/generated/families.toml``::
 
-      schema = 1
-      output_dir = "src/skippy-families"   # optional, inside the llama.cpp tree
+      schema = 2
 
       [[family]]
-      name = "gemma3"                      # [a-z0-9_-], unique
-      arch = "LLM_ARCH_GEMMA3"             # must be named in src/llama-arch.cpp
+      name = "qwen2"                       # [a-z0-9_-], unique
+      arch = "LLM_ARCH_QWEN2"              # named in src/llama-arch.cpp; not UNKNOWN or CLIP
+      paths = ["src/models/qwen2.cpp"]     # optional globs: the files of this family's patch
+                                           # (default: the file of the family's graph builder)
 
-* the tree the lane applies to (the pin with the core and model_support lanes),
-  from which the generator reads ``src/llama-arch.cpp`` (the arch's GGUF name,
-  from ``LLM_ARCH_NAMES``; an unknown arch fails, naming the closest ones) and
-  ``src/llama-model.cpp`` (the model class ``llama_model_mapping`` creates for
-  it, when the tree has that mapping).
+* the generator: the built-in one, or the command ``[tool.skippy.generated]``
+  names in pyproject.toml (:mod:`skippy.maintain.genrun`);
+* the tree the lane applies to: the pin with the core and model_support lanes.
 
-Output, in ``<patch_dir>/generated/``: ``NNNN-family-<name>.patch`` (in spec
-order) and ``series``.  Family patch N adds ``<output_dir>/<name>.cpp`` (the
-family's registration record) and appends the family to
-``<output_dir>/families.def`` (the registry, created by the first family).
-Each patch is a commit made in a temporary worktree on top of
-pin+core+model_support with a fixed identity and date, exported with the
-lanes' fixed ``git format-patch`` options: the same inputs give the same bytes.
+How the lane is made (``invoke generate``):
 
-``inputs.sha256`` records the digest of every input (generator version, pin,
-spec bytes, the core+model_support lanes' digest, and the blob ids of the
-upstream files read), so ``invoke regenerate`` knows when the lane is stale
-and ``invoke generate --check`` can say why it drifted.
+1. The pin + core + model_support are replayed; a worktree of the result is
+   checked out in a sandbox.  Each family's arch is looked up in the tree
+   (``LLM_ARCH_NAMES``; the class ``llama_model_mapping`` creates; the file that
+   holds that class's graph builder, or the builder it shares in ``models.h``).
+2. The generator runs once over the tree.  The built-in one puts the core
+   lane's layer hook in each family's graph builder with a C++ parser
+   (:mod:`skippy.maintain.graphedit`): ``llama_skippy_layer_hook(this, cur, il);``
+   after the layer loop's ``cb(cur, "l_out", il);``.  A user's command runs with
+   ``SKIPPY_FAMILIES`` naming a JSON file of the families (name, arch, GGUF
+   name, model class, builder file, paths) and may edit any file of the tree.
+3. What changed is split by family: every changed file must match the paths of
+   exactly one family, and every family must have changed something.
+4. The generator runs a second time on its own result: any change fails,
+   naming the files (a generator must be idempotent).
+5. One commit per family in spec order, with a fixed identity and date,
+   exported with the lanes' fixed ``git format-patch`` options: the same
+   inputs give the same bytes.  ``series`` lists them; ``inputs.sha256``
+   records the inputs (generator identity, pin, spec, the lanes below) and
+   each shard's sha256.
+
+``invoke generate --check`` makes the lane aside the same way and names the
+families whose patch drifted; ``invoke regenerate`` remakes the lane only when
+its recorded inputs changed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import fnmatch
 import hashlib
+import json
 import os
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,43 +64,43 @@ from skippy.core.git import Repo
 from skippy.core.paths import NotSmallFile, enclosing_project, read_small_bytes
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain import cscan
+from skippy.maintain import cscan, graphedit
+from skippy.maintain.genrun import UNTOUCHED, Generator, Sandbox, generator_from_settings
+from skippy.maintain.genrun import changed_files, configure, run_generator, write_families
 from skippy.queue.model import PATCH_LIMIT, Lane, Queue, queue_digest
-from skippy.queue.replay import FIXED_DATE, blob_id, export_commit, read_text, replay, sub_queue
-from skippy.queue.triage import aside_worktree
+from skippy.queue.replay import FIXED_DATE, export_commit, replay, sub_queue
+from skippy.queue.scratch import owned_scratch
 
-GENERATOR_VERSION = "skippy-generated-v2"
+GENERATOR_VERSION = "skippy-generated-v3"
+SCHEMA = 2
 SPEC_NAME = "families.toml"
 INPUTS_NAME = "inputs.sha256"
 SERIES_NAME = "series"
-DEFAULT_OUTPUT_DIR = "src/skippy-families"
-REGISTRY_NAME = "families.def"
-#: upstream files the generator reads (their blob ids are inputs)
-READS: tuple[str, ...] = ("src/llama-arch.cpp", "src/llama-model.cpp")
+MODELS_DIR = "src/models"
+MODELS_H = "src/models/models.h"
+ARCH_CPP = "src/llama-arch.cpp"
+MODEL_CPP = "src/llama-model.cpp"
 
 #: the largest spec, inputs manifest or series of the lane read (a patch: the queue's own limit)
 LANE_FILE_LIMIT = 1024 * 1024
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _ARCH = re.compile(r"^LLM_ARCH_[A-Z0-9_]+$")
-_SPEC_KEYS = frozenset({"schema", "output_dir", "family"})
-_FAMILY_KEYS = frozenset({"name", "arch"})
+_SPEC_KEYS = frozenset({"schema", "family"})
+_FAMILY_KEYS = frozenset({"name", "arch", "paths"})
 
 
 @dataclass(frozen=True)
 class Family:
     name: str
     arch: str
-
-    @property
-    def ident(self) -> str:
-        return self.name.replace("-", "_")
+    #: globs (tree-relative, POSIX) of the family's files; empty: its graph builder's file
+    paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Spec:
     path: Path
     data: bytes
-    output_dir: str
     families: tuple[Family, ...]
 
     @property
@@ -98,6 +113,9 @@ class ArchFacts:
     arch: str
     gguf_name: str
     model_class: str | None
+    #: the file holding the graph builder the class uses, and that builder's class
+    builder_file: str | None = None
+    builder_class: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +127,9 @@ class GeneratedLane:
     families: tuple[Family, ...] = ()
     #: patch file name -> family name
     owners: Mapping[str, str] = field(default_factory=dict)
+    #: family name -> the tree files its patch changes
+    shard_files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    generator: str = "builtin"
 
 
 def lane_dir(settings: Settings) -> Path:
@@ -119,7 +140,7 @@ def spec_path(settings: Settings) -> Path:
     return lane_dir(settings) / SPEC_NAME
 
 
-# --------------------------------------------------------------------------- pure parts
+# --------------------------------------------------------------------------- the spec
 
 
 def parse_spec(path: Path, data: bytes) -> Spec:
@@ -131,7 +152,7 @@ def parse_spec(path: Path, data: bytes) -> Spec:
             f"{path}: not valid TOML ({exc})", untouched="everything", next_step=f"fix {path.name}"
         ) from exc
     problems: list[str] = []
-    output_dir = _spec_settings(table, problems)
+    _spec_settings(table, problems)
     families = _spec_families(table, problems)
     if problems:
         raise QueueError(
@@ -140,27 +161,22 @@ def parse_spec(path: Path, data: bytes) -> Spec:
             untouched="everything: the generated lane was not changed",
             next_step=f"fix {path.name}, then `invoke generate`",
         )
-    return Spec(path, data, output_dir, tuple(families))
+    return Spec(path, data, tuple(families))
 
 
-def _spec_settings(table: Mapping[str, Any], problems: list[str]) -> str:
-    """Check the spec's top-level keys, schema and output_dir (problems appended); the output_dir to use."""
-    unknown = sorted(set(table) - _SPEC_KEYS)
+def _spec_settings(table: Mapping[str, Any], problems: list[str]) -> None:
+    """Check the spec's top-level keys and schema (problems appended)."""
+    if "output_dir" in table:
+        problems.append(
+            "output_dir is gone: the generator edits each family's own graph code (drop the key, set schema = 2)"
+        )
+    unknown = sorted(set(table) - _SPEC_KEYS - {"output_dir"})
     if unknown:
         problems.append(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_SPEC_KEYS))})")
-    if table.get("schema", 1) != 1:
-        problems.append(f"schema {table.get('schema')!r} is not supported (this generator reads schema 1)")
-    output_dir = table.get("output_dir", DEFAULT_OUTPUT_DIR)
-    if (
-        not isinstance(output_dir, str)
-        or not output_dir
-        or output_dir.startswith("/")
-        or ".." in output_dir.split("/")
-        or "\\" in output_dir
-    ):
-        problems.append(f"output_dir {output_dir!r} must be a relative path inside the tree")
-        return DEFAULT_OUTPUT_DIR
-    return output_dir
+    schema = table.get("schema")
+    if schema != SCHEMA:
+        was = " (schema 1 was the registration-file generator)" if schema == 1 else ""
+        problems.append(f"schema {schema!r} is not supported: write schema = {SCHEMA}{was}")
 
 
 def _spec_families(table: Mapping[str, Any], problems: list[str]) -> list[Family]:
@@ -193,19 +209,45 @@ def _spec_family(index: int, item: object, earlier: Sequence[Family], problems: 
     if not isinstance(arch, str) or not _ARCH.match(arch):
         problems.append(f"family {name}: arch {arch!r} must look like LLM_ARCH_GEMMA3")
         return None
+    if arch in graphedit.NOT_MODEL_ARCHS:
+        problems.append(f"family {name}: {arch} is not a model family (it has no graph builder)")
+        return None
+    paths = _spec_paths(name, item.get("paths", []), problems)
+    if paths is None:
+        return None
     if any(f.name == name for f in earlier):
         problems.append(f"family {name}: declared twice")
         return None
     if any(f.arch == arch for f in earlier):
         problems.append(f"family {name}: arch {arch} is already declared by another family")
         return None
-    return Family(name, arch)
+    return Family(name, arch, paths)
+
+
+def _spec_paths(name: str, raw: object, problems: list[str]) -> tuple[str, ...] | None:
+    if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
+        problems.append(f"family {name}: paths must be a list of tree-relative globs, got {raw!r}")
+        return None
+    bad = [p for p in raw if p.startswith("/") or ".." in p.split("/") or "\\" in p or p.startswith(".git")]
+    if bad:
+        problems.append(f"family {name}: paths {', '.join(map(repr, bad))} must be relative paths inside the tree")
+        return None
+    return tuple(raw)
+
+
+# --------------------------------------------------------------------------- the tree's facts
 
 
 def arch_facts(
-    families: Sequence[Family], arch_cpp: str | None, model_cpp: str | None, *, where: str
+    families: Sequence[Family],
+    arch_cpp: str | None,
+    model_cpp: str | None,
+    *,
+    where: str,
+    builders: Mapping[str, tuple[str, str]] | None = None,
 ) -> dict[str, ArchFacts]:
-    """What the tree says about each family's arch; QueueError naming unknown arches."""
+    """What the tree says about each family's arch; QueueError naming unknown arches.
+    ``builders``: model class -> (file, builder class) (:func:`builder_files`)."""
     names = cscan.arch_names(arch_cpp or "")
     classes = dict(re.findall(r"case\s+(LLM_ARCH_\w+)\s*:\s*return\s+new\s+(\w+)\s*\(", model_cpp or ""))
     facts: dict[str, ArchFacts] = {}
@@ -214,9 +256,11 @@ def arch_facts(
         if family.arch not in names:
             close = difflib.get_close_matches(family.arch, list(names), n=3, cutoff=0.6)
             hint = f" (closest: {', '.join(close)})" if close else ""
-            unknown.append(f"family {family.name}: {family.arch} is not in LLM_ARCH_NAMES of src/llama-arch.cpp{hint}")
+            unknown.append(f"family {family.name}: {family.arch} is not in LLM_ARCH_NAMES of {ARCH_CPP}{hint}")
             continue
-        facts[family.name] = ArchFacts(family.arch, names[family.arch], classes.get(family.arch))
+        model = classes.get(family.arch)
+        file, builder = (builders or {}).get(model or "", (None, None))
+        facts[family.name] = ArchFacts(family.arch, names[family.arch], model, file, builder)
     if unknown:
         raise QueueError(
             f"{len(unknown)} family arch(es) are unknown to the tree the generated lane applies to ({where})",
@@ -227,66 +271,51 @@ def arch_facts(
     return facts
 
 
-def render_family(spec: Spec, family: Family, facts: ArchFacts) -> str:
-    model = facts.model_class or ""
-    return (
-        f"// Generated by skippy ({GENERATOR_VERSION}) from the queue's generated/{SPEC_NAME}: do not edit,\n"
-        "// run `invoke generate`.\n"
-        f'// Family {family.name}: arch {facts.arch}, GGUF name "{facts.gguf_name}"'
-        + (f", model class {model}" if model else "")
-        + ".\n"
-        # family_info comes from the core lane's header: a struct defined in every family file
-        # breaks a unity build of src/ (upstream builds llama that way), where they meet in one unit
-        '#include "../skippy-hooks.h"\n'
-        "\n"
-        "namespace skippy_families {\n"
-        "\n"
-        f"extern const family_info {family.ident};\n"
-        f'const family_info {family.ident} = {{ {facts.arch}, "{facts.gguf_name}", "{model}" }};\n'
-        "\n"
-        "}  // namespace skippy_families\n"
-    )
+def builder_files(tree: Path) -> dict[str, tuple[str, str]]:
+    """model class -> (the file of the graph builder it uses, that builder's class), read from the
+    tree's ``src/models/*.cpp`` and ``models.h`` with the C++ parser."""
+    folder = tree / MODELS_DIR
+    own: dict[str, str] = {}
+    if folder.is_dir():
+        for path in sorted(folder.glob("*.cpp")):
+            rel = f"{MODELS_DIR}/{path.name}"
+            for family_class, _name, _line in graphedit.find_builders(path.read_bytes()):
+                own.setdefault(family_class, rel)
+    out = {cls: (rel, cls) for cls, rel in own.items()}
+    header = tree / MODELS_H
+    if header.is_file():
+        for cls, shared in graphedit.shared_graphs(header.read_bytes()).items():
+            if cls not in out and shared in own:
+                out[cls] = (own[shared], shared)
+    return out
 
 
-def registry_header() -> str:
-    return (
-        f"// Generated by skippy ({GENERATOR_VERSION}): one SKIPPY_FAMILY(ident, arch, gguf name) per family.\n"
-        "// Include it with SKIPPY_FAMILY defined; do not edit, run `invoke generate`.\n"
-    )
+# --------------------------------------------------------------------------- the manifest
 
 
-def registry_line(family: Family, facts: ArchFacts) -> str:
-    return f'SKIPPY_FAMILY({family.ident}, {facts.arch}, "{facts.gguf_name}")\n'
+def identity(generator: Generator, root: Path) -> str:
+    return f"builtin {GENERATOR_VERSION}" if generator.builtin else f"command sha256:{generator.digest(root)}"
 
 
-def commit_message(family: Family, facts: ArchFacts) -> str:
-    return (
-        f"generated: family {family.name}\n\n"
-        f'Arch {facts.arch} (GGUF name "{facts.gguf_name}")'
-        + (f", model class {facts.model_class}" if facts.model_class else "")
-        + f".\nGenerated by skippy ({GENERATOR_VERSION}) from generated/{SPEC_NAME}.\n"
-    )
-
-
-def patch_name(index: int, family: Family) -> str:
-    return f"{index:04d}-family-{family.name}.patch"
-
-
-def manifest(spec_sha256: str, upstream_sha: str, lanes_digest: str, blobs: Mapping[str, str | None]) -> str:
-    """The inputs manifest (``inputs.sha256``): one line per input, then their digest."""
-    lines = [
-        f"generator {GENERATOR_VERSION}",
+def input_lines(generator_id: str, spec_sha256: str, upstream_sha: str, lanes: str) -> list[str]:
+    return [
+        f"generator {generator_id}",
         f"pin {upstream_sha}",
         f"spec {SPEC_NAME} {spec_sha256}",
-        f"lanes core+model_support {lanes_digest}",
-        *(f"upstream {path} {blobs.get(path) or 'missing'}" for path in sorted(blobs)),
+        f"lanes core+model_support {lanes}",
     ]
+
+
+def manifest(inputs: Sequence[str], shards: Mapping[str, bytes], *, command: Sequence[str] = ()) -> str:
+    """The manifest (``inputs.sha256``): the inputs, their digest, each shard's sha256, the digest of all."""
+    inputs_digest = hashlib.sha256("\n".join(inputs).encode() + b"\n").hexdigest()
+    lines = [*inputs, f"inputs {inputs_digest}"]
+    lines += [f"shard {name} {hashlib.sha256(data).hexdigest()}" for name, data in shards.items()]
     digest = hashlib.sha256("\n".join(lines).encode() + b"\n").hexdigest()
-    return (
-        "# inputs of the generated lane; `invoke generate` rewrites this file\n"
-        + "".join(line + "\n" for line in lines)
-        + f"sha256 {digest}\n"
-    )
+    head = "# the generated lane's inputs and shards; `invoke generate` rewrites this file\n"
+    if command:
+        head += f"# command: {json.dumps(list(command))}\n"
+    return head + "".join(line + "\n" for line in lines) + f"sha256 {digest}\n"
 
 
 def manifest_lines(text: str) -> dict[str, str]:
@@ -298,11 +327,284 @@ def manifest_lines(text: str) -> dict[str, str]:
     return out
 
 
+def inputs_of(manifest_text: str) -> dict[str, str]:
+    """The input lines of a manifest (neither the shards nor the digests)."""
+    return {k: v for k, v in manifest_lines(manifest_text).items() if not k.startswith("shard ") and k != "sha256"}
+
+
 def lanes_digest(queue: Queue) -> str:
     return queue_digest(tuple(p for p in queue.patches if p.lane in (Lane.CORE, Lane.MODEL_SUPPORT)))
 
 
+def expected_inputs(settings: Settings, spec: Spec, upstream_sha: str, queue: Queue) -> dict[str, str]:
+    generator = generator_from_settings(settings)
+    lines = input_lines(identity(generator, settings.root), spec.sha256, upstream_sha, lanes_digest(queue))
+    return inputs_of(manifest(lines, {}))
+
+
+def patch_name(index: int, family: Family) -> str:
+    return f"{index:04d}-family-{family.name}.patch"
+
+
+# --------------------------------------------------------------------------- the built-in generator
+
+
+def builtin_edit(tree: Path, families: Sequence[Family], facts: Mapping[str, ArchFacts]) -> dict[str, str]:
+    """Put the layer hook in each family's graph builder in ``tree`` (files rewritten in place);
+    family -> what was placed.  One QueueError naming every family that cannot be placed."""
+    problems: list[str] = []
+    done: dict[str, str] = {}
+    claimed: dict[str, str] = {}
+    for family in families:
+        fact = facts[family.name]
+        if fact.builder_file is None or fact.builder_class is None:
+            why = (
+                f"llama_model_mapping in {MODEL_CPP} creates no class for {family.arch}"
+                if fact.model_class is None
+                else f"no graph builder {fact.model_class}::graph::graph in {MODELS_DIR}/ (nor one it shares)"
+            )
+            problems.append(f"family {family.name}: {why}")
+            continue
+        if fact.builder_file in claimed:
+            problems.append(
+                f"family {family.name}: it uses the graph builder in {fact.builder_file}, which family "
+                f"{claimed[fact.builder_file]}'s patch edits already (declare one of them)"
+            )
+            continue
+        claimed[fact.builder_file] = family.name
+        path = tree / fact.builder_file
+        try:
+            edit = graphedit.place_layer_hooks(
+                path.read_bytes(), path=fact.builder_file, family_class=fact.builder_class
+            )
+        except graphedit.GraphEditError as exc:
+            problems.append(f"family {family.name}: {exc.what}")
+            continue
+        if edit.changed:
+            path.write_bytes(edit.source)
+        placed = [p for p in edit.placements if not p.done]
+        done[family.name] = (
+            f"{len(placed)} layer hook(s) in {fact.builder_file} ("
+            + ", ".join(f"line {p.line}, {p.how}" for p in placed)
+            + ")"
+        )
+    if problems:
+        raise QueueError(
+            f"the built-in generator cannot place the layer hook for {len(problems)} family(ies)",
+            details="\n".join(problems),
+            untouched="everything: the generated lane was not changed",
+            next_step="leave those families out of generated/families.toml, or give their layer loop a "
+            'cb(cur, "l_out", il) anchor in a model_support patch; then `invoke generate`',
+        )
+    return done
+
+
+def family_paths(family: Family, fact: ArchFacts) -> tuple[str, ...]:
+    """The globs of the family's files: the spec's, else its graph builder's file."""
+    if family.paths:
+        return family.paths
+    return (fact.builder_file,) if fact.builder_file else ()
+
+
+def split_by_family(
+    changed: Mapping[str, str], families: Sequence[Family], facts: Mapping[str, ArchFacts]
+) -> dict[str, list[str]]:
+    """family -> the changed files its paths match; QueueError for a file no family or several
+    families claim, and for a family that changed nothing."""
+    owners: dict[str, list[str]] = {f.name: [] for f in families}
+    problems: list[str] = []
+    for path in sorted(changed):
+        matching = [
+            f.name for f in families if any(fnmatch.fnmatchcase(path, g) for g in family_paths(f, facts[f.name]))
+        ]
+        if not matching:
+            problems.append(f"{path}: changed, but in no family's paths")
+        elif len(matching) > 1:
+            problems.append(f"{path}: in the paths of several families ({', '.join(matching)})")
+        else:
+            owners[matching[0]].append(path)
+    for family in families:
+        if not owners[family.name]:
+            globs = ", ".join(family_paths(family, facts[family.name])) or "none"
+            problems.append(f"family {family.name}: the generator changed none of its paths ({globs})")
+    if problems:
+        raise QueueError(
+            "the generator's changes do not split into one patch per family",
+            details="\n".join(problems),
+            untouched=UNTOUCHED,
+            next_step="give each family its files with `paths = [...]` in generated/families.toml "
+            "(or make the generator edit only declared families), then `invoke generate`",
+        )
+    return owners
+
+
 # --------------------------------------------------------------------------- execution
+
+
+@contextlib.contextmanager
+def sandbox(settings: Settings, repo: Repo, commit: str) -> Iterator[Sandbox]:
+    """A sandbox of this run with a detached worktree of ``commit`` in ``tree/``."""
+    with owned_scratch(settings.cache_dir / "tmp", "generate-") as root:
+        path = root / "tree"
+        repo.git("worktree", "add", "--detach", "--quiet", str(path), commit)
+        try:
+            yield Sandbox(root, Repo(path, repo.env, echo=repo.echo), commit)
+        finally:
+            repo.git("worktree", "remove", "--force", str(path), check=False)
+            repo.git("worktree", "prune", "--expire", "now", check=False)
+
+
+def _families_json(families: Sequence[Family], facts: Mapping[str, ArchFacts]) -> list[dict[str, object]]:
+    return [
+        {
+            "name": f.name,
+            "arch": f.arch,
+            "gguf_name": facts[f.name].gguf_name,
+            "model_class": facts[f.name].model_class,
+            "builder_file": facts[f.name].builder_file,
+            "builder_class": facts[f.name].builder_class,
+            "paths": list(family_paths(f, facts[f.name])),
+        }
+        for f in families
+    ]
+
+
+def _commit_all(tree: Repo, message: str) -> str:
+    env = {"GIT_AUTHOR_DATE": FIXED_DATE, "GIT_COMMITTER_DATE": FIXED_DATE}
+    tree.git("add", "-A")
+    tree.git("commit", "--quiet", "--no-verify", "--allow-empty", "-m", message, env=env)
+    head = tree.head()
+    assert head is not None
+    return head
+
+
+def commit_message(family: Family, fact: ArchFacts, what: str, generator: Generator) -> str:
+    by = (
+        f"skippy's built-in generator ({GENERATOR_VERSION})"
+        if generator.builtin
+        else f"the command in [tool.skippy.generated] (`{' '.join(generator.argv)}`)"
+    )
+    return (
+        f"generated: family {family.name}\n\n"
+        f'Arch {fact.arch} (GGUF name "{fact.gguf_name}")'
+        + (f", model class {fact.model_class}" if fact.model_class else "")
+        + f": {what}.\nGenerated by {by} from generated/{SPEC_NAME}: do not edit, run `invoke generate`.\n"
+    )
+
+
+def generate_lane(
+    settings: Settings,
+    repo: Repo,
+    base: str,
+    *,
+    upstream_sha: str,
+    queue: Queue,
+    spec: Spec,
+    console: Console,
+) -> GeneratedLane:
+    """Make the generated lane's files for ``spec`` on top of ``base`` + the core and model_support lanes."""
+    generator = generator_from_settings(settings)
+    inputs = input_lines(identity(generator, settings.root), spec.sha256, upstream_sha, lanes_digest(queue))
+    command = generator.argv
+    if not spec.families:
+        return GeneratedLane({SERIES_NAME: b""}, manifest(inputs, {}, command=command), (), {}, {}, identity(generator, settings.root))
+    lower = sub_queue(queue, (Lane.CORE, Lane.MODEL_SUPPORT))
+    tip = replay(settings, repo, base, lower, console=console).patched
+    with sandbox(settings, repo, tip) as box:
+        tree = box.tree.path
+        facts = arch_facts(
+            spec.families,
+            _read(tree / ARCH_CPP),
+            _read(tree / MODEL_CPP),
+            where=f"pin {upstream_sha[:12]} + {len(lower.patches)} lane patch(es)",
+            builders=builder_files(tree),
+        )
+        write_families(box, _families_json(spec.families, facts))
+        compile_commands = configure(box, settings, console) if generator.compile_commands else None
+        what = _run(generator, box, settings, console, spec.families, facts, compile_commands, "first pass")
+        changed = changed_files(box.tree)
+        owners = split_by_family(changed, spec.families, facts)
+        result = _commit_all(box.tree, "generated: all families (first pass)")
+        box = Sandbox(box.root, box.tree, result)
+        _run(generator, box, settings, console, spec.families, facts, compile_commands, "second pass")
+        again = changed_files(box.tree)
+        if again:
+            raise QueueError(
+                f"the generator is not idempotent: a second pass over its own result changed {len(again)} file(s)",
+                details="\n".join(f"{status} {path}" for path, status in sorted(again.items())),
+                untouched=UNTOUCHED,
+                next_step="make the generator recognise its own edits (a second run must change nothing), "
+                "then `invoke generate`",
+            )
+        files, names, shard_files = _shards(box.tree, tip, result, spec, facts, owners, what, generator)
+    shards = {n: files[n] for n in names}
+    files[SERIES_NAME] = "".join(n + "\n" for n in names).encode()
+    text = manifest(inputs, shards, command=command)
+    return GeneratedLane(
+        files, text, spec.families, names, shard_files, identity(generator, settings.root)
+    )
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+
+
+def _run(
+    generator: Generator,
+    box: Sandbox,
+    settings: Settings,
+    console: Console,
+    families: Sequence[Family],
+    facts: Mapping[str, ArchFacts],
+    compile_commands: Path | None,
+    attempt: str,
+) -> dict[str, str]:
+    """One pass of the generator over the sandbox's tree; family -> what it did (for the commit)."""
+    if generator.builtin:
+        return builtin_edit(box.tree.path, families, facts)
+    run_generator(generator, box, settings, console, compile_commands=compile_commands, attempt=attempt)
+    return {}
+
+
+def _shards(
+    tree: Repo,
+    tip: str,
+    result: str,
+    spec: Spec,
+    facts: Mapping[str, ArchFacts],
+    owners: Mapping[str, Sequence[str]],
+    what: Mapping[str, str],
+    generator: Generator,
+) -> tuple[dict[str, bytes], dict[str, str], dict[str, tuple[str, ...]]]:
+    """One commit per family on ``tip`` taking its files from ``result``; the exported patches."""
+    tree.git("checkout", "--quiet", "--detach", tip)
+    files: dict[str, bytes] = {}
+    names: dict[str, str] = {}
+    shard_files: dict[str, tuple[str, ...]] = {}
+    for index, family in enumerate(spec.families, start=1):
+        paths = list(owners[family.name])
+        present = [p for p in paths if tree.rev_parse(f"{result}:{p}") is not None]
+        gone = [p for p in paths if p not in present]
+        if present:
+            tree.git("checkout", result, "--", *present)
+        if gone:
+            tree.git("rm", "--quiet", "--", *gone)
+        did = what.get(family.name) or "edits " + ", ".join(paths)
+        head = _commit_all(tree, commit_message(family, facts[family.name], did, generator))
+        name = patch_name(index, family)
+        files[name] = export_commit(tree, head)
+        names[name] = family.name
+        shard_files[family.name] = tuple(paths)
+    if tree.out("rev-parse", "HEAD^{tree}") != tree.out("rev-parse", f"{result}^{{tree}}"):
+        raise QueueError(
+            "the family patches do not add up to the generator's result (a bug in the split)",
+            untouched=UNTOUCHED,
+            next_step="report it with the output of `invoke generate --check --json`",
+        )
+    return files, names, shard_files
 
 
 def load_spec(settings: Settings) -> Spec | None:
@@ -332,56 +634,11 @@ def _read_lane_file(path: Path, inside: Path | None) -> bytes | None:
         return None
 
 
-def expected_manifest(spec: Spec, repo: Repo, base: str, upstream_sha: str, queue: Queue) -> str:
-    blobs = {path: blob_id(repo, base, path) for path in READS}
-    return manifest(spec.sha256, upstream_sha, lanes_digest(queue), blobs)
-
-
-def generate_lane(
-    settings: Settings,
-    repo: Repo,
-    base: str,
-    *,
-    upstream_sha: str,
-    queue: Queue,
-    spec: Spec,
-    console: Console,
-) -> GeneratedLane:
-    """Make the generated lane's files for ``spec`` on top of ``base`` + the core and model_support lanes."""
-    text = expected_manifest(spec, repo, base, upstream_sha, queue)
-    if not spec.families:
-        return GeneratedLane({}, text)
-    lower = sub_queue(queue, (Lane.CORE, Lane.MODEL_SUPPORT))
-    tip = replay(settings, repo, base, lower, console=console).patched
-    facts = arch_facts(
-        spec.families,
-        read_text(repo, tip, READS[0]),
-        read_text(repo, tip, READS[1]),
-        where=f"pin {upstream_sha[:12]} + {len(lower.patches)} lane patch(es)",
-    )
-    files: dict[str, bytes] = {}
-    owners: dict[str, str] = {}
-    git_dir = Path(repo.out("rev-parse", "--absolute-git-dir"))
-    env = {"GIT_AUTHOR_DATE": FIXED_DATE, "GIT_COMMITTER_DATE": FIXED_DATE}
-    with aside_worktree(repo, git_dir, tip) as aside:
-        out = aside.path / spec.output_dir
-        registry = out / REGISTRY_NAME
-        for index, family in enumerate(spec.families, start=1):
-            out.mkdir(parents=True, exist_ok=True)
-            source = out / f"{family.name}.cpp"
-            source.write_text(render_family(spec, family, facts[family.name]), encoding="utf-8")
-            current = registry.read_text(encoding="utf-8") if registry.exists() else registry_header()
-            registry.write_text(current + registry_line(family, facts[family.name]), encoding="utf-8")
-            rel = [str(p.relative_to(aside.path)) for p in (source, registry)]
-            aside.git("add", "--", *rel)
-            aside.git("commit", "--quiet", "--no-verify", "-m", commit_message(family, facts[family.name]), env=env)
-            head = aside.head()
-            assert head is not None
-            name = patch_name(index, family)
-            files[name] = export_commit(aside, head)
-            owners[name] = family.name
-    files[SERIES_NAME] = "".join(n + "\n" for n in owners).encode()
-    return GeneratedLane(files, text, spec.families, owners)
+def recorded_inputs(settings: Settings) -> dict[str, str] | None:
+    """The input lines of the lane's manifest on disk (None: no readable manifest)."""
+    path = lane_dir(settings) / INPUTS_NAME
+    data = _read_lane_file(path, settings.root) if os.path.lexists(path) else None
+    return None if data is None else inputs_of(data.decode("utf-8", errors="replace"))
 
 
 def lane_files_on_disk(folder: Path, *, inside: Path | None = None) -> dict[str, bytes | None]:
@@ -424,6 +681,8 @@ class Drift:
     extra: tuple[str, ...]  # checked-in patch files no family makes
     series: bool
     inputs: tuple[str, ...]  # manifest inputs that changed (or "missing")
+    #: family name -> the tree files its patch changes (as the generator makes it now)
+    files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -433,6 +692,7 @@ class Drift:
         return {
             "ok": self.ok,
             "drifted_families": list(self.drifted),
+            "drifted_files": {name: list(self.files.get(name, ())) for name in self.drifted},
             "extra_patches": list(self.extra),
             "series_differs": self.series,
             "changed_inputs": list(self.inputs),
@@ -458,7 +718,7 @@ def compare_lane(folder: Path, lane: GeneratedLane, *, inside: Path | None = Non
     on_disk = lane_files_on_disk(folder, inside=inside)
     drifted = [lane.owners[n] for n in lane.owners if on_disk.get(n) != lane.files[n]]
     extra = sorted(n for n in on_disk if n.endswith(".patch") and n not in lane.files)
-    series = on_disk.get(SERIES_NAME) != lane.files.get(SERIES_NAME)
+    series = on_disk.get(SERIES_NAME, b"") != lane.files.get(SERIES_NAME, b"")
     recorded_path = folder / INPUTS_NAME
     data = _read_lane_file(recorded_path, inside) if os.path.lexists(recorded_path) else None
     recorded = manifest_lines(data.decode("utf-8", errors="replace")) if data is not None else None
@@ -467,9 +727,16 @@ def compare_lane(folder: Path, lane: GeneratedLane, *, inside: Path | None = Non
         inputs = [f"{INPUTS_NAME} {'missing' if missing else 'not a regular file of the project (not read)'}"]
     else:
         wanted = manifest_lines(lane.manifest)
-        inputs = [k for k in wanted if k != "sha256" and recorded.get(k) != wanted[k]]
-        inputs += [f"{k} (no longer read)" for k in recorded if k not in wanted]
-    return Drift(tuple(drifted), tuple(extra), series, tuple(inputs))
+        inputs = [k for k in wanted if k != "sha256" and not k.startswith("shard ") and recorded.get(k) != wanted[k]]
+        inputs += [f"{k} (no longer read)" for k in recorded if k not in wanted and not k.startswith("shard ")]
+        # a shard whose recorded digest is not the checked-in patch's: the patch was edited by hand
+        for name, family in lane.owners.items():
+            got = on_disk.get(name)
+            key = f"shard {name}"
+            if got is not None and key in recorded and recorded[key] != hashlib.sha256(got).hexdigest():
+                if family not in drifted:
+                    drifted.append(family)
+    return Drift(tuple(drifted), tuple(extra), series, tuple(inputs), dict(lane.shard_files))
 
 
 def run_generate(
@@ -484,7 +751,8 @@ def run_generate(
         raise QueueError(
             f"there is no generated-lane spec at {settings.relative(spec_path(settings))}",
             untouched="everything",
-            next_step=f"write {settings.relative(spec_path(settings))} (schema = 1, [[family]] name/arch entries)",
+            next_step=f"write {settings.relative(spec_path(settings))} (schema = {SCHEMA}, [[family]] name/arch "
+            "entries), then `invoke generate`",
         )
     queue = load_queue(settings.patch_dir)
     folder = lane_dir(settings)

@@ -624,9 +624,8 @@ def _verify(settings: Settings, store: Store, ms: str, *, console: Console) -> t
     spec = generate.load_spec(settings)
     folder = generate.lane_dir(settings)
     if spec is not None:
-        expected = generate.expected_manifest(spec, repo, store.base, store.upstream_sha, queue)
-        recorded = folder / generate.INPUTS_NAME
-        if recorded.is_file() and queue_file_bytes(recorded, SERIES_LIMIT) == expected.encode("utf-8"):
+        expected = generate.expected_inputs(settings, spec, store.upstream_sha, queue)
+        if generate.recorded_inputs(settings) == expected:
             status = "kept"
         else:
             with console.step("the generated lane's inputs changed: regenerate it"):
