@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import gguf
 import pytest
 
 from skippy.check import tinymodels
@@ -85,12 +86,20 @@ def test_changed_numerics_fail_the_agreement_naming_the_first_diverging_token(
     assert "got '" in result.reason and "reference '" in result.reason
 
 
-@pytest.mark.parametrize("tiny", [*sorted(tinymodels.FAMILIES), "llama:q4_0", "qwen2:q4_0", "gemma3:q8_0"])
+TINY_QUANTS = ["llama:q4_0", "qwen2:q4_0", "gemma3:q8_0", "mistral:q4_0", "qwen3:q4_0", "phi3:q8_0"]
+
+
+@pytest.mark.parametrize("tiny", [*sorted(tinymodels.FAMILIES), *TINY_QUANTS])
 def test_tiny_model_loads_and_answers(project: Settings, server: Path, tiny: str) -> None:
     report = spot_check(project, server, [f"tiny:{tiny}"], console=Console(env={}))
     (result,) = report.results
     assert result.verdict == "pass", f"{result.reason}\n" + "\n".join(result.log_lines)
     assert result.tokens >= 1
+    assert result.compute.chat_template == "the GGUF's own chat template"
+    # the family's own markers ([INST], <|end|>, <|im_end|> ...) are control tokens: never spelled out
+    vocab = tinymodels.FAMILIES[tiny.partition(":")[0]].vocab()
+    markers = [t for t, kind in zip(vocab.tokens, vocab.types, strict=True) if kind == gguf.TokenType.CONTROL]
+    assert not [m for m in markers if m in result.content], result.content
     _assert_stopped(result.port)
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -249,6 +251,171 @@ def test_tiny_tensor_layouts_match_the_families() -> None:
     assert "blk.1.post_attention_norm.weight" in gemma3
 
 
+# What llama.cpp's loader creates (src/models/<arch>.cpp, load_arch_tensors), in GGUF
+# dimension order (ne0 first), from the hparams the file declares: a tensor the loader does
+# not create fails the load ("wrong number of tensors"), so does a missing or misshapen one.
+T = gguf.MODEL_TENSOR
+
+
+def _field(reader: gguf.GGUFReader, key: str, default: int | float | None = None) -> Any:
+    found = reader.fields.get(key)
+    if found is None:
+        assert default is not None, f"the loader requires {key}"
+        return default
+    return found.contents()
+
+
+def _loader_tensors(reader: gguf.GGUFReader) -> tuple[str, dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+    """(arch, required tensors, optional tensors) as the loader of the file's arch creates them."""
+    arch = _field(reader, "general.architecture")
+    n_embd = _field(reader, f"{arch}.embedding_length")
+    n_layer = _field(reader, f"{arch}.block_count")
+    n_ff = _field(reader, f"{arch}.feed_forward_length")
+    n_head = _field(reader, f"{arch}.attention.head_count")
+    n_head_kv = _field(reader, f"{arch}.attention.head_count_kv", n_head)
+    head_k = _field(reader, f"{arch}.attention.key_length", n_embd // n_head)
+    head_v = _field(reader, f"{arch}.attention.value_length", n_embd // n_head)
+    n_rot = _field(reader, f"{arch}.rope.dimension_count", head_k)
+    for key in ("context_length", "attention.layer_norm_rms_epsilon"):
+        _field(reader, f"{arch}.{key}")
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    k_gqa, v_gqa = head_k * n_head_kv, head_v * n_head_kv
+    if arch == "llama":
+        assert n_rot == head_k, "llama: invalid n_rot"
+    if arch == "qwen3":
+        assert n_rot == head_k == head_v, "qwen3's graph asserts n_embd_head == n_rot"
+    if arch == "phi3":
+        assert head_k == head_v
+
+    def name(tensor: gguf.MODEL_TENSOR, bid: int | None = None, suffix: str = "weight") -> str:
+        assert tensor in gguf.MODEL_TENSORS[gguf.MODEL_ARCH[arch.upper()]], f"{tensor} is not a {arch} tensor"
+        return gguf.TENSOR_NAMES[tensor].format(bid=bid) + "." + suffix
+
+    required: dict[str, tuple[int, ...]] = {name(T.TOKEN_EMBD): (n_embd, n_vocab), name(T.OUTPUT_NORM): (n_embd,)}
+    optional: dict[str, tuple[int, ...]] = {name(T.OUTPUT): (n_embd, n_vocab)}  # absent: tied to token_embd
+    # q's width and the output projection: Qwen2 and Phi-3 take n_embd, the others n_head * head_k
+    q = n_embd if arch in ("qwen2", "phi3") else head_k * n_head
+    ffn_norm = T.FFN_PRE_NORM if arch == "gemma3" else T.FFN_NORM  # gguf's gemma3 name for blk.N.ffn_norm
+    for i in range(n_layer):
+        required[name(T.ATTN_NORM, i)] = (n_embd,)
+        required[name(T.ATTN_OUT, i)] = (q, n_embd)
+        required[name(ffn_norm, i)] = (n_embd,)
+        required[name(T.FFN_DOWN, i)] = (n_ff, n_embd)
+        separate = {
+            name(T.ATTN_Q, i): (n_embd, q),
+            name(T.ATTN_K, i): (n_embd, k_gqa),
+            name(T.ATTN_V, i): (n_embd, v_gqa),
+        }
+        biases = {
+            name(T.ATTN_Q, i, "bias"): (q,),
+            name(T.ATTN_K, i, "bias"): (k_gqa,),
+            name(T.ATTN_V, i, "bias"): (v_gqa,),
+        }
+        if arch == "phi3":  # q/k/v fused or apart, and the gate fused into ffn_up
+            optional |= separate | {name(T.ATTN_QKV, i): (n_embd, q + k_gqa + v_gqa)}
+            required[name(T.FFN_UP, i)] = (n_embd, 2 * n_ff)
+            continue
+        required |= separate
+        optional |= biases
+        required[name(T.FFN_GATE, i)] = (n_embd, n_ff)
+        required[name(T.FFN_UP, i)] = (n_embd, n_ff)
+        if arch in ("qwen3", "gemma3"):
+            required[name(T.ATTN_Q_NORM, i)] = (head_k,)
+            required[name(T.ATTN_K_NORM, i)] = (head_k,)
+        if arch == "gemma3":
+            required[name(T.ATTN_POST_NORM, i)] = (n_embd,)
+            required[name(T.FFN_POST_NORM, i)] = (n_embd,)
+    return arch, required, optional
+
+
+@pytest.mark.parametrize("family", sorted(tinymodels.FAMILIES))
+def test_tiny_model_has_the_tensors_the_loader_of_its_arch_creates(family: str, tmp_path: Path) -> None:
+    reader = gguf.GGUFReader(tinymodels.write_tiny_model(family, tmp_path / "m.gguf", "q8_0"))
+    arch, required, optional = _loader_tensors(reader)
+    assert arch == tinymodels.FAMILIES[family].arch
+    written = {t.name: tuple(int(d) for d in t.shape) for t in reader.tensors}
+    assert required.keys() <= written.keys(), f"missing: {sorted(required.keys() - written.keys())}"
+    assert written.keys() <= required.keys() | optional.keys(), (
+        f"unknown: {sorted(written.keys() - required.keys() - optional.keys())}"
+    )
+    assert written == {n: (required | optional)[n] for n in written}
+    per_layer = sum(1 for n in written if n.startswith("blk.0."))
+    assert per_layer == {"llama": 9, "qwen2": 12, "gemma3": 13, "qwen3": 11, "phi3": 6}[arch]
+
+
+def _hparams(reader: gguf.GGUFReader) -> dict[str, Any]:
+    arch = reader.fields["general.architecture"].contents()
+    return {k.removeprefix(f"{arch}."): f.contents() for k, f in reader.fields.items() if k.startswith(f"{arch}.")}
+
+
+def test_tiny_mistral_is_a_grouped_query_llama_with_the_inst_template(tmp_path: Path) -> None:
+    reader = gguf.GGUFReader(tinymodels.write_tiny_model("mistral", tmp_path / "m.gguf"))
+    hp = _hparams(reader)
+    assert reader.fields["general.architecture"].contents() == "llama"
+    assert hp["attention.head_count"] == 4 * hp["attention.head_count_kv"] == 8  # Mistral 7B's 32 / 8
+    assert hp["rope.freq_base"] == 1_000_000.0
+    assert reader.fields["tokenizer.chat_template"].contents() == tinymodels.MISTRAL_CHAT_TEMPLATE
+    assert "output.weight" in {t.name for t in reader.tensors}  # untied, as Mistral 7B
+    assert tinymodels.for_arch("llama") == "llama"  # the variant does not stand for its arch
+
+
+def test_tiny_qwen3_has_q_k_norms_no_qkv_bias_and_a_head_size_of_its_own(tmp_path: Path) -> None:
+    reader = gguf.GGUFReader(tinymodels.write_tiny_model("qwen3", tmp_path / "m.gguf"))
+    hp = _hparams(reader)
+    names = {t.name for t in reader.tensors}
+    assert not any(n.endswith(".bias") for n in names)
+    assert {"blk.1.attn_q_norm.weight", "blk.1.attn_k_norm.weight"} <= names
+    # as Qwen3 0.6B: n_head * head size (4 * 32) is not n_embd (64)
+    assert hp["attention.key_length"] * hp["attention.head_count"] != hp["embedding_length"]
+    assert hp["rope.freq_base"] == 1_000_000.0
+
+
+def test_tiny_phi3_fuses_qkv_and_gate_up(tmp_path: Path) -> None:
+    reader = gguf.GGUFReader(tinymodels.write_tiny_model("phi3", tmp_path / "m.gguf"))
+    hp = _hparams(reader)
+    names = {t.name for t in reader.tensors}
+    assert "blk.0.attn_qkv.weight" in names and "blk.0.attn_q.weight" not in names
+    assert not any("ffn_gate" in n for n in names)
+    assert hp["attention.head_count_kv"] == hp["attention.head_count"]  # as Phi-3 mini
+    assert hp["attention.sliding_window"] > 0  # Phi-3 mini 4k declares one; llama.cpp disables it
+
+
+def test_for_arch_names_the_family_of_each_arch() -> None:
+    assert {arch: tinymodels.for_arch(arch) for arch in ("llama", "qwen2", "qwen3", "phi3", "gemma3", "mamba")} == {
+        "llama": "llama",
+        "qwen2": "qwen2",
+        "qwen3": "qwen3",
+        "phi3": "phi3",
+        "gemma3": "gemma3",
+        "mamba": None,
+    }
+
+
+_MARKER = re.compile(r"<\|[^|]+\|>|\[/?[A-Z_]+\]|</?s>|<(?:start|end)_of_turn>")
+
+
+@pytest.mark.parametrize("family", sorted(tinymodels.FAMILIES))
+def test_tiny_chat_template_markers_are_control_tokens(family: str) -> None:
+    """Every marker the template renders is one control token of the vocab: llama-server
+    reads it as that token, and the answer (whose control rows are zero) never spells it."""
+    # llama-server renders with its own jinja engine; jinja2 (with the docs tooling) stands in
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    fam = tinymodels.FAMILIES[family]
+    vocab = fam.vocab()
+    control = {t for t, kind in zip(vocab.tokens, vocab.types, strict=True) if kind == gguf.TokenType.CONTROL}
+    env = ImmutableSandboxedEnvironment()  # a plain-text prompt: no HTML escaping
+    prompt = env.from_string(fam.chat_template).render(
+        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say OK"}],
+        add_generation_prompt=True,
+        bos_token=vocab.tokens[vocab.special_ids["bos"]],
+        eos_token=vocab.tokens[vocab.special_ids["eos"]],
+    )
+    markers = set(_MARKER.findall(prompt))
+    assert len(markers) >= 2 and "Say OK" in prompt
+    assert markers <= control, f"{family}: {sorted(markers - control)} are not control tokens"
+
+
 @pytest.mark.parametrize("family", sorted(tinymodels.FAMILIES))
 def test_tiny_model_file_is_deterministic_and_readable(family: str, tmp_path: Path) -> None:
     a = tinymodels.write_tiny_model(family, tmp_path / "a.gguf")
@@ -261,7 +428,9 @@ def test_tiny_model_file_is_deterministic_and_readable(family: str, tmp_path: Pa
     tokens = reader.fields["tokenizer.ggml.tokens"]
     vocab = tinymodels.FAMILIES[family].vocab()
     assert len(tokens.data) == len(vocab)
-    head = next(t for t in reader.tensors if t.name == ("output.weight" if family == "llama" else "token_embd.weight"))
+    names = {t.name for t in reader.tensors}
+    head_name = "output.weight" if "output.weight" in names else "token_embd.weight"  # untied, else tied
+    head = next(t for t in reader.tensors if t.name == head_name)
     rows = np.asarray(head.data).reshape(len(vocab), -1)
     silent = list(vocab.silent_ids())
     assert not rows[silent].any(), "control/unknown/byte rows are zero"
