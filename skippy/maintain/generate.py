@@ -65,8 +65,16 @@ from skippy.core.paths import NotSmallFile, enclosing_project, read_small_bytes
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import cscan, graphedit
-from skippy.maintain.genrun import UNTOUCHED, Generator, Sandbox, generator_from_settings
-from skippy.maintain.genrun import changed_files, configure, run_generator, write_families
+from skippy.maintain.genrun import (
+    UNTOUCHED,
+    Generator,
+    Sandbox,
+    changed_files,
+    configure,
+    generator_from_settings,
+    run_generator,
+    write_families,
+)
 from skippy.queue.model import PATCH_LIMIT, Lane, Queue, queue_digest
 from skippy.queue.replay import FIXED_DATE, export_commit, replay, sub_queue
 from skippy.queue.scratch import owned_scratch
@@ -203,25 +211,30 @@ def _spec_family(index: int, item: object, earlier: Sequence[Family], problems: 
     if extra:
         problems.append(f"family {index}: unknown key(s) {', '.join(extra)}")
     name, arch = item.get("name"), item.get("arch")
-    if not isinstance(name, str) or not _NAME.match(name):
-        problems.append(f"family {index}: name {name!r} must match [a-z0-9][a-z0-9_-]*")
+    problem = _identity_problem(index, name, arch, earlier)
+    if problem is not None:
+        problems.append(problem)
         return None
-    if not isinstance(arch, str) or not _ARCH.match(arch):
-        problems.append(f"family {name}: arch {arch!r} must look like LLM_ARCH_GEMMA3")
-        return None
-    if arch in graphedit.NOT_MODEL_ARCHS:
-        problems.append(f"family {name}: {arch} is not a model family (it has no graph builder)")
-        return None
+    assert isinstance(name, str) and isinstance(arch, str)
     paths = _spec_paths(name, item.get("paths", []), problems)
     if paths is None:
         return None
-    if any(f.name == name for f in earlier):
-        problems.append(f"family {name}: declared twice")
-        return None
-    if any(f.arch == arch for f in earlier):
-        problems.append(f"family {name}: arch {arch} is already declared by another family")
-        return None
     return Family(name, arch, paths)
+
+
+def _identity_problem(index: int, name: object, arch: object, earlier: Sequence[Family]) -> str | None:
+    """What is wrong with a family's name and arch (None: nothing)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        return f"family {index}: name {name!r} must match [a-z0-9][a-z0-9_-]*"
+    if not isinstance(arch, str) or not _ARCH.match(arch):
+        return f"family {name}: arch {arch!r} must look like LLM_ARCH_GEMMA3"
+    if arch in graphedit.NOT_MODEL_ARCHS:
+        return f"family {name}: {arch} is not a model family (it has no graph builder)"
+    if any(f.name == name for f in earlier):
+        return f"family {name}: declared twice"
+    if any(f.arch == arch for f in earlier):
+        return f"family {name}: arch {arch} is already declared by another family"
+    return None
 
 
 def _spec_paths(name: str, raw: object, problems: list[str]) -> tuple[str, ...] | None:
@@ -249,7 +262,7 @@ def arch_facts(
     """What the tree says about each family's arch; QueueError naming unknown arches.
     ``builders``: model class -> (file, builder class) (:func:`builder_files`)."""
     names = cscan.arch_names(arch_cpp or "")
-    classes = dict(re.findall(r"case\s+(LLM_ARCH_\w+)\s*:\s*return\s+new\s+(\w+)\s*\(", model_cpp or ""))
+    classes = graphedit.arch_classes((model_cpp or "").encode())
     facts: dict[str, ArchFacts] = {}
     unknown: list[str] = []
     for family in families:
@@ -507,7 +520,9 @@ def generate_lane(
     inputs = input_lines(identity(generator, settings.root), spec.sha256, upstream_sha, lanes_digest(queue))
     command = generator.argv
     if not spec.families:
-        return GeneratedLane({SERIES_NAME: b""}, manifest(inputs, {}, command=command), (), {}, {}, identity(generator, settings.root))
+        return GeneratedLane(
+            {SERIES_NAME: b""}, manifest(inputs, {}, command=command), (), {}, {}, identity(generator, settings.root)
+        )
     lower = sub_queue(queue, (Lane.CORE, Lane.MODEL_SUPPORT))
     tip = replay(settings, repo, base, lower, console=console).patched
     with sandbox(settings, repo, tip) as box:
@@ -521,13 +536,31 @@ def generate_lane(
         )
         write_families(box, _families_json(spec.families, facts))
         compile_commands = configure(box, settings, console) if generator.compile_commands else None
-        what = _run(generator, box, settings, console, spec.families, facts, compile_commands, "first pass")
+        what = _run(
+            generator,
+            box,
+            settings=settings,
+            console=console,
+            families=spec.families,
+            facts=facts,
+            compile_commands=compile_commands,
+            attempt="first pass",
+        )
         changed = changed_files(box.tree)
         owners = split_by_family(changed, spec.families, facts)
         result = _commit_all(box.tree, "generated: all families (first pass)")
-        box = Sandbox(box.root, box.tree, result)
-        _run(generator, box, settings, console, spec.families, facts, compile_commands, "second pass")
-        again = changed_files(box.tree)
+        second = Sandbox(box.root, box.tree, result)
+        _run(
+            generator,
+            second,
+            settings=settings,
+            console=console,
+            families=spec.families,
+            facts=facts,
+            compile_commands=compile_commands,
+            attempt="second pass",
+        )
+        again = changed_files(second.tree)
         if again:
             raise QueueError(
                 f"the generator is not idempotent: a second pass over its own result changed {len(again)} file(s)",
@@ -536,13 +569,13 @@ def generate_lane(
                 next_step="make the generator recognise its own edits (a second run must change nothing), "
                 "then `invoke generate`",
             )
-        files, names, shard_files = _shards(box.tree, tip, result, spec, facts, owners, what, generator)
+        files, names, shard_files = _shards(
+            box.tree, tip, result, spec=spec, facts=facts, owners=owners, what=what, generator=generator
+        )
     shards = {n: files[n] for n in names}
     files[SERIES_NAME] = "".join(n + "\n" for n in names).encode()
     text = manifest(inputs, shards, command=command)
-    return GeneratedLane(
-        files, text, spec.families, names, shard_files, identity(generator, settings.root)
-    )
+    return GeneratedLane(files, text, spec.families, names, shard_files, identity(generator, settings.root))
 
 
 def _read(path: Path) -> str | None:
@@ -555,6 +588,7 @@ def _read(path: Path) -> str | None:
 def _run(
     generator: Generator,
     box: Sandbox,
+    *,
     settings: Settings,
     console: Console,
     families: Sequence[Family],
@@ -573,6 +607,7 @@ def _shards(
     tree: Repo,
     tip: str,
     result: str,
+    *,
     spec: Spec,
     facts: Mapping[str, ArchFacts],
     owners: Mapping[str, Sequence[str]],
@@ -733,9 +768,9 @@ def compare_lane(folder: Path, lane: GeneratedLane, *, inside: Path | None = Non
         for name, family in lane.owners.items():
             got = on_disk.get(name)
             key = f"shard {name}"
-            if got is not None and key in recorded and recorded[key] != hashlib.sha256(got).hexdigest():
-                if family not in drifted:
-                    drifted.append(family)
+            edited = got is not None and key in recorded and recorded[key] != hashlib.sha256(got).hexdigest()
+            if edited and family not in drifted:
+                drifted.append(family)
     return Drift(tuple(drifted), tuple(extra), series, tuple(inputs), dict(lane.shard_files))
 
 

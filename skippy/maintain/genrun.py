@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skippy.core import proc
-from skippy.core.errors import CommandError, QueueError
+from skippy.core.errors import CommandError, QueueError, SettingsError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -63,6 +63,11 @@ class Generator:
                 out.append(resolved)
         return out
 
+    def resolved_argv(self, root: Path) -> list[str]:
+        """The command line with each argument that names a file of the project (relative to its
+        root) made absolute: the generator runs in the tree, not in the project."""
+        return [str(root / arg) if not Path(arg).is_absolute() and (root / arg).is_file() else arg for arg in self.argv]
+
     def digest(self, root: Path) -> str:
         """sha256 over the command line and its own files' paths and bytes."""
         h = hashlib.sha256(json.dumps(list(self.argv)).encode())
@@ -96,9 +101,7 @@ def generator_from_settings(settings: Settings) -> Generator:
     return Generator(tuple(command), float(timeout), wants)
 
 
-def _settings_error(what: str) -> QueueError:
-    from skippy.core.errors import SettingsError
-
+def _settings_error(what: str) -> SettingsError:
     return SettingsError(what, untouched="everything", next_step=f"fix it in pyproject.toml, e.g. {EXAMPLE}")
 
 
@@ -228,7 +231,7 @@ def run_generator(
     try:
         with console.step(f"generate: run the generator ({attempt}): {shown}"):
             proc.run(
-                generator.argv,
+                generator.resolved_argv(settings.root),
                 env=env,
                 cwd=sandbox.tree.path,
                 timeout=generator.timeout,

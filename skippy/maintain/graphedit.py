@@ -269,6 +269,41 @@ def find_builders(source: bytes) -> list[tuple[str, str, int]]:
     return [(b.family_class, b.name, _line(b.node)) for b in _builders(parse(source).root_node)]
 
 
+def arch_classes(model_cpp: bytes, *, function: str = "llama_model_mapping") -> dict[str, str]:
+    """``LLM_ARCH_*`` -> the model class ``function`` (in ``src/llama-model.cpp``) creates for it:
+    ``case LLM_ARCH_QWEN2: return new llama_model_qwen2(params);`` (labels falling through to one
+    ``return new`` all map to its class; comments and braces around the return are fine)."""
+    out: dict[str, str] = {}
+    for definition in _walk(parse(model_cpp).root_node):
+        if definition.type != "function_definition":
+            continue
+        name = _function_name(definition)
+        if name is None or _text(name).split("::")[-1] != function:
+            continue
+        pending: list[str] = []
+        for case in _walk(definition):
+            if case.type != "case_statement":
+                continue
+            value = case.child_by_field_name("value")
+            if value is not None and value.type == "identifier":
+                pending.append(_text(value))
+            created = next(
+                (
+                    node.child_by_field_name("type")
+                    for node in _walk(case, opaque=frozenset({"case_statement"}) - {case.type})
+                    if node.type == "new_expression"
+                ),
+                None,
+            )
+            if created is not None:
+                for arch in pending:
+                    out.setdefault(arch, _text(created))
+                pending = []
+            elif any(child.type not in ("comment", "identifier") for child in case.named_children):
+                pending = []  # a case that does something else: no fall-through to the next class
+    return out
+
+
 def shared_graphs(models_h: bytes) -> dict[str, str]:
     """Families of ``models.h`` that build their graph with another family's builder: family
     class -> that class.  Either by an alias (``using graph = llama_model_bert::graph;``, or a

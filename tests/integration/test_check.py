@@ -71,7 +71,7 @@ def test_problems_are_reported_and_the_workdir_is_untouched(
     head = git(wdir, "rev-parse", "HEAD", env=git_env()).strip()
     before = snapshot(wdir / "src")
     # the generated lane drifts once the spec changes
-    write_spec(project, 'schema = 1\n[[family]]\nname = "llama"\narch = "LLM_ARCH_LLAMA"\n')
+    write_spec(project, 'schema = 2\n[[family]]\nname = "llama"\narch = "LLM_ARCH_LLAMA"\n')
 
     got = statuses(project)
     assert got == {

@@ -3,6 +3,7 @@ and `regenerate` regenerating it only when its inputs changed."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.integration
 QUIET = Console(quiet=True)
 
 SPEC = """\
-schema = 1
+schema = 2
 
 [[family]]
 name = "llama"
@@ -56,13 +57,18 @@ def test_generate_writes_one_patch_per_family_deterministically(project: Project
     queue = load_queue(settings.patch_dir)
     assert [p.name for p in queue.lane(Lane.GENERATED)] == ["0001-family-llama.patch", "0002-family-gemma3.patch"]
     gemma = (folder / "0002-family-gemma3.patch").read_text()
-    # computed from the tree: the GGUF name from LLM_ARCH_NAMES, the class from llama_model_mapping
-    assert '{ LLM_ARCH_GEMMA3, "gemma3", "llama_model_gemma3" }' in gemma
-    assert '+SKIPPY_FAMILY(gemma3, LLM_ARCH_GEMMA3, "gemma3")' in gemma
+    # computed from the tree: the GGUF name from LLM_ARCH_NAMES, the class from llama_model_mapping,
+    # the builder's file from src/models/, the hook placed after the layer's anchor by the parser
+    assert 'Arch LLM_ARCH_GEMMA3 (GGUF name "gemma3"), model class llama_model_gemma3' in gemma
+    assert "diff --git a/src/models/gemma3.cpp b/src/models/gemma3.cpp" in gemma
+    assert '         cb(cur, "l_out", il);\n+        llama_skippy_layer_hook(this, cur, il);\n' in gemma
+    assert "src/models/llama.cpp" not in gemma
     assert "Subject: [PATCH] generated: family gemma3" in gemma
     manifest = generate.manifest_lines((folder / "inputs.sha256").read_text())
     assert manifest["pin"] == project.upstream.commits[-1]
     assert len(manifest["sha256"]) == 64
+    assert manifest["generator builtin"] == generate.GENERATOR_VERSION
+    assert manifest["shard 0002-family-gemma3.patch"] == hashlib.sha256(gemma.encode()).hexdigest()
     first = snapshot(folder)
     assert set(lane.files) == {"0001-family-llama.patch", "0002-family-gemma3.patch", "series"}
 
@@ -73,9 +79,9 @@ def test_generate_writes_one_patch_per_family_deterministically(project: Project
 
     # the lane applies: prepare the whole queue
     report = prepare(settings, Target.pinned(), console=QUIET)
-    assert (project.workdir / "src/skippy-families/gemma3.cpp").is_file()
-    registry = (project.workdir / "src/skippy-families/families.def").read_text()
-    assert registry.count("\nSKIPPY_FAMILY(") == 2
+    for family in ("gemma3", "llama"):
+        assert (project.workdir / f"src/models/{family}.cpp").read_text().count("llama_skippy_layer_hook(") == 1
+    assert "llama_skippy_layer_hook" not in (project.workdir / "src/models/gpt2.cpp").read_text()
     assert report.queue_digest == load_queue(settings.patch_dir).digest
 
 
@@ -120,7 +126,7 @@ def test_core_lane_change_is_an_input_change(project: Project) -> None:
 
 def test_unknown_arch_fails_clearly(project: Project) -> None:
     arch_upstream(project)
-    write_spec(project, 'schema = 1\n[[family]]\nname = "gemma"\narch = "LLM_ARCH_GEMMA2"\n')
+    write_spec(project, 'schema = 2\n[[family]]\nname = "gemma"\narch = "LLM_ARCH_GEMMA2"\n')
     with pytest.raises(QueueError) as info:
         generate.run_generate(project.settings(), console=QUIET)
     details = info.value.details or ""

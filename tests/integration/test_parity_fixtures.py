@@ -96,6 +96,72 @@ bool llm_arch_is_recurrent(const llm_arch & arch) {
 }
 """
 
+
+def _builder(family: str, body: str) -> str:
+    return (
+        '#include "models.h"\n\n'
+        f"llama_model_{family}::graph::graph(const llama_model & model, const llm_graph_params & params)\n"
+        "    : llm_graph_context(params) {\n"
+        "    ggml_tensor * cur;\n"
+        "    ggml_tensor * inpL = build_inp_embd(model.tok_embd);\n"
+        f"{body}"
+        "    res->t_logits = cur;\n"
+        "    ggml_build_forward_expand(gf, cur);\n"
+        "}\n"
+    )
+
+
+#: the family files of the fixture tree: llama and gemma3 end their layer loop with the
+#: ``l_out`` anchor, gpt2 with ``inpL = cur;`` only (no anchor)
+MODELS: Mapping[str, str] = {
+    "src/models/models.h": (
+        "#pragma once\n\n"
+        '#include "llama-graph.h"\n\n'
+        "struct llama_model_llama : public llama_model {\n"
+        "    struct graph : public llm_graph_context {\n"
+        "        graph(const llama_model & model, const llm_graph_params & params);\n"
+        "    };\n"
+        "};\n\n"
+        "struct llama_model_gemma3 : public llama_model {\n"
+        "    struct graph : public llm_graph_context {\n"
+        "        graph(const llama_model & model, const llm_graph_params & params);\n"
+        "    };\n"
+        "};\n\n"
+        "struct llama_model_gpt2 : public llama_model {\n"
+        "    struct graph : public llm_graph_context {\n"
+        "        graph(const llama_model & model, const llm_graph_params & params);\n"
+        "    };\n"
+        "};\n"
+    ),
+    "src/models/llama.cpp": _builder(
+        "llama",
+        "    for (int il = 0; il < n_layer; ++il) {\n"
+        "        cur = build_norm(inpL, model.layers[il].attn_norm, NULL, LLM_NORM_RMS, il);\n"
+        "        cur = ggml_add(ctx0, cur, inpL);\n"
+        '        cb(cur, "l_out", il);\n'
+        "\n"
+        "        inpL = cur;\n"
+        "    }\n",
+    ),
+    "src/models/gemma3.cpp": _builder(
+        "gemma3",
+        "    for (int il = 0; il < n_layer; ++il) {\n"
+        "        cur = build_norm(inpL, model.layers[il].attn_norm, NULL, LLM_NORM_RMS, il);\n"
+        "        cur = ggml_scale(ctx0, cur, 2.0f);\n"
+        '        cb(cur, "l_out", il);\n'
+        "\n"
+        "        inpL = cur;\n"
+        "    }\n",
+    ),
+    "src/models/gpt2.cpp": _builder(
+        "gpt2",
+        "    for (int il = 0; il < n_layer; ++il) {\n"
+        "        cur = ggml_add(ctx0, inpL, inpL);\n"
+        "        inpL = cur;\n"
+        "    }\n",
+    ),
+}
+
 #: what the scanner must find in MODEL_SRC + ARCH_SRC (counted by hand)
 SWITCHES = 5
 CASES = 3 + 2 + 6 + 1 + 1
@@ -105,7 +171,7 @@ TABLE_ENTRIES = 8
 def arch_upstream(project: Project) -> str:
     """Add a commit with arch dispatch to the fixture upstream and pin it; its SHA."""
     sha = project.upstream.commit(
-        "model: arch dispatch", {"src/llama-model.cpp": MODEL_SRC, "src/llama-arch.cpp": ARCH_SRC}
+        "model: arch dispatch", {"src/llama-model.cpp": MODEL_SRC, "src/llama-arch.cpp": ARCH_SRC, **MODELS}
     )
     project.pin(sha)
     return sha
