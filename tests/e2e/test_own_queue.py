@@ -17,6 +17,8 @@ import pytest
 from skippy.build.builder import BuildReport
 from skippy.check.report import Provenance
 from skippy.check.spotcheck import spot_check
+from skippy.check.tinymodels import family as tiny_family
+from skippy.check.tinymodels import shape_for
 from skippy.core import proc
 from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings
@@ -29,7 +31,7 @@ from skippy.queue.prepare import Target, prepare
 ROOT = Path(__file__).resolve().parents[2]
 PIN = "4df29be4f4c3673f428170fda944a5b19f743bb8"
 #: the pin + the shipped queue, on any machine (update when the queue changes: `invoke status` shows it)
-PATCHED_SHA = "c005bde693898ccd56b25c8441f745710b71b735"
+PATCHED_SHA = "969258c1a6bbd6e939e60f58d134d1bd69308cce"
 
 
 def _env() -> dict[str, str]:
@@ -88,16 +90,21 @@ def test_build_reports_its_provenance_and_other_digests_are_refused(cpu_build: B
     assert "queue" in info.value.render()
 
 
-@pytest.mark.parametrize("family", ["gemma3", "llama", "qwen2"])
-def test_generated_families_reach_the_trace_point(family: str, cpu_server: Path) -> None:
-    server = cpu_server
+@pytest.mark.parametrize(("family", "hooks"), [("gemma3", 2), ("llama", 2), ("qwen2", 2), ("phi3", 0)])
+def test_generated_families_run_their_layer_hooks(family: str, hooks: int, cpu_server: Path) -> None:
+    """The generated lane's edits are compiled in and run: every graph of a family of the lane runs
+    one layer hook per layer (the tiny models have 2), a family outside the lane (phi3) none."""
+    assert shape_for(tiny_family(family)).n_layer == 2
     env = {"LLAMA_SKIPPY_TRACE": "1"}
-    report = spot_check(project(), server, [f"tiny:{family}"], console=quiet(), server_env=env)
+    report = spot_check(project(), cpu_server, [f"tiny:{family}"], console=quiet(), server_env=env)
     (result,) = report.results
     assert result.verdict == "pass", result.reason
     assert result.log_path is not None
     log = Path(result.log_path).read_text(encoding="utf-8", errors="replace")
-    assert f"skippy: graph family={family} arch={family} nodes=" in log
+    traced = {line.split("skippy: graph ", 1)[1] for line in log.splitlines() if "skippy: graph " in line}
+    assert traced, "no graph was traced"
+    assert {t.split(" nodes=")[0] for t in traced} == {f"arch={family}"}
+    assert {t.rsplit(" ", 1)[1] for t in traced} == {f"layer_hooks={hooks}"}
 
 
 def test_trace_point_is_off_by_default(cpu_server: Path) -> None:
