@@ -34,6 +34,11 @@ TEMPLATE_TOKENS: Final = (
     "<|start_header_id|>",
     "<|eot_id|>",
     "<|endoftext|>",
+    "[INST]",
+    "[/INST]",
+    "<|user|>",
+    "<|assistant|>",
+    "<|end|>",
 )
 
 

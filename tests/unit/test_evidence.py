@@ -67,3 +67,6 @@ def test_template_leak() -> None:
     assert template_leak("Say OK<|im") == "<|im"
     assert template_leak("OK<end_of_turn>") == "<end_of_turn>"
     assert template_leak("OK") is None
+    # Mistral's and Phi-3's markers (the tiny mistral and phi3 models speak them)
+    assert template_leak("OK [/INST]") == "[/INST]"
+    assert template_leak("OK<|end|>") == "<|end|>"
