@@ -105,7 +105,8 @@ def make_project() -> Path:
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     for old, new in {
         'pin_file = "skippy/llama_cpp/upstream.txt"': 'pin_file = "queue/upstream.txt"',
-        'patch_dir = "skippy/llama_cpp/patches"': f'patch_dir = "queue/patches"\ncache_dir = "{ROOT / ".deps" / "cache"}"',
+        'patch_dir = "skippy/llama_cpp/patches"': 'patch_dir = "queue/patches"\n'
+        f'cache_dir = "{ROOT / ".deps" / "cache"}"',
     }.items():
         assert old in text, old
         text = text.replace(old, new)
@@ -136,7 +137,7 @@ def test_a_users_generator_on_the_pinned_tree(pinned_sdist: Path) -> None:
     assert '# command: ["python3", "tools/trace_families.py"]' in manifest
     lines = generate.manifest_lines(manifest)
     assert lines["generator command"].startswith("sha256:")
-    assert set(k for k in lines if k.startswith("shard ")) == {
+    assert {k for k in lines if k.startswith("shard ")} == {
         "shard 0001-family-qwen2.patch",
         "shard 0002-family-llama.patch",
     }
