@@ -47,6 +47,8 @@ def outcome_report(outcome: SessionOutcome) -> dict[str, Any]:
         "build": build,
         "spot_check": spot,
         "upstream_tests": upstream,
+        # the model families the change touches, why, and the baseline it was measured from
+        "follow": outcome.following.as_dict() if outcome.following is not None else None,
     }
     if outcome.local is not None:
         # a local, unregistered tree: said at the top of the report, not only in the binary

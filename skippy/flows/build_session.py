@@ -4,7 +4,9 @@ What ``nox -s build-<backend>`` (and ``invoke pin-bump``) run: the one place whe
 the queue (prepare), the build and the spot check meet.  With ``--workdir-as-is``
 the workdir is built as it stands instead of prepared (:class:`LocalTree`).  The
 options of a session are parsed by the command line from the option table, and the
-outcome rendered there (:func:`skippy.cli.build.build_main`).
+outcome rendered there (:func:`skippy.cli.build.build_main`).  The spot check follows the change:
+it also loads the tiny model of each model family the change touches, and a passed check is
+recorded as the next session's baseline (:mod:`skippy.flows.follow`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError, ToolchainMissing, UpstreamTestsFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from skippy.flows import follow
+from skippy.flows.follow import Following
 from skippy.flows.upstream_tests import Subject, UpstreamTestsReport, run_backend_ops, run_upstream_tests
 
 
@@ -136,6 +140,9 @@ class SessionOutcome:
     spot_not_run: str | None = None
     #: the root file system the binaries must run in (None: this host)
     build_root: BuildRoot | None = None
+    #: the model families the change touches, checked with their tiny models (None: no spot check
+    #: on this host)
+    following: Following | None = None
 
 
 class _Prepared(Protocol):
@@ -351,8 +358,10 @@ def _spot_check(
     proofs: tuple[Proof, ...],
     spot_check_fn: SpotCheckFn,
     numerics_must_match: bool,
+    following: Following | None,
 ) -> tuple[object | None, str | None]:
-    """The spot check of the build (its report), or why it did not run."""
+    """The spot check of the build (its report), or why it did not run; it also checks the
+    families the change touches (``following``)."""
     spot = None
     not_run = None if args.spot_check else "--no-spot-check"
     if args.spot_check and plan.build_root is not None:
@@ -368,16 +377,58 @@ def _spot_check(
             device_prefix=spec(b).device_prefix,
             rpc_server=next((path for name, path in report.binaries.items() if name != SERVER_TARGET), None),
             agreement_required=numerics_must_match,
-            models=args.models,
+            models=following.models(args.models) if following is not None else args.models,
         )
         try:
             spot = spot_check_fn(settings, request, console)
         except ModelCheckFailed as exc:
             # the failure ends with the same block: what the build proved, what the spot check did not
-            failed = SessionOutcome(b, build=report, patched_sha=prepared.patched_sha, spot=exc.report, proofs=proofs)
+            failed = SessionOutcome(
+                b,
+                build=report,
+                patched_sha=prepared.patched_sha,
+                spot=exc.report,
+                proofs=proofs,
+                following=following,
+            )
             exc.ending = session_ending(failed, settings)
             raise
     return spot, not_run
+
+
+def _follow(
+    args: SessionArgs, plan: BuildPlan, prepared: _Prepared, settings: Settings, console: Console, *, as_is: bool
+) -> Following | None:
+    """The model families the change touches (:mod:`skippy.flows.follow`), said before the build;
+    None when no spot check runs on this host."""
+    if not args.spot_check or plan.build_root is not None:
+        return None
+    following = follow.follow_change(
+        settings,
+        str(plan.backend),
+        prepared.workdir,
+        patched_sha=prepared.patched_sha,
+        upstream_sha=prepared.upstream_sha,
+        as_is=as_is,
+    )
+    follow.announce(following, console)
+    return following
+
+
+def _certify(b: Backend, prepared: _Prepared, spot: SpotCheckReport, settings: Settings, console: Console) -> None:
+    """A passed spot check of the prepared tree: the baseline of the next session of this backend."""
+    recorded = follow.certify(
+        settings,
+        str(b),
+        prepared.workdir,
+        patched_sha=prepared.patched_sha,
+        upstream_sha=prepared.upstream_sha,
+        queue_digest=prepared.queue_digest,
+        spot=spot,
+    )
+    if recorded is not None:
+        where = settings.relative(recorded)
+        console.detail(f"the next build-{b} follows its change from this tree (recorded in {where})")
 
 
 def run_build_session(
@@ -432,6 +483,7 @@ def run_build_session(
     )
     for name, source in plan.provenance.items():
         console.detail(f"{name}={plan.define(name)} ({source})")
+    following = _follow(args, plan, prepared, settings, console, as_is=local is not None)
     with mounted(plan.build_root, plan.root_binds, env=settings.env, log=console.warn):
         report = execute_plan(plan, console)
     what = (
@@ -453,7 +505,10 @@ def run_build_session(
         proofs=proofs,
         spot_check_fn=spot_check_fn,
         numerics_must_match=numerics_must_match,
+        following=following,
     )
+    if local is None and isinstance(spot, SpotCheckReport):
+        _certify(b, prepared, spot, settings, console)
     upstream = None
     if args.upstream_tests:
         upstream = _upstream_tests(
@@ -476,6 +531,7 @@ def run_build_session(
         spot_not_run=not_run,
         build_root=plan.build_root,
         upstream=upstream,
+        following=following,
     )
     if upstream is not None and not upstream.ok:
         raise _upstream_failure(outcome, settings, local=local is not None)
@@ -498,7 +554,8 @@ def session_ending(outcome: SessionOutcome, settings: Settings) -> Ending:
     else:
         why = outcome.spot_not_run or "not asked"
         spot_part = [Proof(name, "not run", why) for name in SPOT_PROOFS]
-    proofs = (*outcome.proofs, *spot_part, *_upstream_proofs(outcome.upstream))
+    follow_part = [] if outcome.following is None else follow.proofs(outcome.following, spot, outcome.spot_not_run)
+    proofs = (*outcome.proofs, *spot_part, *follow_part, *_upstream_proofs(outcome.upstream))
     mode = " (the workdir as it stands)" if outcome.local is not None else ""
     verdict = "every proof made holds" if all(p.verdict != "fail" for p in proofs) else "FAILED"
     title = f"build-{b}{mode}: {verdict}"
