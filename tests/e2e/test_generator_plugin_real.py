@@ -126,13 +126,11 @@ def test_a_users_generator_on_the_pinned_tree(pinned_sdist: Path) -> None:
     made = run("invoke", "generate", "--offline")
     assert "2 family patch(es)" in made.stdout, made.stdout
     assert (lane / "series").read_text() == "0001-family-qwen2.patch\n0002-family-llama.patch\n"
-    for family in ("qwen2", "llama"):
-        shard = (
-            lane / f"0001-family-{family}.patch" if family == "qwen2" else lane / "0002-family-llama.patch"
-        ).read_text()
-        assert f"diff --git a/src/models/{family}.cpp b/src/models/{family}.cpp" in shard
-        assert shard.count("+        llama_skippy_layer_hook(this, cur, il); // downstream trace\n") == 1
-        assert "the command in [tool.skippy.generated] (`python3 tools/trace_families.py`)" in shard
+    for name, family in (("0001-family-qwen2.patch", "qwen2"), ("0002-family-llama.patch", "llama")):
+        text = (lane / name).read_text()
+        assert f"diff --git a/src/models/{family}.cpp b/src/models/{family}.cpp" in text
+        assert text.count("+        llama_skippy_layer_hook(this, cur, il); // downstream trace\n") == 1
+        assert "the command in [tool.skippy.generated] (`python3 tools/trace_families.py`)" in text
     manifest = (lane / "inputs.sha256").read_text()
     assert '# command: ["python3", "tools/trace_families.py"]' in manifest
     lines = generate.manifest_lines(manifest)
