@@ -237,6 +237,10 @@ def _chat(r: ModelResult) -> tuple[ProofVerdict, str]:
     return "fail", f"{r.model}: {r.reason}"
 
 
+def _no_reference(r: ModelResult) -> bool:
+    return r.compute.agreement is not None and r.compute.agreement.status == "no-reference"
+
+
 def _fingerprint(r: ModelResult) -> tuple[ProofVerdict, str]:
     agreement = r.compute.agreement
     if agreement is None:
@@ -273,7 +277,9 @@ def spot_proofs(report: SpotCheckReport) -> list[Proof]:
     if report.not_run is not None:
         return proofs + [Proof(name, "not run", report.not_run) for name in ("chat answer", "fingerprint", "RPC")]
     proofs += _each(report.results, "chat answer", _chat)
-    proofs += _each(report.results, "fingerprint", _fingerprint)
+    # a model with no committed reference (a tiny model) does not make the others' agreement "not run"
+    referenced = [r for r in report.results if not _no_reference(r)]
+    proofs += _each(referenced or report.results, "fingerprint", _fingerprint)
     with_device = [r for r in report.results if r.compute.device]
     proofs += _each(with_device, "device", lambda r: ("pass" if r.ok else "fail", r.compute.device))
     proofs += _each(report.results, "RPC", _rpc)

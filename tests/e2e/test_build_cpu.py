@@ -22,6 +22,7 @@ from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionArgs, run_build_session, session_ending
+from skippy.flows.follow import FOLLOWED
 
 pytestmark = pytest.mark.e2e
 
@@ -58,7 +59,9 @@ def test_build_cpu_builds_and_spot_checks_the_pinned_tree(
     assert "version" in (version.stdout + version.stderr)
     assert "==> spot check " in stream.getvalue(), "the session ran its spot check"
     # the ending: every proof, each a pass, then the binaries and a run line that works as printed
-    assert [(p.name, p.verdict) for p in ending.proofs] == [
+    # (then what the spot check followed: the families the queue touches since the last build)
+    assert ending.proofs[5].name == FOLLOWED and ending.proofs[5].verdict == "pass"
+    assert [(p.name, p.verdict) for p in ending.proofs[:5]] == [
         ("artifact gate", "pass"),
         ("provenance", "pass"),
         ("chat answer", "pass"),

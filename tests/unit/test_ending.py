@@ -9,7 +9,7 @@ from pathlib import Path
 from skippy.build.builder import BuildReport
 from skippy.check.compute import ComputeResult
 from skippy.check.fingerprint import Agreement
-from skippy.check.report import ModelResult, Proof, Provenance, SpotCheckReport
+from skippy.check.report import ModelResult, Proof, Provenance, SpotCheckReport, spot_proofs
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionOutcome, session_ending
@@ -133,3 +133,22 @@ def test_a_spot_check_ends_with_the_same_proofs_and_a_run_line(tmp_path: Path) -
     assert ending.tail == (
         "run: build/cpu-1/bin/llama-server --model models/m.gguf --port 8080  (then http://127.0.0.1:8080)",
     )
+
+
+def test_a_tiny_model_without_a_reference_leaves_the_fingerprint_proof_to_the_others(tmp_path: Path) -> None:
+    spot = _spot(tmp_path / "m.gguf")
+    tiny = ModelResult(model="tiny:qwen2", path=str(tmp_path / "t.gguf"), verdict="pass", content=" x", tokens=5)
+    tiny.compute = ComputeResult(agreement=Agreement(status="no-reference", tolerance=0.05))
+    spot.results.append(tiny)
+    proofs = {p.name: p for p in spot_proofs(spot)}
+    assert proofs["fingerprint"].verdict == "pass"
+    assert "tiny:qwen2" not in proofs["fingerprint"].detail
+    # alone, a model without a reference is not a pass
+    spot.results[:] = [tiny]
+    assert {p.name: p.verdict for p in spot_proofs(spot)}["fingerprint"] == "not run"
+    # and a model that differs still fails the proof beside it
+    spot = _spot(tmp_path / "m.gguf")
+    other = ModelResult(model="other", path=str(tmp_path / "o.gguf"), verdict="fail", content=" y", tokens=5)
+    other.compute = ComputeResult(agreement=Agreement(status="differs", tolerance=0.05))
+    spot.results.append(other)
+    assert {p.name: p.verdict for p in spot_proofs(spot)}["fingerprint"] == "fail"
