@@ -443,6 +443,7 @@ SECTIONS = (
     "remote-cache",
     "pin-move",
     "graph-parse",
+    "generate-all",
 )
 #: sections run only when asked for with --only (long: the whole CUDA and ROCm builds)
 ON_REQUEST = ("cuda", "cuda-profile", "rocm", "upstream-tests")
@@ -487,6 +488,19 @@ def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: 
                 report[key] = bench(settings, console)
 
 
+def _run_generate_all(
+    settings: Settings, console: Console, wanted: set[str], report: dict[str, Any], *, rounds: int, builds: bool
+) -> None:
+    """The generate-all section (:mod:`benchmarks.bench_generate`); ``builds=False`` (``--no-builds``)
+    keeps it and leaves out its build figures.  Its summary line ends the section."""
+    if "generate-all" not in wanted:
+        return
+    from benchmarks.bench_generate import bench_generate_all
+
+    with console.step("bench: the built-in generator over every family of the pinned tree"):
+        report["generate_all"] = bench_generate_all(settings, console, rounds=rounds, build=builds)
+
+
 def run(
     settings: Settings,
     console: Console,
@@ -523,6 +537,7 @@ def run(
 
             report["shared_objects"] = bench_shared_objects(settings, console)
     _run_proofs(settings, console, wanted, report)
+    _run_generate_all(settings, console, wanted, report, rounds=rounds, builds=builds)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     p = report.get("prepare")

@@ -272,6 +272,7 @@ def _bench_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     rows += _pin_move_rows(report)
     rows += _proof_rows(report)
     rows += _graph_parse_rows(report)
+    rows += _generate_all_rows(report)
     return rows
 
 
@@ -300,6 +301,60 @@ def _graph_parse_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, st
             "met" if rewrite["idempotent"] else "**missed**",
         )
     ]
+
+
+def _generate_all_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The generate-all section: the built-in generator over every family, the queue applied, built."""
+    section = report.get("generate_all")
+    if not section:
+        return []
+    gen, refusal, apply, build = section["generate"], section["refusal"], section["apply"], section["build"]
+    refused = ", ".join(f"{name} ({f['file']})" for name, f in refusal["families"].items()) or "none"
+    whole = (
+        refusal["met"]
+        and refusal["lane_untouched"]
+        and gen["shards"] == gen["families_covered"]
+        and gen["rerun_same_bytes"]
+        and gen["check_clean"]
+        and not apply["second_pass_on_applied_tree_changed"]
+    )
+    rows = [
+        (
+            "the built-in generator over every family with a graph builder in `src/models/` of the pinned tree "
+            "(`--only generate-all`): `invoke generate`; shards / builder files; refused; second pass; `--check`",
+            f"{_s(gen['seconds'])}; {gen['shards']} shards / {gen['families_with_builders']} files "
+            f"({gen['archs_covered']} of {gen['archs_mapped']} archs); refused with file and reason: {refused}, "
+            f"the lane {'untouched' if refusal['lane_untouched'] else 'CHANGED'}; second pass {gen['second_pass']}, "
+            f"a rerun {'writes the same bytes' if gen['rerun_same_bytes'] else 'DIFFERS'}; `--check` "
+            f"{'clean' if gen['check_clean'] else 'DRIFTED'} ({_s(gen['check_seconds'])})",
+            "one shard per family; refusals named; a second pass changes nothing",
+            "met" if whole else "**missed**",
+        ),
+        (
+            f"that {apply['patches']}-patch queue applied: cold `invoke prepare --pinned` vs raw clone + checkout + "
+            "`git am --3way` of the same files",
+            f"{apply['ratio']}x (median {apply['skippy_cold_prepare']['median_s']:.1f} s vs "
+            f"{apply['raw_clone_checkout_am']['median_s']:.1f} s; `git am` alone "
+            f"{apply['raw_am_only']['median_s']:.1f} s); same tree: {'yes' if apply['same_tree_as_raw'] else 'NO'}; "
+            f"{apply['hooks_in_tree']} hooks in the tree, {apply['hooks_added']} added by the shards",
+            "the same tree as raw",
+            "met" if apply["same_tree_as_raw"] and not apply["shards_off"] else "**missed**",
+        ),
+    ]
+    if "skipped" not in build:
+        ours, raw = build["skippy"], build["raw"]
+        hits = f"; {ours['cache_hits']} hits, {ours['cache_misses']} misses" if "cache_hits" in ours else ""
+        rows.append(
+            (
+                f"target `{build['target']}` of that tree in a fresh build dir: skippy's CPU build with the "
+                "project's compiler cache vs plain cmake + ninja (no cache)",
+                f"{_s(ours['seconds'])} ({ours['compiled']} compiles{hits}) vs {_s(raw['seconds'])} "
+                f"({raw['compiled']} compiles)",
+                "-",
+                "-",
+            )
+        )
+    return rows
 
 
 #: the pin-move section's upstream moves, in the order the row gives them (others after, by name)
@@ -448,6 +503,7 @@ _BENCH_KEYS: Final = frozenset(
         "upstream_tests",
         "pin_move",
         "graph_parse",
+        "generate_all",
     }
 )
 
