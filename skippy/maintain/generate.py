@@ -482,9 +482,11 @@ def _families_json(families: Sequence[Family], facts: Mapping[str, ArchFacts]) -
     ]
 
 
-def _commit_all(tree: Repo, message: str) -> str:
+def _commit_all(tree: Repo, message: str, *, stage: bool = True) -> str:
+    """Commit the tree (everything, or with ``stage=False`` what is staged already)."""
     env = {"GIT_AUTHOR_DATE": FIXED_DATE, "GIT_COMMITTER_DATE": FIXED_DATE}
-    tree.git("add", "-A")
+    if stage:
+        tree.git("add", "-A")
     tree.git("commit", "--quiet", "--no-verify", "--allow-empty", "-m", message, env=env)
     head = tree.head()
     assert head is not None
@@ -628,7 +630,8 @@ def _shards(
         if gone:
             tree.git("rm", "--quiet", "--", *gone)
         did = what.get(family.name) or "edits " + ", ".join(paths)
-        head = _commit_all(tree, commit_message(family, facts[family.name], did, generator))
+        # checkout and rm staged the family's files: no rescan of the whole tree
+        head = _commit_all(tree, commit_message(family, facts[family.name], did, generator), stage=False)
         name = patch_name(index, family)
         files[name] = export_commit(tree, head)
         names[name] = family.name
