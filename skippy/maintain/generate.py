@@ -78,6 +78,7 @@ from skippy.maintain.genrun import (
 from skippy.queue.model import PATCH_LIMIT, Lane, Queue, queue_digest
 from skippy.queue.replay import FIXED_DATE, export_commit, replay, sub_queue
 from skippy.queue.scratch import owned_scratch
+from skippy.queue.triage import aside_worktree
 
 GENERATOR_VERSION = "skippy-generated-v3"
 SCHEMA = 2
@@ -137,7 +138,6 @@ class GeneratedLane:
     owners: Mapping[str, str] = field(default_factory=dict)
     #: family name -> the tree files its patch changes
     shard_files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    generator: str = "builtin"
 
 
 def lane_dir(settings: Settings) -> Path:
@@ -457,14 +457,11 @@ def split_by_family(
 @contextlib.contextmanager
 def sandbox(settings: Settings, repo: Repo, commit: str) -> Iterator[Sandbox]:
     """A sandbox of this run with a detached worktree of ``commit`` in ``tree/``."""
-    with owned_scratch(settings.cache_dir / "tmp", "generate-") as root:
-        path = root / "tree"
-        repo.git("worktree", "add", "--detach", "--quiet", str(path), commit)
-        try:
-            yield Sandbox(root, Repo(path, repo.env, echo=repo.echo), commit)
-        finally:
-            repo.git("worktree", "remove", "--force", str(path), check=False)
-            repo.git("worktree", "prune", "--expire", "now", check=False)
+    with (
+        owned_scratch(settings.cache_dir / "tmp", "generate-") as root,
+        aside_worktree(repo, None, commit, path=root / "tree") as tree,
+    ):
+        yield Sandbox(root, tree, commit)
 
 
 def _families_json(families: Sequence[Family], facts: Mapping[str, ArchFacts]) -> list[dict[str, object]]:
@@ -522,9 +519,7 @@ def generate_lane(
     inputs = input_lines(identity(generator, settings.root), spec.sha256, upstream_sha, lanes_digest(queue))
     command = generator.argv
     if not spec.families:
-        return GeneratedLane(
-            {SERIES_NAME: b""}, manifest(inputs, {}, command=command), (), {}, {}, identity(generator, settings.root)
-        )
+        return GeneratedLane({SERIES_NAME: b""}, manifest(inputs, {}, command=command))
     lower = sub_queue(queue, (Lane.CORE, Lane.MODEL_SUPPORT))
     tip = replay(settings, repo, base, lower, console=console).patched
     with sandbox(settings, repo, tip) as box:
@@ -577,7 +572,7 @@ def generate_lane(
     shards = {n: files[n] for n in names}
     files[SERIES_NAME] = "".join(n + "\n" for n in names).encode()
     text = manifest(inputs, shards, command=command)
-    return GeneratedLane(files, text, spec.families, names, shard_files, identity(generator, settings.root))
+    return GeneratedLane(files, text, spec.families, names, shard_files)
 
 
 def _read(path: Path) -> str | None:

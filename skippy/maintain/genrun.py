@@ -270,25 +270,23 @@ def _sandbox_extras(sandbox: Sandbox) -> list[str]:
 
 def _tree_problems(tree: Repo) -> list[str]:
     """Links and submodules added to the tree (the lane carries regular files only)."""
+    kinds = {"120000": "a symlink", "160000": "a submodule"}
+    return [f"added {kinds[mode]} {path}" for path, (_status, mode) in _staged(tree).items() if mode in kinds]
+
+
+def _staged(tree: Repo) -> dict[str, tuple[str, str]]:
+    """Everything that differs from HEAD in the tree, staged (untracked files included):
+    path -> (status letter, new mode)."""
     tree.git("add", "-A")
-    raw = tree.git("diff", "--cached", "--raw", "-z", "--no-renames", "HEAD").stdout
-    fields = raw.split("\0")
-    problems: list[str] = []
-    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
-        if not meta.startswith(":"):
-            continue
-        new_mode = meta[1:].split()[1]
-        if new_mode == "120000":
-            problems.append(f"added a symlink {path}")
-        elif new_mode == "160000":
-            problems.append(f"added a submodule {path}")
-    tree.git("reset", "--quiet")
-    return problems
+    fields = tree.git("diff", "--cached", "--raw", "-z", "--no-renames", "HEAD").stdout.split("\0")
+    # --raw -z: ":<old mode> <new mode> <old id> <new id> <status>" NUL "<path>" NUL, per file
+    return {
+        path: (meta.split()[4], meta.split()[1])
+        for meta, path in zip(fields[0::2], fields[1::2], strict=False)
+        if meta.startswith(":")
+    }
 
 
 def changed_files(tree: Repo) -> dict[str, str]:
     """What differs from HEAD in the tree (untracked files included): path -> status letter."""
-    tree.git("add", "-A")
-    out = tree.git("diff", "--cached", "--name-status", "-z", "--no-renames", "HEAD").stdout
-    fields = [f for f in out.split("\0") if f]
-    return dict(zip(fields[1::2], fields[0::2], strict=False))
+    return {path: status for path, (status, _mode) in _staged(tree).items()}

@@ -103,11 +103,14 @@ class TriageReport:
 
 
 @contextlib.contextmanager
-def aside_worktree(repo: Repo, git_dir: Path, commit: str) -> Iterator[Repo]:
-    """A temporary detached worktree at ``commit``, removed afterwards whatever happens."""
-    root = wd.skippy_dir(git_dir) / "aside"
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / uuid.uuid4().hex[:8]
+def aside_worktree(repo: Repo, git_dir: Path | None, commit: str, *, path: Path | None = None) -> Iterator[Repo]:
+    """A temporary detached worktree at ``commit`` (at ``path``, else under the workdir's skippy
+    folder in ``git_dir``), removed afterwards whatever happens."""
+    if path is None:
+        assert git_dir is not None, "an aside worktree needs a place: git_dir or path"
+        root = wd.skippy_dir(git_dir) / "aside"
+        root.mkdir(parents=True, exist_ok=True)
+        path = root / uuid.uuid4().hex[:8]
     repo.git("worktree", "add", "--detach", "--quiet", str(path), commit)
     try:
         yield Repo(path, repo.env, echo=repo.echo)
