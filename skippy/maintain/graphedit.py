@@ -149,7 +149,7 @@ def parse(source: bytes) -> tree_sitter.Tree:
     return _parser().parse(source)
 
 
-def _walk(node: tree_sitter.Node, *, opaque: frozenset[str] = frozenset()) -> Iterator[tree_sitter.Node]:
+def walk(node: tree_sitter.Node, *, opaque: frozenset[str] = frozenset()) -> Iterator[tree_sitter.Node]:
     """``node`` and its descendants, in source order; below an ``opaque`` type only that node."""
     stack = [node]
     while stack:
@@ -161,14 +161,14 @@ def _walk(node: tree_sitter.Node, *, opaque: frozenset[str] = frozenset()) -> It
 
 def error_nodes(node: tree_sitter.Node) -> list[tree_sitter.Node]:
     """ERROR and MISSING nodes under ``node`` (tree-sitter's local error recovery)."""
-    return [n for n in _walk(node) if n.type == "ERROR" or n.is_missing]
+    return [n for n in walk(node) if n.type == "ERROR" or n.is_missing]
 
 
 def error_count(source: bytes) -> int:
     return len(error_nodes(parse(source).root_node))
 
 
-def _text(node: tree_sitter.Node) -> str:
+def node_text(node: tree_sitter.Node) -> str:
     return (node.text or b"").decode("utf-8", "replace")
 
 
@@ -179,17 +179,6 @@ def _line(node: tree_sitter.Node) -> int:
 def family_class_for(path: str) -> str:
     """``src/models/granite-moe.cpp`` -> ``llama_model_granite_moe`` (llama.cpp's naming)."""
     return FAMILY_PREFIX + PurePosixPath(path).stem.replace("-", "_")
-
-
-def check_model_arch(arch: str) -> None:
-    """Refuse an ``llm_arch`` that is not a model family."""
-    if arch in NOT_MODEL_ARCHS:
-        raise QueueError(
-            f"{arch} is not a model family (llama.cpp's placeholder or a quantize-only stub): "
-            "the generated lane edits family graph builders only",
-            untouched="the generated lane",
-            next_step=f"remove {arch} from the generated lane's spec",
-        )
 
 
 # --- finding builders -------------------------------------------------------------------
@@ -205,19 +194,19 @@ def _qualified_parts(node: tree_sitter.Node) -> list[str]:
             return []
         if scope.type == "template_type":
             name = scope.child_by_field_name("name")
-            parts.append(_text(name) if name is not None else "")
+            parts.append(node_text(name) if name is not None else "")
         else:
-            parts.append(_text(scope))
+            parts.append(node_text(scope))
         current = current.child_by_field_name("name")
     if current is not None and current.type == "template_type":
         current = current.child_by_field_name("name")
     if current is None:
         return []
-    parts.append(_text(current))
+    parts.append(node_text(current))
     return parts
 
 
-def _function_name(definition: tree_sitter.Node) -> tree_sitter.Node | None:
+def function_name(definition: tree_sitter.Node) -> tree_sitter.Node | None:
     declarator = definition.child_by_field_name("declarator")
     while declarator is not None and declarator.type != "function_declarator":
         declarator = declarator.child_by_field_name("declarator")
@@ -233,15 +222,15 @@ class _Builder:
 
 def _builders(root: tree_sitter.Node) -> list[_Builder]:
     found: list[_Builder] = []
-    for node in _walk(root, opaque=frozenset({"compound_statement"})):
+    for node in walk(root, opaque=frozenset({"compound_statement"})):
         if node.type != "function_definition":
             continue
-        name = _function_name(node)
+        name = function_name(node)
         if name is None or name.type != "qualified_identifier":
             continue
         parts = _qualified_parts(name)
         if len(parts) == 3 and parts[0].startswith(FAMILY_PREFIX) and parts[1:] == ["graph", "graph"]:
-            found.append(_Builder(parts[0], " ".join(_text(name).split()), node))
+            found.append(_Builder(parts[0], " ".join(node_text(name).split()), node))
     return found
 
 
@@ -254,7 +243,7 @@ def anchors_in_loops(definition: tree_sitter.Node) -> int:
     """How many ``cb(..., "l_out", il)`` statements a builder holds inside a ``for`` loop (a census,
     apart from the placement rules)."""
     count = 0
-    for node in _walk(definition):
+    for node in walk(definition):
         if _anchor_tensor(node) is None:
             continue
         parent = node.parent
@@ -274,30 +263,30 @@ def arch_classes(model_cpp: bytes, *, function: str = "llama_model_mapping") -> 
     ``case LLM_ARCH_QWEN2: return new llama_model_qwen2(params);`` (labels falling through to one
     ``return new`` all map to its class; comments and braces around the return are fine)."""
     out: dict[str, str] = {}
-    for definition in _walk(parse(model_cpp).root_node):
+    for definition in walk(parse(model_cpp).root_node):
         if definition.type != "function_definition":
             continue
-        name = _function_name(definition)
-        if name is None or _text(name).split("::")[-1] != function:
+        name = function_name(definition)
+        if name is None or node_text(name).split("::")[-1] != function:
             continue
         pending: list[str] = []
-        for case in _walk(definition):
+        for case in walk(definition):
             if case.type != "case_statement":
                 continue
             value = case.child_by_field_name("value")
             if value is not None and value.type == "identifier":
-                pending.append(_text(value))
+                pending.append(node_text(value))
             created = next(
                 (
                     node.child_by_field_name("type")
-                    for node in _walk(case, opaque=frozenset({"case_statement"}) - {case.type})
+                    for node in walk(case, opaque=frozenset({"case_statement"}) - {case.type})
                     if node.type == "new_expression"
                 ),
                 None,
             )
             if created is not None:
                 for arch in pending:
-                    out.setdefault(arch, _text(created))
+                    out.setdefault(arch, node_text(created))
                 pending = []
             elif any(child.type not in ("comment", "identifier") for child in case.named_children):
                 pending = []  # a case that does something else: no fall-through to the next class
@@ -312,11 +301,11 @@ def shared_graphs(models_h: bytes) -> dict[str, str]:
     llama_model_qwen3vl``).  Their own file has no builder; the hook placed in the other
     family's builder covers them."""
     shared: dict[str, str] = {}
-    for node in _walk(parse(models_h).root_node):
+    for node in walk(parse(models_h).root_node):
         if node.type != "struct_specifier":
             continue
         name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
-        if name is None or body is None or not _text(name).startswith(FAMILY_PREFIX):
+        if name is None or body is None or not node_text(name).startswith(FAMILY_PREFIX):
             continue
         members: list[tree_sitter.Node] = []
         for member in body.named_children:  # a template alias sits inside a template_declaration
@@ -324,16 +313,16 @@ def shared_graphs(models_h: bytes) -> dict[str, str]:
         alias = next((t for t in map(_alias_target, members) if t is not None), None)
         own = any(_declares_graph(m) for m in members)
         bases = [
-            _text(b)
+            node_text(b)
             for clause in node.named_children
             if clause.type == "base_class_clause"
             for b in clause.named_children
-            if b.type == "type_identifier" and _text(b).startswith(FAMILY_PREFIX)
+            if b.type == "type_identifier" and node_text(b).startswith(FAMILY_PREFIX)
         ]
         if alias is not None:
-            shared[_text(name)] = alias
+            shared[node_text(name)] = alias
         elif not own and bases and bases[0] != FAMILY_PREFIX + "base":
-            shared[_text(name)] = bases[0]
+            shared[node_text(name)] = bases[0]
     return shared
 
 
@@ -342,7 +331,7 @@ def _alias_target(member: tree_sitter.Node) -> str | None:
     if member.type != "alias_declaration":
         return None
     alias, target = member.child_by_field_name("name"), member.child_by_field_name("type")
-    if alias is None or target is None or _text(alias) != "graph":
+    if alias is None or target is None or node_text(alias) != "graph":
         return None
     inner = target.child_by_field_name("type") or target
     parts = _qualified_parts(inner) if inner.type == "qualified_identifier" else []
@@ -355,12 +344,12 @@ def _declares_graph(member: tree_sitter.Node) -> bool:
     """A nested ``struct graph`` (or ``graph`` alias) of the family's own."""
     if member.type == "alias_declaration":
         named = member.child_by_field_name("name")
-        return named is not None and _text(named) == "graph"
+        return named is not None and node_text(named) == "graph"
     if member.type == "field_declaration":
         member = member.child_by_field_name("type") or member
     if member.type == "struct_specifier":
         named = member.child_by_field_name("name")
-        return named is not None and _text(named) == "graph"
+        return named is not None and node_text(named) == "graph"
     return False
 
 
@@ -377,7 +366,7 @@ def _call(statement: tree_sitter.Node) -> tuple[str, list[tree_sitter.Node]] | N
     function, arguments = call.child_by_field_name("function"), call.child_by_field_name("arguments")
     if function is None or arguments is None or function.type != "identifier":
         return None
-    return _text(function), [a for a in arguments.named_children if a.type != "comment"]
+    return node_text(function), [a for a in arguments.named_children if a.type != "comment"]
 
 
 def _anchor_tensor(statement: tree_sitter.Node) -> str | None:
@@ -386,12 +375,12 @@ def _anchor_tensor(statement: tree_sitter.Node) -> str | None:
     if call is None or call[0] != "cb" or len(call[1]) != 3:
         return None
     tensor, name, layer = call[1]
-    if tensor.type != "identifier" or name.type != "string_literal" or _text(layer) != LAYER_VAR:
+    if tensor.type != "identifier" or name.type != "string_literal" or node_text(layer) != LAYER_VAR:
         return None
     content = [c for c in name.named_children if c.type == "string_content"]
-    if len(content) != 1 or _text(content[0]) != ANCHOR_NAME:
+    if len(content) != 1 or node_text(content[0]) != ANCHOR_NAME:
         return None
-    return _text(tensor)
+    return node_text(tensor)
 
 
 def _is_hook(statement: tree_sitter.Node) -> bool:
@@ -412,7 +401,7 @@ def _holds_anchor(node: tree_sitter.Node) -> bool:
     """Whether ``node`` is or holds an anchor outside nested loops and lambdas."""
     if node.type in _OPAQUE:
         return False
-    return any(_anchor_tensor(n) is not None for n in _walk(node, opaque=_OPAQUE))
+    return any(_anchor_tensor(n) is not None for n in walk(node, opaque=_OPAQUE))
 
 
 def hook_text(tensor: str) -> str:
@@ -431,12 +420,12 @@ def _is_layer_loop(node: tree_sitter.Node) -> bool:
     if init.type == "declaration":
         for declarator in init.children_by_field_name("declarator"):
             target = declarator.child_by_field_name("declarator") or declarator
-            if _text(target) == LAYER_VAR:
+            if node_text(target) == LAYER_VAR:
                 return True
         return False
     if init.type == "assignment_expression":
         left = init.child_by_field_name("left")
-        return left is not None and _text(left) == LAYER_VAR
+        return left is not None and node_text(left) == LAYER_VAR
     return False
 
 
@@ -501,7 +490,7 @@ def _after(source: bytes, statement: tree_sitter.Node, tensor: str) -> tuple[int
         following is not None
         and _is_hook(following)
         and following.start_point[0] == statement.end_point[0] + 1
-        and "".join(_text(following).split()) == "".join(text.split())
+        and "".join(node_text(following).split()) == "".join(text.split())
     )
     insert = (_newline(source) + _indent(source, statement)).decode() + text
     return statement.end_byte, insert, done
@@ -529,7 +518,7 @@ def _fallback(source: bytes, builder: str, loop: tree_sitter.Node) -> Placement:
     body = _loop_body(loop)
     if body.type != "compound_statement":
         raise _Ambiguous(loop, "the layer loop has no braced body")
-    for node in _walk(body, opaque=_OPAQUE):
+    for node in walk(body, opaque=_OPAQUE):
         if node.type == "continue_statement":
             raise _Ambiguous(node, f'no "{ANCHOR_NAME}" anchor, and a continue skips the end of the loop body')
     statements = _statements(body)
@@ -547,14 +536,14 @@ def _fallback(source: bytes, builder: str, loop: tree_sitter.Node) -> Placement:
         or expression.type != "assignment_expression"
         or left is None
         or left.type != "identifier"
-        or (operator is not None and _text(operator) != "=")
+        or (operator is not None and node_text(operator) != "=")
     ):
         raise _Ambiguous(
             last,
             f'no "{ANCHOR_NAME}" anchor, and the loop body does not end by assigning the layer output '
             "to a variable (such as inpL = cur;)",
         )
-    tensor = _text(left)
+    tensor = node_text(left)
     end = statements[-1]
     if _is_hook(end):
         prior = end.prev_named_sibling
@@ -606,7 +595,7 @@ def _check_stale(path: str, name: str, loops: list[tree_sitter.Node], placements
     """A hook call in a layer loop that is not where this rewrite puts it is a stale edit."""
     ours = {p.offset for p in placements if p.done}
     for loop in loops:
-        for node in _walk(loop, opaque=frozenset({"lambda_expression"})):
+        for node in walk(loop, opaque=frozenset({"lambda_expression"})):
             if not _is_hook(node):
                 continue
             previous = node.prev_named_sibling

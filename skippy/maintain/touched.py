@@ -32,7 +32,7 @@ pure over two readers (path -> bytes, or None when the tree has no such file);
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -46,8 +46,11 @@ from skippy.maintain.graphedit import (
     NOT_MODEL_ARCHS,
     arch_classes,
     find_builders,
+    function_name,
+    node_text,
     parse,
     shared_graphs,
+    walk,
 )
 
 #: the family files, and the files read beside them
@@ -75,20 +78,6 @@ class Touched:
 # --- the parse tree ---------------------------------------------------------------------
 
 
-def _walk(node: tree_sitter.Node, opaque: frozenset[str] = frozenset()) -> Iterator[tree_sitter.Node]:
-    """``node`` and its descendants in source order; below an ``opaque`` type only that node."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        if current is node or current.type not in opaque:
-            stack.extend(reversed(current.children))
-
-
-def _text(node: tree_sitter.Node) -> str:
-    return (node.text or b"").decode("utf-8", "replace")
-
-
 def _squash(text: str) -> str:
     return " ".join(text.split())
 
@@ -102,15 +91,8 @@ def _scope_name(node: tree_sitter.Node) -> str:
         node = scope
     if node.type == "template_type":
         name = node.child_by_field_name("name")
-        return _text(name) if name is not None else _text(node)
-    return _text(node)
-
-
-def _declared_name(definition: tree_sitter.Node) -> tree_sitter.Node | None:
-    declarator = definition.child_by_field_name("declarator")
-    while declarator is not None and declarator.type != "function_declarator":
-        declarator = declarator.child_by_field_name("declarator")
-    return None if declarator is None else declarator.child_by_field_name("declarator")
+        return node_text(name) if name is not None else node_text(node)
+    return node_text(node)
 
 
 def _function_of(node: tree_sitter.Node) -> str:
@@ -118,8 +100,8 @@ def _function_of(node: tree_sitter.Node) -> str:
     parent = node.parent
     while parent is not None and parent.type != "function_definition":
         parent = parent.parent
-    name = None if parent is None else _declared_name(parent)
-    return "file scope" if name is None else _squash(_text(name))
+    name = None if parent is None else function_name(parent)
+    return "file scope" if name is None else _squash(node_text(name))
 
 
 # --- the definitions of a family file -----------------------------------------------------
@@ -158,13 +140,13 @@ def read_family_file(source: bytes) -> FamilyFile:
     found: dict[str, Definition] = {}
     spans: list[tuple[int, int]] = []
     builders = {name for _cls, name, _line in find_builders(source)}
-    for node in _walk(root, opaque=frozenset({"compound_statement", "field_declaration_list"})):
+    for node in walk(root, opaque=frozenset({"compound_statement", "field_declaration_list"})):
         if node.type != "function_definition":
             continue
-        named = _declared_name(node)
+        named = function_name(node)
         if named is None:
             continue
-        name = _squash(_text(named))
+        name = _squash(node_text(named))
         owner = _scope_name(named) if named.type == "qualified_identifier" else None
         member = named.child_by_field_name("name") if named.type == "qualified_identifier" else None
         nested = _scope_name(member) if member is not None and member.type == "qualified_identifier" else ""
@@ -174,7 +156,7 @@ def read_family_file(source: bytes) -> FamilyFile:
         while key in found:
             n += 1
             key = f"{name}#{n}"
-        found[key] = Definition(key, owner, graph, _squash(_text(node)))
+        found[key] = Definition(key, owner, graph, _squash(node_text(node)))
         spans.append((node.start_byte, node.end_byte))
     rest, at = [], 0
     for start, end in sorted(spans):
@@ -240,20 +222,24 @@ def read_classes(models_h: bytes | None) -> Classes:
         return Classes()
     bases: dict[str, str] = {}
     graph_bases: dict[str, tuple[str, ...]] = {}
-    for node in _walk(parse(models_h).root_node, opaque=frozenset({"compound_statement"})):
+    for node in walk(parse(models_h).root_node, opaque=frozenset({"compound_statement"})):
         name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
         if node.type != "struct_specifier" or name is None or body is None:
             continue
-        family = _text(name)
+        family = node_text(name)
         if not family.startswith(FAMILY_PREFIX):
             continue
         direct = [b for b in _base_names(node) if b.startswith(FAMILY_PREFIX) and b != FAMILY_PREFIX + "base"]
         if direct:
             bases[family] = direct[0]
         used: list[str] = []
-        for inner in _walk(body, opaque=frozenset({"compound_statement"})):
+        for inner in walk(body, opaque=frozenset({"compound_statement"})):
             inner_name = inner.child_by_field_name("name")
-            if inner.type == "struct_specifier" and inner_name is not None and _text(inner_name).startswith("graph"):
+            if (
+                inner.type == "struct_specifier"
+                and inner_name is not None
+                and node_text(inner_name).startswith("graph")
+            ):
                 used += [b for b in _base_names(inner) if not b.startswith("graph") and b != family]
         if used:
             graph_bases[family] = tuple(dict.fromkeys(used))
@@ -269,7 +255,7 @@ def _arch_label(case: tree_sitter.Node) -> str | None:
         return None
     if value.type == "qualified_identifier":
         value = value.child_by_field_name("name") or value
-    label = _text(value)
+    label = node_text(value)
     return label if value.type == "identifier" and label.startswith(ARCH_PREFIX) else None
 
 
@@ -295,7 +281,7 @@ def _branches(body: tree_sitter.Node) -> dict[str, str]:
         statements = [s for s in case.named_children if s != value and s.type != "comment"]
         if not statements:
             continue
-        branches.update(dict.fromkeys(pending, _squash(" ".join(_text(s) for s in statements))))
+        branches.update(dict.fromkeys(pending, _squash(" ".join(node_text(s) for s in statements))))
         pending = []
     branches.update(dict.fromkeys(pending, ""))  # labels at the end, with no statement
     return branches
@@ -305,7 +291,7 @@ def arch_switches(source: bytes) -> dict[str, ArchSwitch]:
     """Every switch of ``source`` with ``LLM_ARCH_*`` case labels, keyed by where it is (the
     function, the switch's subject, and which of the same)."""
     found: dict[str, ArchSwitch] = {}
-    for node in _walk(parse(source).root_node):
+    for node in walk(parse(source).root_node):
         body = node.child_by_field_name("body") if node.type == "switch_statement" else None
         if body is None:
             continue
@@ -313,7 +299,7 @@ def arch_switches(source: bytes) -> dict[str, ArchSwitch]:
         if not branches:
             continue
         condition = node.child_by_field_name("condition")
-        subject = _squash(_text(condition)) if condition is not None else "()"
+        subject = _squash(node_text(condition)) if condition is not None else "()"
         where = f"{_function_of(node)} switch {subject}"
         key, n = where, 1
         while key in found:

@@ -67,6 +67,14 @@ def test_spec_problems_are_listed_together() -> None:
         assert expected in details
 
 
+@pytest.mark.parametrize("arch", ["LLM_ARCH_UNKNOWN", "LLM_ARCH_CLIP"])
+def test_entries_that_are_not_model_families_are_refused(arch: str) -> None:
+    with pytest.raises(QueueError) as info:
+        spec(f'schema = 2\n[[family]]\nname = "x"\narch = "{arch}"\n')
+    assert f"family x: {arch} is not a model family" in (info.value.details or "")
+    assert spec('schema = 2\n[[family]]\nname = "x"\narch = "LLM_ARCH_QWEN2"\n').families[0].arch == "LLM_ARCH_QWEN2"
+
+
 def test_facts_come_from_the_tree(tmp_path: Path) -> None:
     families = spec('schema = 2\n[[family]]\nname = "gemma3"\narch = "LLM_ARCH_GEMMA3"\n').families
     builders = generate.builder_files(tree(tmp_path))
