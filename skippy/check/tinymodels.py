@@ -242,46 +242,42 @@ def _llama_tensors(shape: Shape, vocab: Vocab, rng: np.random.Generator) -> list
     return out
 
 
-def _qwen2_tensors(shape: Shape, vocab: Vocab, rng: np.random.Generator) -> list[tuple[str, Array]]:
-    # tied embeddings (as Qwen2 0.5B): no output.weight, the loader duplicates token_embd
+def _tied_tensors(
+    shape: Shape, vocab: Vocab, rng: np.random.Generator, *, qkv_bias: bool, norms: Sequence[tuple[str, str]] = ()
+) -> list[tuple[str, Array]]:
+    """A tied-embedding model (no output.weight: the loader duplicates token_embd) whose layers add
+    RMS norms of ones after the attention and FFN weights: (name, "head" | "embd") each."""
     embd = _silence(_rand(rng, shape.n_vocab, shape.n_embd, scale=1.0), vocab.silent_ids())
     out = [("token_embd.weight", embd)]
     for bid in range(shape.n_layer):
-        out += _attention_ffn(shape, rng, bid, qkv_bias=True)
+        out += _attention_ffn(shape, rng, bid, qkv_bias=qkv_bias)
+        out += [
+            (f"blk.{bid}.{name}.weight", _ones(shape.head_dim if size == "head" else shape.n_embd))
+            for name, size in norms
+        ]
     out.append(("output_norm.weight", _ones(shape.n_embd)))
     return out
+
+
+def _qwen2_tensors(shape: Shape, vocab: Vocab, rng: np.random.Generator) -> list[tuple[str, Array]]:
+    # tied embeddings, as Qwen2 0.5B
+    return _tied_tensors(shape, vocab, rng, qkv_bias=True)
 
 
 def _gemma3_tensors(shape: Shape, vocab: Vocab, rng: np.random.Generator) -> list[tuple[str, Array]]:
     # tied embeddings, q/k norms and post-norms, as Gemma 3 270M
-    embd = _silence(_rand(rng, shape.n_vocab, shape.n_embd, scale=1.0), vocab.silent_ids())
-    out = [("token_embd.weight", embd)]
-    for bid in range(shape.n_layer):
-        p = f"blk.{bid}."
-        out += _attention_ffn(shape, rng, bid, qkv_bias=False)
-        out += [
-            (p + "attn_q_norm.weight", _ones(shape.head_dim)),
-            (p + "attn_k_norm.weight", _ones(shape.head_dim)),
-            (p + "post_attention_norm.weight", _ones(shape.n_embd)),
-            (p + "post_ffw_norm.weight", _ones(shape.n_embd)),
-        ]
-    out.append(("output_norm.weight", _ones(shape.n_embd)))
-    return out
+    norms = [
+        ("attn_q_norm", "head"),
+        ("attn_k_norm", "head"),
+        ("post_attention_norm", "embd"),
+        ("post_ffw_norm", "embd"),
+    ]
+    return _tied_tensors(shape, vocab, rng, qkv_bias=False, norms=norms)
 
 
 def _qwen3_tensors(shape: Shape, vocab: Vocab, rng: np.random.Generator) -> list[tuple[str, Array]]:
     # Qwen2's layout without the qkv bias, plus per-head q/k RMS norms; tied as Qwen3 0.6B
-    embd = _silence(_rand(rng, shape.n_vocab, shape.n_embd, scale=1.0), vocab.silent_ids())
-    out = [("token_embd.weight", embd)]
-    for bid in range(shape.n_layer):
-        p = f"blk.{bid}."
-        out += _attention_ffn(shape, rng, bid, qkv_bias=False)
-        out += [
-            (p + "attn_q_norm.weight", _ones(shape.head_dim)),
-            (p + "attn_k_norm.weight", _ones(shape.head_dim)),
-        ]
-    out.append(("output_norm.weight", _ones(shape.n_embd)))
-    return out
+    return _tied_tensors(shape, vocab, rng, qkv_bias=False, norms=[("attn_q_norm", "head"), ("attn_k_norm", "head")])
 
 
 def _phi3_tensors(shape: Shape, vocab: Vocab, rng: np.random.Generator) -> list[tuple[str, Array]]:
