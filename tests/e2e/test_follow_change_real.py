@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import pytest
 from skippy.check.models import DEFAULT_MODEL
 from skippy.core.settings import Settings
 from skippy.flows import follow
+from tests.e2e.copies import copy_project
 
 ROOT = Path(__file__).resolve().parents[2]
 COPY = ROOT / ".deps" / "e2e" / "follow"
@@ -66,26 +66,7 @@ def run(*argv: str) -> subprocess.CompletedProcess[str]:
 
 def make_project() -> Settings:
     """The project copy, its queue the project's own (a previous run's regenerated queue replaced)."""
-    COPY.mkdir(parents=True, exist_ok=True)
-    for name in ("queue", "pyproject.toml", "tasks.py", "noxfile.py"):
-        path = COPY / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
-    for name in ("tasks.py", "noxfile.py"):
-        shutil.copy2(ROOT / name, COPY / name)
-    shutil.copytree(ROOT / "skippy" / "llama_cpp", COPY / "queue")
-    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    cache = ROOT / ".deps" / "cache"  # shared: the archive, the model, the compiler cache
-    for old, new in {
-        'pin_file = "skippy/llama_cpp/upstream.txt"': 'pin_file = "queue/upstream.txt"',
-        'patch_dir = "skippy/llama_cpp/patches"': f'patch_dir = "queue/patches"\ncache_dir = "{cache}"',
-    }.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    (COPY / "pyproject.toml").write_text(text, encoding="utf-8")
-    return Settings.load(COPY, user_env())
+    return Settings.load(copy_project(COPY), user_env())
 
 
 def build(label: str, figures: dict[str, float]) -> tuple[dict[str, Any], str]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +29,7 @@ from skippy.check.spotcheck import spot_check
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import generate
+from tests.e2e.copies import copy_project
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUG = ROOT / ".deps" / "e2e" / "plugin"
@@ -92,26 +92,8 @@ def run(*argv: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
 
 def make_project() -> Path:
     """The project copy with the generator script and its settings; its generated lane folder."""
-    PLUG.mkdir(parents=True, exist_ok=True)
-    for name in ("queue", "tools", "pyproject.toml", "tasks.py", "noxfile.py"):
-        path = PLUG / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
-    for name in ("tasks.py", "noxfile.py"):
-        shutil.copy2(ROOT / name, PLUG / name)
-    shutil.copytree(ROOT / "skippy" / "llama_cpp", PLUG / "queue")
-    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    for old, new in {
-        'pin_file = "skippy/llama_cpp/upstream.txt"': 'pin_file = "queue/upstream.txt"',
-        'patch_dir = "skippy/llama_cpp/patches"': 'patch_dir = "queue/patches"\n'
-        f'cache_dir = "{ROOT / ".deps" / "cache"}"',
-    }.items():
-        assert old in text, old
-        text = text.replace(old, new)
-    text += '\n[tool.skippy.generated]\ncommand = ["python3", "tools/trace_families.py"]\ncompile_commands = true\n'
-    (PLUG / "pyproject.toml").write_text(text, encoding="utf-8")
+    tail = '\n[tool.skippy.generated]\ncommand = ["python3", "tools/trace_families.py"]\ncompile_commands = true\n'
+    copy_project(PLUG, pyproject_tail=tail, replace=("tools",))
     (PLUG / "tools").mkdir()
     (PLUG / "tools" / "trace_families.py").write_text(GENERATOR, encoding="utf-8")
     lane = PLUG / "queue" / "patches" / "generated"
