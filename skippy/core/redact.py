@@ -89,3 +89,21 @@ def excerpt(text: str, limit: int = EXCERPT_LIMIT) -> str:
     shown = "".join(words)
     quoted = repr(shown[:limit])
     return f"{quoted[:-1]}...{quoted[-1]}" if len(shown) > limit else quoted
+
+
+_PLAIN_NAME: Final = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
+
+
+def name_excerpt(name: str) -> str:
+    """A name read from a file (a series entry, a TOML key) as a message shows it: a plain
+    name as it is, anything else as a short :func:`excerpt`."""
+    return name if _PLAIN_NAME.match(name) else excerpt(name)
+
+
+def value_excerpt(value: object) -> str:
+    """A value read from a file as a message shows it: a string quoted as :func:`excerpt` cuts
+    and masks it, anything else as its ``repr`` (cut and masked the same way when it is long)."""
+    if isinstance(value, str):
+        return excerpt(value)
+    text = repr(value)
+    return text if len(text) <= EXCERPT_LIMIT and excerpt(text) == repr(text) else excerpt(text)

@@ -62,6 +62,7 @@ from skippy.core.errors import QueueError
 from skippy.core.files import write_bytes_atomic
 from skippy.core.git import Repo
 from skippy.core.paths import NotSmallFile, enclosing_project, read_small_bytes
+from skippy.core.redact import excerpt, name_excerpt, value_excerpt
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import cscan, graphedit
@@ -180,11 +181,13 @@ def _spec_settings(table: Mapping[str, Any], problems: list[str]) -> None:
         )
     unknown = sorted(set(table) - _SPEC_KEYS - {"output_dir"})
     if unknown:
-        problems.append(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_SPEC_KEYS))})")
+        problems.append(
+            f"unknown key(s) {', '.join(map(name_excerpt, unknown))} (known: {', '.join(sorted(_SPEC_KEYS))})"
+        )
     schema = table.get("schema")
     if schema != SCHEMA:
         was = " (schema 1 was the registration-file generator)" if schema == 1 else ""
-        problems.append(f"schema {schema!r} is not supported: write schema = {SCHEMA}{was}")
+        problems.append(f"schema {value_excerpt(schema)} is not supported: write schema = {SCHEMA}{was}")
 
 
 def _spec_families(table: Mapping[str, Any], problems: list[str]) -> list[Family]:
@@ -209,7 +212,7 @@ def _spec_family(index: int, item: object, earlier: Sequence[Family], problems: 
         return None
     extra = sorted(set(item) - _FAMILY_KEYS)
     if extra:
-        problems.append(f"family {index}: unknown key(s) {', '.join(extra)}")
+        problems.append(f"family {index}: unknown key(s) {', '.join(map(name_excerpt, extra))}")
     name, arch = item.get("name"), item.get("arch")
     problem = _identity_problem(index, name, arch, earlier)
     if problem is not None:
@@ -225,9 +228,9 @@ def _spec_family(index: int, item: object, earlier: Sequence[Family], problems: 
 def _identity_problem(index: int, name: object, arch: object, earlier: Sequence[Family]) -> str | None:
     """What is wrong with a family's name and arch (None: nothing)."""
     if not isinstance(name, str) or not _NAME.match(name):
-        return f"family {index}: name {name!r} must match [a-z0-9][a-z0-9_-]*"
+        return f"family {index}: name {value_excerpt(name)} must match [a-z0-9][a-z0-9_-]*"
     if not isinstance(arch, str) or not _ARCH.match(arch):
-        return f"family {name}: arch {arch!r} must look like LLM_ARCH_GEMMA3"
+        return f"family {name}: arch {value_excerpt(arch)} must look like LLM_ARCH_GEMMA3"
     if arch in graphedit.NOT_MODEL_ARCHS:
         return f"family {name}: {arch} is not a model family (it has no graph builder)"
     if any(f.name == name for f in earlier):
@@ -239,11 +242,11 @@ def _identity_problem(index: int, name: object, arch: object, earlier: Sequence[
 
 def _spec_paths(name: str, raw: object, problems: list[str]) -> tuple[str, ...] | None:
     if not isinstance(raw, list) or not all(isinstance(p, str) and p for p in raw):
-        problems.append(f"family {name}: paths must be a list of tree-relative globs, got {raw!r}")
+        problems.append(f"family {name}: paths must be a list of tree-relative globs, got {value_excerpt(raw)}")
         return None
     bad = [p for p in raw if p.startswith("/") or ".." in p.split("/") or "\\" in p or p.startswith(".git")]
     if bad:
-        problems.append(f"family {name}: paths {', '.join(map(repr, bad))} must be relative paths inside the tree")
+        problems.append(f"family {name}: paths {', '.join(map(excerpt, bad))} must be relative paths inside the tree")
         return None
     return tuple(raw)
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from skippy.core import proc
 from skippy.core.errors import CommandError, QueueError, SettingsError
 from skippy.core.git import Repo
+from skippy.core.redact import value_excerpt
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 
@@ -89,13 +90,15 @@ def generator_from_settings(settings: Settings) -> Generator:
     if isinstance(command, str):
         command = [command]
     if not isinstance(command, list) or not all(isinstance(a, str) and a for a in command):
-        raise _settings_error(f"{where} command must be a list of non-empty strings (argv), got {command!r}")
+        raise _settings_error(
+            f"{where} command must be a list of non-empty strings (argv), got {value_excerpt(command)}"
+        )
     timeout = table.get("timeout", 600.0)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 1 <= timeout <= 86400:
-        raise _settings_error(f"{where} timeout must be seconds between 1 and 86400, got {timeout!r}")
+        raise _settings_error(f"{where} timeout must be seconds between 1 and 86400, got {value_excerpt(timeout)}")
     wants = table.get("compile_commands", False)
     if not isinstance(wants, bool):
-        raise _settings_error(f"{where} compile_commands must be true or false, got {wants!r}")
+        raise _settings_error(f"{where} compile_commands must be true or false, got {value_excerpt(wants)}")
     if wants and not command:
         raise _settings_error(f"{where} compile_commands is for a generator command (the built-in reads no build)")
     return Generator(tuple(command), float(timeout), wants)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from skippy.core.errors import QueueError
 from skippy.core.paths import NotSmallFile, enclosing_project, read_small_bytes
-from skippy.core.redact import excerpt
+from skippy.core.redact import excerpt, name_excerpt
 from skippy.queue.patchpaths import paths_outside_the_tree
 
 DIGEST_SCHEMA = b"skippy-queue-v1\n"
@@ -45,7 +45,6 @@ SERIES_LIMIT = 1024 * 1024
 #: the largest patch file read
 PATCH_LIMIT = 64 * 1024 * 1024
 #: a series entry shown as it is (longer or odder ones are quoted as a short excerpt)
-_PLAIN_ENTRY = re.compile(r"^[A-Za-z0-9._+-]{1,64}$")
 #: housekeeping files tolerated anywhere in the patch dir (and README, README.md ...)
 HOUSEKEEPING: frozenset[str] = frozenset({".gitkeep", ".gitignore", ".gitattributes", ".DS_Store"})
 #: files the project itself keeps in a lane folder besides the patches and ``series``
@@ -202,11 +201,6 @@ def queue_file_bytes(path: Path, limit: int = PATCH_LIMIT, *, inside: Path | Non
         return None
 
 
-def _shown(entry: str) -> str:
-    """A series entry as messages show it: a plain file name as it is, anything else as a short excerpt."""
-    return entry if _PLAIN_ENTRY.match(entry) else excerpt(entry)
-
-
 def _load_core(patch_dir: Path, violations: list[Violation], container: Path) -> list[Patch]:
     files = sorted(p for p in patch_dir.iterdir() if p.name.endswith(".patch"))
     patches: list[Patch] = []
@@ -307,7 +301,10 @@ def _read_series(
         if problem is None:
             listed[entry] = lineno
             if entry not in on_disk:
-                problem = f"{_shown(entry)} does not exist in {lane.folder}/", "add the patch file or remove the line"
+                problem = (
+                    f"{name_excerpt(entry)} does not exist in {lane.folder}/",
+                    "add the patch file or remove the line",
+                )
         if problem is not None:
             violations.append(Violation(lane, series, lineno, *problem))
         else:
@@ -325,7 +322,7 @@ def _series_entry_problem(lane: Lane, entry: str, listed: dict[str, int]) -> tup
     if " " in entry or "\t" in entry:
         return f"entry {excerpt(entry)} carries options or spaces", "one patch file name per line, no quilt options"
     if entry in listed:
-        return f"{_shown(entry)} is listed again (first on line {listed[entry]})", "remove the duplicate line"
+        return f"{name_excerpt(entry)} is listed again (first on line {listed[entry]})", "remove the duplicate line"
     return None
 
 
@@ -345,7 +342,7 @@ def _series_patches(
                     lane,
                     series,
                     lineno,
-                    f"{_shown(entry)} is not named NNNN-subject.patch",
+                    f"{name_excerpt(entry)} is not named NNNN-subject.patch",
                     "rename the patch with its position in the series",
                 )
             )

@@ -67,6 +67,18 @@ def test_spec_problems_are_listed_together() -> None:
         assert expected in details
 
 
+def test_values_of_the_spec_are_quoted_as_short_masked_excerpts() -> None:
+    with pytest.raises(QueueError) as info:
+        spec(
+            'schema = 2\n[[family]]\nname = "a"\narch = "HF_TOKEN=s3cr3tvalue' + "z" * 500 + '"\n'
+            '[[family]]\nname = "b"\narch = "LLM_ARCH_B"\npaths = ["/etc/' + "p" * 500 + '"]\n'
+        )
+    details = info.value.details or ""
+    assert "family a: arch 'HF_TOKEN=***" in details and "s3cr3tvalue" not in details
+    assert "family b: paths '/etc/ppp" in details
+    assert "z" * 100 not in details and "p" * 100 not in details
+
+
 @pytest.mark.parametrize("arch", ["LLM_ARCH_UNKNOWN", "LLM_ARCH_CLIP"])
 def test_entries_that_are_not_model_families_are_refused(arch: str) -> None:
     with pytest.raises(QueueError) as info:

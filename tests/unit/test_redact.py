@@ -61,3 +61,18 @@ def test_errors_and_json_reports_are_masked_where_they_are_rendered() -> None:
         "upstream": "https://***@github.com/org/llama.cpp.git",
         "nested": {"urls": ["https://***@github.com/org/llama.cpp.git"]},
     }
+
+
+def test_names_and_values_read_from_a_file_are_shown_short_and_masked() -> None:
+    from skippy.core.redact import EXCERPT_LIMIT, name_excerpt, value_excerpt
+
+    assert name_excerpt("0001-core-fix.patch") == "0001-core-fix.patch"
+    long_name = "x" * 200
+    assert name_excerpt(long_name).endswith("...'") and len(name_excerpt(long_name)) <= EXCERPT_LIMIT + 5
+    assert value_excerpt("gemma3") == "'gemma3'"
+    assert value_excerpt(1) == "1"
+    assert value_excerpt(["a"]) == "['a']"
+    secret = value_excerpt("API_TOKEN=hunter2hunter2")
+    assert "hunter2" not in secret and "API_TOKEN=" in secret
+    listed = value_excerpt(["GITHUB_TOKEN=abcdef123456", "y" * 300])
+    assert "abcdef123456" not in listed and len(listed) <= EXCERPT_LIMIT + 5
