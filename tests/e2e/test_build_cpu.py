@@ -18,6 +18,7 @@ import pytest
 
 from skippy.build.builder import BuildReport, read_stamp
 from skippy.build.configure import parse_cmake_cache
+from skippy.check.report import SpotCheckReport
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -71,7 +72,14 @@ def test_build_cpu_builds_and_spot_checks_the_pinned_tree(
     text = stream.getvalue()
     block = text[text.index("build-cpu: every proof made holds") :]
     assert "✓ fingerprint    agrees with the CPU reference (largest difference " in block
-    assert re.search(r"✓ RPC +\d+/\d+ layers offloaded; model buffers on RPC0.* \(difference \d\.\d{3}\)", block)
+    spot = outcome.spot
+    assert isinstance(spot, SpotCheckReport)
+    assert not spot.results[0].model.startswith("tiny:"), "the default model comes first"
+    # a proof over several models (the default one, then the followed families' tiny ones) names each
+    first = re.escape(f"{spot.results[0].model}: ") if len(spot.results) > 1 else ""
+    assert re.search(
+        rf"✓ RPC +{first}\d+/\d+ layers offloaded; model buffers on RPC0.* \(difference \d\.\d{{3}}\)", block
+    )
     assert "✓ artifact gate  llama-server contains its backend" in block
     server = project.relative(report.binaries["llama-server"])
     assert f"run: {server} --model {project.relative(default_model)} --port 8080" in block
