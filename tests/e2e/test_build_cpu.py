@@ -71,7 +71,9 @@ def test_build_cpu_builds_and_spot_checks_the_pinned_tree(
     ]
     text = stream.getvalue()
     block = text[text.index("build-cpu: every proof made holds") :]
-    assert "✓ fingerprint    agrees with the CPU reference (largest difference " in block
+    # the names are padded to the longest one shown (the followed families' lines make it longer)
+    width = max(len(p.name) for p in ending.proofs)
+    assert f"✓ {'fingerprint'.ljust(width)}  agrees with the CPU reference (largest difference " in block
     spot = outcome.spot
     assert isinstance(spot, SpotCheckReport)
     assert not spot.results[0].model.startswith("tiny:"), "the default model comes first"
@@ -80,7 +82,7 @@ def test_build_cpu_builds_and_spot_checks_the_pinned_tree(
     assert re.search(
         rf"✓ RPC +{first}\d+/\d+ layers offloaded; model buffers on RPC0.* \(difference \d\.\d{{3}}\)", block
     )
-    assert "✓ artifact gate  llama-server contains its backend" in block
+    assert f"✓ {'artifact gate'.ljust(width)}  llama-server contains its backend" in block
     server = project.relative(report.binaries["llama-server"])
     assert f"run: {server} --model {project.relative(default_model)} --port 8080" in block
     assert default_model.is_file()
