@@ -234,14 +234,16 @@ def run_summary(settings: Settings, old: str, new: str, *, console: Console) -> 
             untouched="everything",
             next_step="summarize OLD..NEW where OLD is an upstream ancestor of NEW",
         )
-    return summarize(
-        repo,
-        old_base,
-        new_at.base,
-        load_queue(settings.patch_dir),
-        upstream_url=settings.upstream_url,
-        backend_areas=upstream_areas(),
-    )
+    with owned_scratch(settings.cache_dir / "tmp", "summary-") as tmp:
+        return summarize(
+            repo,
+            old_base,
+            new_at.base,
+            load_queue(settings.patch_dir),
+            upstream_url=settings.upstream_url,
+            backend_areas=upstream_areas(),
+            scratch=tmp,
+        )
 
 
 def _in_history(at: Resolved) -> bool:
@@ -432,9 +434,16 @@ def pin_bump(
             outcomes[backend] = build(backend, settings, console, prepare_new)
     with console.step("parity audit against the new upstream"):
         parity = parity_fn(settings, console, repo, new_base, new_pin)
-    summary = summarize(
-        repo, old_base, new_base, queue, upstream_url=settings.upstream_url, backend_areas=upstream_areas()
-    )
+    with owned_scratch(settings.cache_dir / "tmp", "summary-") as tmp:
+        summary = summarize(
+            repo,
+            old_base,
+            new_base,
+            queue,
+            upstream_url=settings.upstream_url,
+            backend_areas=upstream_areas(),
+            scratch=tmp,
+        )
     numerics = _numerics(settings, outcomes.get(reference_backend()), write=not dry_run)
     written = False
     if not dry_run:

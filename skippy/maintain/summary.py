@@ -1,7 +1,9 @@
 """``invoke summary OLD NEW``: what upstream changed between two commits, as pull-request Markdown.
 
 Sections: the commit list (with links when the upstream is on GitHub), the
-diffstat, counts per area, and the bump risk: the files the queue touches
+diffstat, counts per area, "review these": the functions, types and tables each
+patch changes that upstream changed too, and what upstream did there
+(:mod:`skippy.maintain.churn`), and the bump risk: the files the queue touches
 crossed with the files upstream changed (which patches are exposed, by which
 upstream commits).
 """
@@ -12,9 +14,11 @@ import fnmatch
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from skippy.core.git import Repo
+from skippy.maintain.churn import ChurnMap, churn_map
 from skippy.queue.imports import TRAILER_DIGEST, TRAILER_UPSTREAM, parse_trailers, upstream_of
 from skippy.queue.mail import label_of
 from skippy.queue.model import Queue
@@ -71,6 +75,8 @@ class Summary:
     #: why the commit list (and the counts per area) are not given, when they are not: a side
     #: known here only from its source archive has no upstream history
     no_history: str | None = None
+    #: the map by function (None when it was not asked for)
+    churn: ChurnMap | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +93,7 @@ class Summary:
                 {"patch": e.patch, "files": list(e.files), "commits": [c.sha for c in e.commits]}
                 for e in self.exposures
             ],
+            "churn": self.churn.as_dict() if self.churn else None,
         }
 
     def _link(self, sha: str) -> str:
@@ -113,7 +120,9 @@ class Summary:
             out += ["### Commits per area", "", "| area | commits |", "| --- | ---: |"]
             out += [f"| {area} | {n} |" for area, n in self.areas.items()]
             out.append("")
-        out += ["### Bump risk", ""]
+        if self.churn is not None:
+            out += [*self.churn.markdown(self._link), ""]
+        out += ["### Bump risk (by file)", ""]
         if not self.exposures:
             out.append("No file the queue touches changed upstream.")
         for e in self.exposures:
@@ -138,6 +147,7 @@ def summarize(
     upstream_url: str,
     top: int = 15,
     backend_areas: Mapping[str, tuple[str, ...]] | None = None,
+    scratch: Path | None = None,
 ) -> Summary:
     """The summary of ``old..new`` (local commits; ``old`` an ancestor of ``new``, unless one of them is
     the import of a source archive: then there is no history between them, and the summary gives the
@@ -146,7 +156,8 @@ def summarize(
     The summary names the upstream SHAs the commits stand for (an import's ``Upstream-Commit``), and
     its commit list holds upstream commits only: never the queue's own (``Skippy-Patch`` trailer) nor
     an archive import.  ``backend_areas`` are the backends' own areas (from the build's registry),
-    counted after the runtime's and GGUF's."""
+    counted after the runtime's and GGUF's.  With ``scratch`` (a private directory for a temporary
+    index), the summary holds the map by function too (:func:`skippy.maintain.churn.churn_map`)."""
     old_up, new_up = upstream_of(repo, old), upstream_of(repo, new)
     no_history = None
     if old_up is not None or new_up is not None:
@@ -176,6 +187,7 @@ def summarize(
         if files:
             by = tuple(c for c in commits if set(c.paths) & set(files))
             exposures.append(Exposure(patch.label, files, by))
+    churn = None if scratch is None else churn_map(repo, queue, old, new, scratch=scratch, history=not no_history)
     return Summary(
         old=old_up or old,
         new=new_up or new,
@@ -186,6 +198,7 @@ def summarize(
         exposures=tuple(exposures),
         link_base=github_base(upstream_url),
         no_history=no_history,
+        churn=churn,
     )
 
 
