@@ -236,22 +236,18 @@ def changes(old: Entity, new: Entity) -> tuple[str, ...]:
         did.append("signature changed")
     if old.body != new.body:
         before, after = Counter(old.statements), Counter(new.statements)
-        common = before & after
-        if _in_order(old.statements, common) != _in_order(new.statements, common):
+        if _out_of_order(old.statements, new.statements, sum((before & after).values())):
             did.append("statements reordered")
         if before != after or not did or (not old.statements and not new.statements):
             did.append("body edited")
     return tuple(dict.fromkeys(did))
 
 
-def _in_order(statements: Sequence[str], common: Counter[str]) -> list[str]:
-    left = Counter(common)
-    out: list[str] = []
-    for s in statements:
-        if left[s] > 0:
-            left[s] -= 1
-            out.append(s)
-    return out
+def _out_of_order(old: Sequence[str], new: Sequence[str], common: int) -> bool:
+    """Whether statements both versions hold run in another order: the longest run of them kept in
+    order (difflib's matching blocks) is shorter than all of them."""
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    return sum(block.size for block in matcher.get_matching_blocks()) < common
 
 
 def changed_entities(old: Mapping[str, Entity], new: Mapping[str, Entity]) -> dict[str, str]:
