@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skippy.cli.options import (
     BisectOptions,
@@ -24,6 +24,9 @@ from skippy.cli.options import (
 from skippy.cli.run import Report, entry, load
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+
+if TYPE_CHECKING:
+    from skippy.maintain.summary import Summary
 
 __all__ = ["load"]
 
@@ -111,6 +114,7 @@ def pin_bump(options: PinBumpOptions, settings: Settings, console: Console) -> R
     texts = []
     if report.summary is not None:
         texts.append(report.summary.markdown())
+        _annotate_churn(report.summary, settings, console)
     if report.numerics:
         texts.append("\n" + report.numerics_markdown())
         console.summary(report.numerics_markdown())
@@ -124,7 +128,14 @@ def summary(options: SummaryOptions, settings: Settings, console: Console) -> Re
 
     found = run_summary(settings, options.old, options.new, console=console)
     console.summary(found.markdown())
+    _annotate_churn(found, settings, console)
     return Report(found.as_dict(), text=found.markdown())
+
+
+def _annotate_churn(found: Summary, settings: Settings, console: Console) -> None:
+    """The most exposed patches, on their hunks, in GitHub Actions' view of the run."""
+    for annotation in found.churn.annotations(settings.relative) if found.churn else ():
+        console.annotate(annotation)
 
 
 def bisect(options: BisectOptions, settings: Settings, console: Console) -> Report:

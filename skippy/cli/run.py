@@ -80,6 +80,8 @@ def failed(exc: SkippyError, console: Console, *, as_json: bool) -> Ran:
         report["proofs"] = ending.as_dict()["proofs"]
     if as_json:
         print_json(report)
+    for annotation in exc.annotations:
+        console.annotate(annotation)
     console.error(exc.render())
     return Ran(exc.exit_code, report=report)
 

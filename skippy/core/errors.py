@@ -6,6 +6,7 @@ to run.  Each subclass carries its own exit code so scripts can tell them apart.
 
 from __future__ import annotations
 
+from skippy.core.annotations import Annotation
 from skippy.core.redact import redact_urls
 
 
@@ -14,6 +15,8 @@ class SkippyError(Exception):
 
     exit_code: int = 1
     title: str = "skippy failed"
+    #: findings on the files they are about (a conflicting patch ...), shown in GitHub Actions
+    annotations: tuple[Annotation, ...] = ()
 
     def __init__(
         self,

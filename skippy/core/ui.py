@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, NoReturn, TextIO
 
+from skippy.core.annotations import Annotation
 from skippy.core.errors import SettingsError
 from skippy.core.redact import redact_urls
 
@@ -105,6 +106,12 @@ class Console:
         self.said.add(message)
         prefix = "::warning::" if self.github else "warning: "
         self._print(prefix + redact_urls(message))
+
+    def annotate(self, annotation: Annotation) -> None:
+        """A finding on a file's line in GitHub Actions' view of the run (nothing elsewhere: the
+        command's report says it)."""
+        if self.github:
+            self._print(redact_urls(annotation.render()))
 
     def error(self, message: str) -> None:
         message = redact_urls(message)

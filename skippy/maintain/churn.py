@@ -32,7 +32,7 @@ from __future__ import annotations
 import difflib
 import shutil
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path, PurePosixPath
@@ -40,6 +40,7 @@ from typing import Any, Final
 
 import tree_sitter
 
+from skippy.core.annotations import Annotation, patch_line
 from skippy.core.git import Repo
 from skippy.maintain.graphedit import function_name, node_text, parse, walk
 from skippy.queue.imports import TRAILER_DIGEST, TRAILER_UPSTREAM, parse_trailers, upstream_of
@@ -50,6 +51,8 @@ from skippy.queue.model import Queue
 CPP_SUFFIXES: Final[frozenset[str]] = frozenset(
     {".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".hxx", ".inc", ".cu", ".cuh", ".metal", ".mm", ".m"}
 )
+#: the exposure from which a patch is annotated in CI (one silent change, or two edits)
+HIGH_EXPOSURE: Final[int] = 2
 #: what an upstream commit can do to an entity, the ones that break behaviour without a conflict first
 SILENT: Final[tuple[str, ...]] = ("statements reordered", "signature changed", "renamed", "moved", "deleted")
 #: how alike two bodies must be (difflib's ratio over their tokens) to call a vanished entity renamed
@@ -114,6 +117,10 @@ class Entity:
     kind: str  # "function" | "type" | "enum" | "table"
     line: int
     node: tree_sitter.Node = field(repr=False, compare=False)
+
+    @property
+    def end(self) -> int:
+        return self.node.end_point[0] + 1
 
     @cached_property
     def head(self) -> tuple[str, ...]:
@@ -294,7 +301,8 @@ class EntityChurn:
     file: str
     name: str
     kind: str
-    line: int  # in the patch's postimage
+    line: int  # in the patch's postimage (its preimage, for an entity the patch deletes)
+    end: int
     patch_did: str  # what the patch does to it
     commits: tuple[Touch, ...] = ()
 
@@ -304,6 +312,7 @@ class EntityChurn:
             "name": self.name,
             "kind": self.kind,
             "line": self.line,
+            "end_line": self.end,
             "patch_did": self.patch_did,
             "upstream": [{"sha": t.sha, "subject": t.subject, "did": list(t.did)} for t in self.commits],
         }
@@ -354,6 +363,31 @@ class ChurnMap:
             "review": [p.patch for p in self.review],
             "patches": [p.as_dict() for p in self.patches],
         }
+
+    def annotations(self, relative: Callable[[Path], str]) -> list[Annotation]:
+        """One warning per patch of exposure :data:`HIGH_EXPOSURE` or more, on the hunk of its most
+        exposed entity (``relative``: a patch file's path as the repository names it)."""
+        out: list[Annotation] = []
+        for p in self.review:
+            if p.exposure < HIGH_EXPOSURE:
+                continue
+            top = max(p.exposed, key=lambda e: sum(2 if t.silent else 1 for t in e.commits))
+            try:
+                data = p.path.read_bytes()
+            except OSError:
+                data = b""
+            did = "; ".join(
+                f"{e.name}: " + ", ".join(f"{t.sha[:12]} {'/'.join(t.did)}" for t in e.commits) for e in p.exposed
+            )
+            out.append(
+                Annotation(
+                    relative(p.path),
+                    patch_line(data, top.file, top.line, top.end),
+                    f"review: upstream changed what this patch changes (exposure {p.exposure})",
+                    did,
+                )
+            )
+        return out
 
     def markdown(self, link: Any = None) -> list[str]:
         """The "review these" section (``link``: sha -> Markdown, as the summary shows commits)."""
@@ -544,7 +578,7 @@ def churn_map(repo: Repo, queue: Queue, old: str, new: str, *, scratch: Path, hi
         for path in paths:
             for name, how in changed_entities(pre[path], post[path]).items():
                 entity = post[path].get(name) or pre[path][name]
-                row = EntityChurn(path, name, entity.kind, entity.line, how)
+                row = EntityChurn(path, name, entity.kind, entity.line, entity.end, how)
                 follow = _Tracked(path, name)
                 if name in pre[path]:
                     tracked.append(follow)
@@ -561,7 +595,7 @@ def churn_map(repo: Repo, queue: Queue, old: str, new: str, *, scratch: Path, hi
         _follow(files, tracked, commit)
     patches: list[tuple[int, PatchChurn]] = []
     for n, churn, rows in per_patch:
-        ents = tuple(EntityChurn(r.file, r.name, r.kind, r.line, r.patch_did, tuple(t.touches)) for r, t in rows)
+        ents = tuple(EntityChurn(r.file, r.name, r.kind, r.line, r.end, r.patch_did, tuple(t.touches)) for r, t in rows)
         patches.append((n, PatchChurn(churn.patch, churn.path, ents, churn.unknown)))
     patches.sort(key=lambda item: (-item[1].exposure, item[0]))
     return ChurnMap(old, new, tuple(p for _n, p in patches), len(line) if history else None)

@@ -8,6 +8,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from skippy.core.annotations import Annotation, patch_line
 from skippy.core.errors import ConflictError
 from skippy.core.git import AM_ARGS, AM_ENV, Repo
 from skippy.queue import workdir as wd
@@ -57,13 +58,18 @@ def failed_lane(
         where = f" (conflicts in {', '.join(conflicts)})"
     elif failed_here:
         where = f" (git could not apply it to {', '.join(failed_here)}; no conflict markers)"
-    return ConflictError(
+    error = ConflictError(
         f"{name} does not apply" + (f": {failed.subject}" if failed and failed.subject else "") + where,
         details=without_am_hints(output),
         untouched=f"{run.rel(run.workdir)} was left as it was before this run; no stamp was written",
         next_step="refresh that patch against the new upstream (edit it, or carry the fix on a branch and "
         "run `invoke regenerate`), then re-run `invoke prepare`",
     )
+    if failed is not None:
+        files = conflicts or failed_here
+        line = patch_line(failed.data, files[0]) if files else None
+        error.annotations = (Annotation(run.rel(failed.path), line, "does not apply", error.what, level="error"),)
+    return error
 
 
 def apply_aside(run: Run, queue: Queue, repo: Repo, git_dir: Path, base: str) -> str:

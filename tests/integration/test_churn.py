@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from skippy.cli.app import summary_main
 from skippy.core.git import Repo
 from skippy.core.ui import Console
 from skippy.flows.pinbump import run_summary
@@ -154,3 +155,26 @@ def test_a_move_between_files_and_a_deletion(project: Project, tmp_path: Path) -
         "f": [(moved, ("moved to src/b.cpp",)), (edited, ("signature changed",))],
         "g": [(deleted, ("deleted",))],
     }
+
+
+def test_in_github_actions_the_exposed_patch_is_annotated_on_its_hunk(
+    moved: tuple[Project, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    project, shas = moved
+    env = {**project.env, "GITHUB_ACTIONS": "true"}
+    assert summary_main(env, root=project.root, old=shas["pin"], new=shas["docs"]) == 0
+    err = capsys.readouterr().err
+    annotations = [line for line in err.splitlines() if line.startswith("::warning file=")]
+    # both patches reach HIGH_EXPOSURE (5, and 2: one silent reorder), the most exposed first
+    assert [a.split(",", 1)[0] for a in annotations] == [
+        "::warning file=queue/patches/0001-core-trace-the-loader.patch",
+        "::warning file=queue/patches/model_support/0001-family-x-done.patch",
+    ]
+    line = annotations[0]
+    number = int(line.split("line=", 1)[1].split(",", 1)[0])
+    patch = (project.patches / "0001-core-trace-the-loader.patch").read_text(encoding="utf-8").splitlines()
+    assert patch[number - 1].startswith("@@ "), "on a hunk header of the patch"
+    assert "llama_loader::check_magic: " + shas["rename"][:12] in line
+    # outside GitHub Actions, no workflow command is printed
+    assert summary_main(project.env, root=project.root, old=shas["pin"], new=shas["docs"]) == 0
+    assert "::warning" not in capsys.readouterr().err

@@ -286,3 +286,20 @@ def test_cli_triage_and_session_flags(project: Project) -> None:
     assert on_ci.returncode == ConflictError.exit_code
     assert wd.in_progress(project.workdir / ".git") is None
     assert "invoke prepare --continue" not in on_ci.stderr
+
+
+def test_in_github_actions_the_conflicting_patch_is_annotated(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from skippy.cli.app import prepare_main
+
+    session_queue(project)
+    env = {**project.env, "CI": "true", "GITHUB_ACTIONS": "true"}
+    assert prepare_main(env, root=project.root, latest=True) == ConflictError.exit_code
+    err = capsys.readouterr().err
+    (annotation,) = [line for line in err.splitlines() if line.startswith("::error file=")]
+    assert annotation.startswith("::error file=queue/patches/0002-core-line-5.patch,line=")
+    number = int(annotation.split("line=", 1)[1].split(",", 1)[0])
+    patch = (project.patches / "0002-core-line-5.patch").read_text(encoding="utf-8").splitlines()
+    assert patch[number - 1] == "diff --git a/src/llama-model.cpp b/src/llama-model.cpp"
+    assert "core/0002-core-line-5.patch does not apply" in annotation
