@@ -65,7 +65,7 @@ from skippy.core.paths import NotSmallFile, enclosing_project, read_small_bytes
 from skippy.core.redact import excerpt, name_excerpt, value_excerpt
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain import cscan, graphedit
+from skippy.maintain import cppscan, graphedit
 from skippy.maintain.genrun import (
     UNTOUCHED,
     Generator,
@@ -264,7 +264,7 @@ def arch_facts(
 ) -> dict[str, ArchFacts]:
     """What the tree says about each family's arch; QueueError naming unknown arches.
     ``builders``: model class -> (file, builder class) (:func:`builder_files`)."""
-    names = cscan.arch_names(arch_cpp or "")
+    names = cppscan.arch_names(arch_cpp or "")
     classes = graphedit.arch_classes((model_cpp or "").encode())
     facts: dict[str, ArchFacts] = {}
     unknown: list[str] = []

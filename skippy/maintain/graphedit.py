@@ -184,7 +184,7 @@ def family_class_for(path: str) -> str:
 # --- finding builders -------------------------------------------------------------------
 
 
-def _qualified_parts(node: tree_sitter.Node) -> list[str]:
+def qualified_parts(node: tree_sitter.Node) -> list[str]:
     """``a::graph<iswa>::graph`` -> ``["a", "graph", "graph"]`` (template arguments dropped)."""
     parts: list[str] = []
     current: tree_sitter.Node | None = node
@@ -228,7 +228,7 @@ def _builders(root: tree_sitter.Node) -> list[_Builder]:
         name = function_name(node)
         if name is None or name.type != "qualified_identifier":
             continue
-        parts = _qualified_parts(name)
+        parts = qualified_parts(name)
         if len(parts) == 3 and parts[0].startswith(FAMILY_PREFIX) and parts[1:] == ["graph", "graph"]:
             found.append(_Builder(parts[0], " ".join(node_text(name).split()), node))
     return found
@@ -334,7 +334,7 @@ def _alias_target(member: tree_sitter.Node) -> str | None:
     if alias is None or target is None or node_text(alias) != "graph":
         return None
     inner = target.child_by_field_name("type") or target
-    parts = _qualified_parts(inner) if inner.type == "qualified_identifier" else []
+    parts = qualified_parts(inner) if inner.type == "qualified_identifier" else []
     if len(parts) == 2 and parts[1] == "graph" and parts[0].startswith(FAMILY_PREFIX):
         return parts[0]
     return None

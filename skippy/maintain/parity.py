@@ -31,7 +31,7 @@ from skippy.core.errors import QueueError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain import cscan
+from skippy.maintain import cppscan
 from skippy.maintain.parity_config import (
     DEFAULT_ALLOWLIST,
     DEFAULT_FILES,
@@ -86,7 +86,7 @@ class Summary:
     per_file: Mapping[str, tuple[int, int, int, int]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, scans: Mapping[str, cscan.FileScan]) -> Summary:
+    def of(cls, scans: Mapping[str, cppscan.FileScan]) -> Summary:
         per = {
             p: (len(s.switches), s.case_count, len(s.tables), s.entry_count)
             for p, s in sorted(scans.items())
@@ -272,17 +272,17 @@ class ParityReport:
 # --------------------------------------------------------------------------- scanning trees
 
 
-def scan_commit(repo: Repo, commit: str, config: ParityConfig) -> dict[str, cscan.FileScan]:
-    scans: dict[str, cscan.FileScan] = {}
+def scan_commit(repo: Repo, commit: str, config: ParityConfig) -> dict[str, cppscan.FileScan]:
+    scans: dict[str, cppscan.FileScan] = {}
     for path in tracked_files(repo, commit):
         if config.matches(path):
             text = read_text(repo, commit, path)
             if text is not None:
-                scans[path] = cscan.scan(path, text)
+                scans[path] = cppscan.scan(path, text)
     return scans
 
 
-def merged_counts(scans: Iterable[cscan.FileScan]) -> dict[Key, Counter[str]]:
+def merged_counts(scans: Iterable[cppscan.FileScan]) -> dict[Key, Counter[str]]:
     out: dict[Key, Counter[str]] = {}
     for scan in scans:
         for key, counter in scan.counts().items():
@@ -491,7 +491,7 @@ def audit(
                 continue
             before = state.get(path)
             text = read_text(repo, commit, path)
-            after = cscan.scan(path, text) if text is not None else None
+            after = cppscan.scan(path, text) if text is not None else None
             old = before.counts() if before else {}
             new = after.counts() if after else {}
             for key, counter in old.items():

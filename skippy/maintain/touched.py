@@ -25,7 +25,7 @@ by themselves: the default model covers them.  A family is named by its arch's G
 families.
 
 The parser is graphedit's (tree-sitter-cpp); nothing here matches C++ with regular expressions
-(the arch names come from :func:`skippy.maintain.cscan.arch_names`).  :func:`families_touched` is
+(the arch names come from :func:`skippy.maintain.cppscan.arch_names`).  :func:`families_touched` is
 pure over two readers (path -> bytes, or None when the tree has no such file);
 :func:`touched_between` and :func:`touched_in_work_tree` read them with git.
 """
@@ -40,7 +40,7 @@ from typing import Final
 import tree_sitter
 
 from skippy.core.git import Repo
-from skippy.maintain.cscan import ARCH_PREFIX, arch_names
+from skippy.maintain.cppscan import ARCH_PREFIX, arch_names
 from skippy.maintain.graphedit import (
     FAMILY_PREFIX,
     NOT_MODEL_ARCHS,

@@ -1,4 +1,4 @@
-"""The C++ arch scanner and the pure parts of the parity audit (no git)."""
+"""The C++ arch scanner (tree-sitter) and the pure parts of the parity audit (no git)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from skippy.core.errors import QueueError
-from skippy.maintain import cscan
+from skippy.maintain import cppscan
 from skippy.maintain.parity import Allowed, compare, glob_match, load_allowlist, parse_hunks
 
 OLD_STYLE = r"""
@@ -79,7 +79,7 @@ int llama_helper(llm_arch a) {
 
 
 def test_old_style_sources_are_scanned_per_function() -> None:
-    scan = cscan.scan("src/llama-model.cpp", OLD_STYLE)
+    scan = cppscan.scan("src/llama-model.cpp", OLD_STYLE)
     got = [(s.function, s.subject, s.cases) for s in scan.switches]
     assert got == [
         ("llama_model::load_hparams", "arch", ("LLM_ARCH_LLAMA", "LLM_ARCH_DECI", "LLM_ARCH_GROK")),
@@ -134,51 +134,128 @@ llama_rope_type llama_model_rope_type(const llama_model * model) {
 
 
 def test_unbalanced_preprocessor_branches_keep_the_braces_paired() -> None:
-    scan = cscan.scan("src/llama-model.cpp", PREPROCESSED)
+    scan = cppscan.scan("src/llama-model.cpp", PREPROCESSED)
     got = [(s.function, s.cases) for s in scan.switches]
     # the three `{` openers of the first #if group count once; balanced alternates count in full
     assert got == [
         ("llama_model::n_swa_layers", ("LLM_ARCH_GEMMA3", "LLM_ARCH_QWEN2", "LLM_ARCH_LLAMA")),
         ("llama_model_rope_type", ("LLM_ARCH_GEMMA3",)),
     ]
-    masked = cscan.mask(PREPROCESSED)
-    assert len(masked) == len(PREPROCESSED) and masked.count("\n") == PREPROCESSED.count("\n")
-    assert "if (true)" not in masked and "if (hparams.swa_type" in masked
+    lines = PREPROCESSED.splitlines()
+    assert [s.line for s in scan.switches] == [
+        lines.index("        switch (arch) {") + 1,
+        lines.index("    switch (model->arch) {") + 1,
+    ]
 
 
-def test_mask_keeps_offsets_and_lines() -> None:
-    text = "a = \"x{y}\"; // }\n/* { */ b = '{';\n#define Z {\\\n }\nc = 1'000;\n"
-    masked = cscan.mask(text)
-    assert len(masked) == len(text)
-    assert masked.count("\n") == text.count("\n")
-    assert "{" not in masked and "}" not in masked
-    assert "c = 1'000;" in masked
+def test_only_the_first_branch_of_an_unbalanced_group_counts() -> None:
+    text = """\
+int llama_model::n_gpu_layers(llm_arch arch) const {
+    switch (arch) {
+#if defined(GGML_USE_METAL)
+        case LLM_ARCH_GEMMA3: {
+#else
+        case LLM_ARCH_QWEN2: {
+#endif
+            return 1;
+        }
+        case LLM_ARCH_LLAMA: return 2;
+        default: return 0;
+    }
+}
+
+int llama_model::n_after() const {
+    switch (arch) { case LLM_ARCH_PHI2: return 1; default: return 0; }
+}
+"""
+    scan = cppscan.scan("src/llama-model.cpp", text)
+    assert [(s.function, s.cases) for s in scan.switches] == [
+        ("llama_model::n_gpu_layers", ("LLM_ARCH_GEMMA3", "LLM_ARCH_LLAMA")),
+        ("llama_model::n_after", ("LLM_ARCH_PHI2",)),
+    ]
+    assert [s.line for s in scan.switches] == [2, 16]
+
+
+def test_comments_literals_and_macros_hold_no_structure() -> None:
+    text = (
+        'const char * a = "x{y} case LLM_ARCH_FAKE:"; // }\n'
+        "/* { */ char b = '{';\n"
+        "#define Z {\\\n }\n"
+        "int c = 1'000;\n"
+        "int pick(llm_arch arch) {\n"
+        "    switch (arch) { case LLM_ARCH_LLAMA: return 1; default: return 0; }\n"
+        "}\n"
+        "static const std::set<llm_arch> SET = { LLM_ARCH_GEMMA2 /* , LLM_ARCH_FAKE */ };\n"
+    )
+    scan = cppscan.scan("src/x.cpp", text)
+    assert [(s.function, s.line, s.cases) for s in scan.switches] == [("pick", 7, ("LLM_ARCH_LLAMA",))]
+    assert [(t.name, t.line, t.entries) for t in scan.tables] == [("SET", 9, ("LLM_ARCH_GEMMA2",))]
+
+
+SWITCH = "switch (arch) { case LLM_ARCH_LLAMA: return 1; default: return 0; }"
 
 
 @pytest.mark.parametrize(
-    ("header", "kind", "name"),
+    ("source", "function"),
     [
-        ("llama_rope_type llama_model_rope_type(const llama_model * model)", "function", "llama_model_rope_type"),
-        ("std::string LLM_KV::operator()(llm_kv kv) const", "function", "LLM_KV::operator()"),
+        (f"llama_rope_type llama_model_rope_type(const llama_model * model) {{ {SWITCH} }}", "llama_model_rope_type"),
+        (f"std::string LLM_KV::operator()(llm_kv kv) const {{ {SWITCH} }}", "LLM_KV::operator()"),
         (
-            "llm_build_x::llm_build_x(const llama_model & m) : llm_graph_context(p), a(1)",
-            "function",
+            f"llm_build_x::llm_build_x(const llama_model & m) : llm_graph_context(p), a(1) {{ {SWITCH} }}",
             "llm_build_x::llm_build_x",
         ),
-        ("auto fn = [&](int il) -> ggml_tensor *", "block", ""),
-        ("if (x && f(y))", "block", ""),
-        ("} else if (x)", "block", ""),
-        ("switch (model->arch)", "switch", "model->arch"),
-        ("case LLM_ARCH_X: switch (hparams.n_layer)", "switch", "hparams.n_layer"),
-        ("static const std::map<llm_arch, const char *> LLM_ARCH_NAMES =", "table", "LLM_ARCH_NAMES"),
-        ("struct llama_model_gemma3 : public llama_model_base", "class", "llama_model_gemma3"),
-        ("namespace skippy", "namespace", "skippy"),
-        ("case LLM_ARCH_X:", "block", ""),
-        ("return", "init", ""),
+        (
+            f"template <bool iswa> void llama_model_x::graph<iswa>::build() {{ {SWITCH} }}",
+            "llama_model_x::graph::build",
+        ),
+        (f"void g() {{ auto fn = [&](int il) -> ggml_tensor * {{ {SWITCH} }}; }}", "g"),
+        (f"void h() {{ if (x && f(y)) {{ {SWITCH} }} else if (z) {{ }} }}", "h"),
+        (
+            f"struct llama_model_gemma3 : public llama_model_base {{ void load() {{ {SWITCH} }} }};",
+            "llama_model_gemma3::load",
+        ),
+        (f"namespace skippy {{ int f() {{ {SWITCH} }} }}", "f"),
+        (f"static auto pick = [](llm_arch arch) {{ {SWITCH} }};", "<file scope>"),
     ],
 )
-def test_classify_headers(header: str, kind: str, name: str) -> None:
-    assert cscan.classify(header, in_parens=False, parent=None) == (kind, name)
+def test_a_switch_is_named_after_its_function(source: str, function: str) -> None:
+    (switch,) = cppscan.scan("src/x.cpp", source).switches
+    assert (switch.function, switch.subject, switch.cases) == (function, "arch", ("LLM_ARCH_LLAMA",))
+
+
+def test_switch_subjects_and_nested_switches() -> None:
+    text = (
+        "void f(const llama_model * model) {\n"
+        "    switch (model->arch) {\n"
+        "        case LLM_ARCH_X: switch (hparams.n_layer) { case 22: break; default: break; } break;\n"
+        "        case llm_arch::LLM_ARCH_Y: break;\n"
+        "    }\n"
+        "}\n"
+    )
+    (switch,) = cppscan.scan("src/x.cpp", text).switches
+    assert (switch.subject, switch.cases, switch.line) == ("model->arch", ("LLM_ARCH_X", "LLM_ARCH_Y"), 2)
+
+
+@pytest.mark.parametrize(
+    ("source", "tables"),
+    [
+        (
+            'static const std::map<llm_arch, const char *> LLM_ARCH_NAMES = {\n    { LLM_ARCH_LLAMA, "llama" },\n};',
+            [("LLM_ARCH_NAMES", ("LLM_ARCH_LLAMA",))],
+        ),
+        ("const std::set<llm_arch> ARCHES[] = { LLM_ARCH_A, LLM_ARCH_B };", [("ARCHES", ("LLM_ARCH_A", "LLM_ARCH_B"))]),
+        ("void f() { static const std::set<llm_arch> ARCHES = { LLM_ARCH_A }; }", [("f::ARCHES", ("LLM_ARCH_A",))]),
+        ("void f() { self.archs = { LLM_ARCH_A }; }", [("f::archs", ("LLM_ARCH_A",))]),
+        ("struct s { std::vector<llm_arch> archs = { LLM_ARCH_A }; };", [("archs", ("LLM_ARCH_A",))]),
+        ("std::map<int, std::vector<int>> m = { { 1, { LLM_ARCH_A } } };", [("m", ("LLM_ARCH_A",))]),
+        ("std::vector<int> v = { 1, 2 };", []),
+        ("std::vector<int> f() { return { LLM_ARCH_A }; }", []),
+        ("void f() { g({ LLM_ARCH_A }); }", []),
+        ("enum llm_arch { LLM_ARCH_A, LLM_ARCH_B };", []),
+    ],
+)
+def test_tables_keyed_by_arch(source: str, tables: list[tuple[str, tuple[str, ...]]]) -> None:
+    assert [(t.name, t.entries) for t in cppscan.scan("src/x.cpp", source).tables] == tables
 
 
 def test_real_style_switches_in_arch_helpers() -> None:
@@ -187,13 +264,23 @@ def test_real_style_switches_in_arch_helpers() -> None:
         "        case LLM_ARCH_JAMBA:\n        case LLM_ARCH_FALCON_H1: return true;\n"
         "        default: return false;\n    }\n}\n"
     )
-    (switch,) = cscan.scan("src/llama-arch.cpp", text).switches
+    (switch,) = cppscan.scan("src/llama-arch.cpp", text).switches
     assert (switch.function, switch.cases) == ("llm_arch_is_hybrid", ("LLM_ARCH_JAMBA", "LLM_ARCH_FALCON_H1"))
 
 
+def test_a_file_without_arch_names_has_nothing() -> None:
+    scan = cppscan.scan("src/x.cpp", "int f(int a) { switch (a) { case 1: return 2; } return 0; }")
+    assert (scan.switches, scan.tables, scan.case_count, scan.entry_count) == ((), (), 0, 0)
+
+
 def test_arch_names() -> None:
-    text = 'static const std::map<llm_arch, const char *> LLM_ARCH_NAMES = {\n    { LLM_ARCH_LLAMA, "llama" },\n};'
-    assert cscan.arch_names(text) == {"LLM_ARCH_LLAMA": "llama"}
+    text = (
+        "static const std::map<llm_arch, const char *> LLM_ARCH_NAMES = {\n"
+        '    { LLM_ARCH_LLAMA, "llama" },\n    { LLM_ARCH_GEMMA3 /* new */, "gemma3" },\n'
+        '    // { LLM_ARCH_OLD, "old" },\n};\n'
+        'static const char * NOT_ONE[] = { "a", "b" };\n'
+    )
+    assert cppscan.arch_names(text) == {"LLM_ARCH_LLAMA": "llama", "LLM_ARCH_GEMMA3": "gemma3"}
 
 
 @pytest.mark.parametrize(
