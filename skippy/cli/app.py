@@ -110,6 +110,8 @@ def pin_bump(options: PinBumpOptions, settings: Settings, console: Console) -> R
         newest_compatible=options.newest_compatible,
         offline=options.offline,
         upstream_tests=not options.no_upstream_tests,
+        drop=options.drop,
+        keep=options.keep,
     )
     texts = []
     if report.summary is not None:
@@ -140,8 +142,11 @@ def _annotate_churn(found: Summary, settings: Settings, console: Console) -> Non
 
 def bisect(options: BisectOptions, settings: Settings, console: Console) -> Report:
     from skippy.flows.pinbump import run_bisect
+    from skippy.queue.model import load_queue
 
     report = run_bisect(settings, to=options.to or None, console=console)
+    for annotation in report.annotations(load_queue(settings.patch_dir).patches, settings.relative):
+        console.annotate(annotation)
     return Report(report.as_dict(), text=report.render())
 
 

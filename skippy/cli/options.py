@@ -449,6 +449,18 @@ class PinBumpOptions(Common):
     no_upstream_tests: Annotated[
         bool, flag("skip upstream's tests on the CPU build (by default a test the queue breaks keeps the pin)")
     ] = False
+    drop: Annotated[
+        tuple[str, ...],
+        repeated(
+            "remove this patch from the queue before the bump (one upstream already carries; repeatable; "
+            "its file stays in the project's git history)",
+            "PATCH",
+        ),
+    ] = ()
+    keep: Annotated[
+        tuple[str, ...],
+        repeated("keep this patch although upstream seems to carry it already (repeatable)", "PATCH"),
+    ] = ()
 
 
 @dataclass(frozen=True)

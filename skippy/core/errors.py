@@ -156,6 +156,20 @@ class UpstreamTestsFailed(SkippyError):
         return data
 
 
+class CarriedUpstream(SkippyError):
+    """A pin move whose target already carries patches of the queue (drop candidates), found
+    before any conflict."""
+
+    exit_code = 16
+    #: the drop candidates (skippy.maintain.carried.Carried), each with its ``as_dict``
+    carried: tuple[object, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        data = super().as_dict()
+        data["drop_candidates"] = [as_dict() for c in self.carried if callable(as_dict := getattr(c, "as_dict", None))]
+        return data
+
+
 class Interrupted(SkippyError):
     """Ctrl-C (SIGINT): the shell's exit code for it."""
 

@@ -5,28 +5,35 @@ which the whole queue still applies, and for each patch that fails at the
 target the first upstream commit that breaks it.  Commits are tested in a
 temporary index (``git apply --cached --3way``): nothing is checked out.
 
-``pin-bump`` prepares the target, builds and spot-checks it, runs the parity
-audit, then writes the new pin atomically and prints the summary.
+``pin-bump`` first looks for patches the target already carries (drop
+candidates, :mod:`skippy.maintain.carried`): one it finds stops the bump before
+any conflict, naming ``--drop`` and ``--keep``.  It then prepares the target,
+builds and spot-checks it, runs the parity audit, writes the new pin atomically
+and prints the summary, with the map by function (:mod:`skippy.maintain.churn`).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from skippy.build.backends import reference_backend, upstream_areas
-from skippy.core.errors import ConflictError, SettingsError, SkippyError
+from skippy.core.annotations import Annotation, patch_line
+from skippy.core.errors import CarriedUpstream, ConflictError, SettingsError, SkippyError
 from skippy.core.files import write_text_atomic
 from skippy.core.git import Repo
 from skippy.core.paths import NotSmallFile, read_small_text
 from skippy.core.settings import PIN_FILE_LIMIT, Settings
 from skippy.core.ui import Console
+from skippy.maintain.carried import Carried, carried_patches
 from skippy.maintain.summary import Summary, summarize
 from skippy.queue import workdir as wd
+from skippy.queue.drop import drop_patches, find_patches
 from skippy.queue.imports import upstream_of
 from skippy.queue.model import Patch, Queue, load_queue
 from skippy.queue.prepare import prepare, resolve_target
@@ -82,6 +89,8 @@ class BisectReport:
     newest_compatible: str
     newest_compatible_subject: str
     breakers: tuple[Breaker, ...] = field(default=())
+    #: patches the target already carries, all or some of their hunks (drop candidates)
+    carried: tuple[Carried, ...] = field(default=())
 
     @property
     def target_applies(self) -> bool:
@@ -100,6 +109,7 @@ class BisectReport:
                 {"patch": b.patch, "subject": b.subject, "commit": b.commit, "commit_subject": b.commit_subject}
                 for b in self.breakers
             ],
+            "drop_candidates": [c.as_dict() for c in self.carried],
         }
 
     def render(self) -> str:
@@ -111,7 +121,37 @@ class BisectReport:
         for b in self.breakers:
             where = f"{b.commit[:12]} {b.commit_subject}" if b.commit else "(no single commit found)"
             lines.append(f"  {b.patch} first breaks at {where}")
+        if self.carried:
+            lines.append(f"drop candidates (upstream already carries them, at {self.target[:12]}):")
+            lines += [f"  {c.describe()}" for c in self.carried]
         return "\n".join(lines)
+
+    def annotations(self, patches: Sequence[Patch], relative: Callable[[Path], str]) -> list[Annotation]:
+        """The breakers (errors) and the drop candidates (warnings), on their patch files."""
+        by_label = {p.label: p for p in patches}
+        out: list[Annotation] = []
+        for b in self.breakers:
+            if b.patch in by_label:
+                where = f"{b.commit[:12]} {b.commit_subject}" if b.commit else "the target"
+                out.append(
+                    _on_patch(by_label[b.patch], relative, "does not apply", f"first breaks at {where}", "error")
+                )
+        out += [carried_annotation(c, by_label.get(c.patch), relative) for c in self.carried]
+        return out
+
+
+def _on_patch(patch: Patch, relative: Callable[[Path], str], title: str, message: str, level: str) -> Annotation:
+    """An annotation on ``patch``'s first file diff."""
+    first = re.search(rb"^diff --git a/.* b/(.*)$", patch.data, re.M)
+    path = first.group(1).decode("utf-8", "replace") if first else ""
+    return Annotation(relative(patch.path), patch_line(patch.data, path) if first else None, title, message, level)
+
+
+def carried_annotation(carried: Carried, patch: Patch | None, relative: Callable[[Path], str]) -> Annotation:
+    title = "drop candidate: upstream already carries it"
+    if patch is None:
+        return Annotation(relative(carried.path), None, title, carried.describe())
+    return _on_patch(patch, relative, title, carried.describe(), "warning")
 
 
 def _first_parent_range(repo: Repo, pin: str, target: str) -> list[str]:
@@ -166,6 +206,8 @@ def bisect_queue(repo: Repo, queue: Queue, pin: str, target: str, *, scratch: Pa
 
     last = len(line) - 1
     lo = last if whole(last) else _last_holding(0, last, whole)
+    (scratch / "carried").mkdir(exist_ok=True)
+    carried = carried_patches(repo, queue, pin, target, scratch=scratch / "carried")
     breakers: list[Breaker] = []
     at_target = applier.verdicts(line[-1], patches)
     for index, (patch, ok) in enumerate(zip(patches, at_target, strict=True)):
@@ -181,6 +223,7 @@ def bisect_queue(repo: Repo, queue: Queue, pin: str, target: str, *, scratch: Pa
         newest_compatible=line[lo],
         newest_compatible_subject=_subject(repo, line[lo]),
         breakers=tuple(breakers),
+        carried=carried,
     )
 
 
@@ -268,6 +311,8 @@ class BumpReport:
     #: the CPU build's fingerprints against the committed reference: per model, the prompts whose
     #: greedy answer changed between the old and the new pin, and whether the reference was rewritten
     numerics: tuple[dict[str, Any], ...] = ()
+    #: the patches ``--drop`` took out of the queue
+    dropped: tuple[str, ...] = ()
 
     def numerics_markdown(self) -> str:
         if not self.numerics:
@@ -294,6 +339,7 @@ class BumpReport:
             "parity": self.parity,
             "notes": list(self.notes),
             "numerics": list(self.numerics),
+            "dropped": list(self.dropped),
         }
 
 
@@ -381,8 +427,13 @@ def pin_bump(
     upstream_tests: bool = True,
     build_fn: BuildFn | None = None,
     parity_fn: ParityFn = _default_parity,
+    drop: Sequence[str] = (),
+    keep: Sequence[str] = (),
 ) -> BumpReport:
     """Move the pin to ``sha`` (default: upstream master); see the module docstring.
+
+    ``drop``: patches taken out of the queue first (put back, byte for byte, when the bump fails
+    or is a dry run).  ``keep``: drop candidates kept on purpose (the bump goes on; a note says so).
 
     Offline (``offline``, or an upstream that does not answer), a target mapped to a source archive
     comes from it, as prepare does; what needs upstream history degrades with a note: the
@@ -392,6 +443,67 @@ def pin_bump(
 
     ``upstream_tests``: the reference backend's build also runs upstream's tests, and a test the
     queue breaks (traced to its patch) leaves the pin where it was."""
+    queue = load_queue(settings.patch_dir)
+    keeping = find_patches(queue, keep, flag="--keep")
+    dropping = find_patches(queue, drop, flag="--drop")
+    if set(keeping) & set(dropping):
+        both = ", ".join(p.label for p in keeping if p in dropping)
+        raise SettingsError(
+            f"--drop and --keep both name {both}",
+            untouched="everything: the pin and the queue",
+            next_step="name each patch in one of --drop and --keep, then re-run `invoke pin-bump`",
+        )
+    dropped = drop_patches(dropping) if dropping else None
+    if dropped is not None:
+        console.info(f"dropped from the queue: {', '.join(dropped.labels)}")
+    try:
+        report = _bump(
+            settings,
+            sha=sha,
+            console=console,
+            backends=backends,
+            dry_run=dry_run,
+            allow_non_descendant=allow_non_descendant,
+            newest_compatible=newest_compatible,
+            offline=offline,
+            upstream_tests=upstream_tests,
+            build_fn=build_fn,
+            parity_fn=parity_fn,
+            keep=frozenset(p.label for p in keeping),
+        )
+    except BaseException:
+        if dropped is not None:
+            dropped.restore()
+            console.info(f"the bump did not finish: put back in the queue: {', '.join(dropped.labels)}")
+        raise
+    if dropped is None:
+        return report
+    if dry_run:
+        dropped.restore()
+        return replace(report, notes=(*report.notes, f"dry run: put back in the queue: {', '.join(dropped.labels)}"))
+    files = ", ".join(settings.relative(p.path) for p in dropped.patches)
+    return replace(
+        report,
+        dropped=dropped.labels,
+        notes=(*report.notes, f"dropped {', '.join(dropped.labels)} (commit the removal; git restores {files})"),
+    )
+
+
+def _bump(
+    settings: Settings,
+    *,
+    sha: str | None,
+    console: Console,
+    backends: Sequence[str] | None,
+    dry_run: bool,
+    allow_non_descendant: bool,
+    newest_compatible: bool,
+    offline: bool,
+    upstream_tests: bool,
+    build_fn: BuildFn | None,
+    parity_fn: ParityFn,
+    keep: frozenset[str],
+) -> BumpReport:
     backends = tuple(backends or (reference_backend(),))
     build = build_fn or functools.partial(_default_build, upstream_tests=upstream_tests)
     if offline and not sha:
@@ -420,6 +532,17 @@ def pin_bump(
         console.warn(notes[-1])
     elif not repo.is_ancestor(old_base, new_base) and not allow_non_descendant:
         raise _not_forward(settings, repo, (old_pin, old_base), (new_pin, new_base))
+    notes += _drop_candidates(
+        settings,
+        console,
+        repo,
+        queue,
+        (old_base, new_base),
+        new_pin=new_pin,
+        keep=keep,
+        dry_run=dry_run,
+        history=history,
+    )
     target = Target.at(new_pin)
     prepared = _prepare_or_bisect(
         settings, repo, queue, target, bases=(old_base, new_base), console=console, offline=offline
@@ -463,6 +586,57 @@ def pin_bump(
         notes=tuple(notes),
         numerics=report_numerics,
     )
+
+
+def _drop_candidates(
+    settings: Settings,
+    console: Console,
+    repo: Repo,
+    queue: Queue,
+    bases: tuple[str, str],
+    *,
+    new_pin: str,
+    keep: frozenset[str],
+    dry_run: bool,
+    history: bool,
+) -> list[str]:
+    """Stop on the patches upstream already carries at the target (but those in ``keep``); the notes."""
+    old_base, new_base = bases
+    if not history or not repo.is_ancestor(old_base, new_base):
+        return ["drop candidates were not looked for: there is no upstream history from the pin to the target"]
+    with (
+        console.step(f"patches upstream already carries at {new_pin[:12]}"),
+        owned_scratch(settings.cache_dir / "tmp", "carried-") as tmp,
+    ):
+        carried = carried_patches(repo, queue, old_base, new_base, scratch=tmp)
+    stopping = tuple(c for c in carried if c.patch not in keep)
+    if stopping:
+        raise _carried_error(settings, queue, stopping, new_pin, dry_run=dry_run)
+    return [f"kept on purpose (--keep): {c.describe()}" for c in carried]
+
+
+def _carried_error(
+    settings: Settings, queue: Queue, carried: Sequence[Carried], new_pin: str, *, dry_run: bool
+) -> CarriedUpstream:
+    labels = [c.patch for c in carried]
+    again = f"invoke pin-bump --sha {new_pin}" + (" --dry-run" if dry_run else "")
+    drops = " ".join(f"--drop {c.patch}" for c in carried if c.how != "partly")
+    keeps = " ".join(f"--keep {c.patch}" for c in carried)
+    steps = [f"`{again} {drops}` (drop what upstream carries whole)"] if drops else []
+    partly = [c.patch for c in carried if c.how == "partly"]
+    if partly:
+        steps.append(f"refresh {', '.join(partly)} to the hunks upstream lacks (upstream has the others), or drop it")
+    steps.append(f"keep them: `{again} {keeps}`")
+    error = CarriedUpstream(
+        f"upstream {new_pin[:12]} already carries {len(carried)} patch(es) of the queue: {', '.join(labels)}",
+        details="\n".join(c.describe() for c in carried),
+        untouched="the pin and the queue: nothing was prepared, built or written",
+        next_step="; or ".join(steps),
+    )
+    error.carried = tuple(carried)
+    by_label = {p.label: p for p in queue.patches}
+    error.annotations = tuple(carried_annotation(c, by_label.get(c.patch), settings.relative) for c in carried)
+    return error
 
 
 def _archive_only(old: Resolved, new: Resolved) -> str:

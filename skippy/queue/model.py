@@ -38,7 +38,7 @@ from skippy.core.redact import excerpt, name_excerpt
 from skippy.queue.patchpaths import paths_outside_the_tree
 
 DIGEST_SCHEMA = b"skippy-queue-v1\n"
-_NUMBERED = re.compile(r"^(?P<num>\d{4})-(?P<slug>[^/\\]+)\.patch$")
+NUMBERED = re.compile(r"^(?P<num>\d{4})-(?P<slug>[^/\\]+)\.patch$")
 _HEADER_LIMIT = 64 * 1024
 #: the largest series file read (a line per patch)
 SERIES_LIMIT = 1024 * 1024
@@ -206,7 +206,7 @@ def _load_core(patch_dir: Path, violations: list[Violation], container: Path) ->
     patches: list[Patch] = []
     seen: dict[int, Path] = {}
     for path in files:
-        match = _NUMBERED.match(path.name)
+        match = NUMBERED.match(path.name)
         if not path.is_file():
             violations.append(Violation(Lane.CORE, path, None, "is not a regular file", "replace it with a patch file"))
             continue
@@ -335,7 +335,7 @@ def _series_patches(
     numbered: list[tuple[int, Path, int | None]] = []
     for lineno, entry in entries:
         path = folder / entry
-        match = _NUMBERED.match(entry)
+        match = NUMBERED.match(entry)
         if match is None:
             violations.append(
                 Violation(
