@@ -4,13 +4,17 @@ already contains its change, told before any conflict is met.
 Three findings, tried in this order for each patch (a patch with none is not listed):
 
 * ``patch-id``: the patch's ``git patch-id --stable`` equals that of an upstream commit of
-  ``OLD..NEW`` (upstream took it as it is).  The upstream side is computed once, in one
-  ``git log -p | git patch-id`` pass over the commits that touch a file the queue touches; merges,
-  the queue's own commits (``Skippy-Patch`` trailer) and this repository's imports of source
-  archives are left out, as :mod:`skippy.maintain.summary` leaves them out of its commit list.
-  When several commits match, the oldest is named.  A later revert is not looked for.
-* ``applied``: the change is in ``NEW`` although the patch's context differs there.  A patch (or
-  one of its hunks) is *carried* by a tree when it does not apply to it as it is, and either
+  ``OLD..NEW`` (upstream took it as it is).  The upstream side is computed once: one
+  ``git log -p`` of the commits whose files all belong to the queue's (a commit touching another
+  file cannot have a patch's patch-id), diffed with the queue's export options, and one
+  ``git patch-id`` run over it; merges, the queue's own commits (``Skippy-Patch`` trailer) and
+  this repository's imports of source archives are left out, as :mod:`skippy.maintain.summary`
+  leaves them out of its commit list.  Both sides reach ``git patch-id`` as UTF-8 text (a byte
+  that is not becomes U+FFFD on both).  When several commits match, the oldest is named; a later
+  revert is not looked for.
+* ``applied``: the change is in ``NEW``, though not as a commit of its own (upstream took it
+  inside a larger commit, or with other lines around it).  A patch (or one of its hunks) is
+  *carried* by a tree when it does not apply to it as it is, and either
   ``git apply --reverse --check`` succeeds (its postimage is there verbatim) or
   ``git apply --3way`` succeeds and leaves the tree as it was (upstream made the same change,
   with different lines around it).  The two answer different cases: the reverse check needs the
@@ -52,7 +56,6 @@ from skippy.core.git import Repo, config_args
 from skippy.queue.imports import TRAILER_DIGEST, TRAILER_UPSTREAM, parse_trailers, upstream_of
 from skippy.queue.mail import label_of
 from skippy.queue.model import Patch, Queue
-from skippy.queue.triage import touched_paths
 
 #: the diff of an upstream commit shaped as the queue's exports are (``skippy.queue.replay``'s
 #: ``EXPORT_ARGS`` and the ``diff.*`` keys of its ``EXPORT_CONFIG``), so that equal changes hash equal
@@ -108,7 +111,7 @@ class Carried:
         if self.how == "patch-id":
             return f"{self.patch}: {who} carries it (same patch-id)"
         if self.how == "applied":
-            return f"{self.patch}: {who} carries it (its change is there, with different lines around it)"
+            return f"{self.patch}: {who} carries its change (not as the same patch-id)"
         return f"{self.patch}: {who} carries {self.hunks_carried} of its {self.hunks} hunks"
 
 
@@ -199,58 +202,74 @@ def _hunk_end(lines: Sequence[bytes], start: int) -> int:
 class _Commit:
     sha: str
     subject: str
+    paths: frozenset[str]
 
 
-def _queue_paths(patches: Sequence[Patch]) -> list[str] | None:
-    """Every file the queue touches, or None when a name is quoted (then no path limits the log)."""
+def _queue_paths(patches: Sequence[Patch]) -> frozenset[str] | None:
+    """Every file the queue touches (both names of a rename), or None when a name is quoted."""
     paths: set[str] = set()
     for patch in patches:
-        if b'\ndiff --git "' in patch.data:
-            return None
-        paths.update(touched_paths(patch))
-    return sorted(paths)
+        for line in patch.data.splitlines():
+            if line.startswith(b"diff --git "):
+                a_side, sep, b_side = line.decode("utf-8", errors="replace")[len("diff --git ") :].partition(" b/")
+                if not (sep and a_side.startswith("a/")):
+                    return None
+                paths.update((a_side[2:], b_side))
+    return frozenset(paths)
 
 
-def _upstream_commits(repo: Repo, old: str, new: str, paths: Sequence[str] | None) -> dict[str, _Commit]:
-    """The non-merge commits of ``old..new`` touching ``paths``, less the queue's own and this
-    repository's archive imports (the filter of :mod:`skippy.maintain.summary`'s commit list)."""
-    limit = ["--", *paths] if paths is not None else []
+def _upstream_commits(repo: Repo, old: str, new: str, paths: frozenset[str] | None) -> list[_Commit]:
+    """The non-merge commits of ``old..new`` (touching ``paths``, when given), newest first, less the
+    queue's own and this repository's archive imports (as :mod:`skippy.maintain.summary` lists them)."""
+    limit = ["--full-diff", "--", *sorted(paths)] if paths is not None else []
     log = repo.git(
-        "log", "--no-merges", "--format=%x01%H%x00%s%x00%B%x02", f"{old}..{new}", *limit, env=_LITERAL
+        "-c",
+        "core.quotePath=false",
+        "log",
+        "--no-merges",
+        "--no-renames",
+        "--name-only",
+        "--format=%x01%H%x00%s%x00%B%x02",
+        f"{old}..{new}",
+        *limit,
+        env=_LITERAL,
+        what="git log",
     ).stdout
-    commits: dict[str, _Commit] = {}
+    commits: list[_Commit] = []
     for chunk in log.split("\x01")[1:]:
         sha, _, rest = chunk.partition("\0")
         subject, _, rest = rest.partition("\0")
-        body = rest.partition("\x02")[0]
+        body, _, names = rest.partition("\x02")
         if label_of(body) is not None:
             continue
         trailers = parse_trailers(body)
         if TRAILER_UPSTREAM in trailers and TRAILER_DIGEST in trailers and upstream_of(repo, sha) is not None:
             continue
-        commits[sha] = _Commit(sha, subject)
+        commits.append(_Commit(sha, subject, frozenset(n for n in names.splitlines() if n)))
     return commits
 
 
 def _upstream_patch_ids(repo: Repo, old: str, new: str, patches: Sequence[Patch]) -> dict[str, _Commit]:
-    """patch-id -> the oldest upstream commit of ``old..new`` with it (one log, one patch-id run)."""
+    """patch-id -> the oldest upstream commit of ``old..new`` with it.
+
+    A commit can have a patch's patch-id only if it touches that patch's files and no other: only
+    the commits whose files all belong to the queue's are diffed (one ``git log -p`` of them, one
+    ``git patch-id`` run), so that a large upstream move costs a list of names, not its diff."""
     paths = _queue_paths(patches)
-    if paths == []:
+    if paths is not None and not paths:
         return {}
-    commits = _upstream_commits(repo, old, new, paths)
+    commits = {c.sha: c for c in _upstream_commits(repo, old, new, paths) if paths is None or c.paths <= paths}
     if not commits:
         return {}
-    limit = ["--full-diff", "--", *paths] if paths is not None else []
     log = repo.git(
         *config_args(LOG_DIFF_CONFIG),
         "log",
         "-p",
-        "--no-merges",
+        "--stdin",
+        "--no-walk=unsorted",
         *LOG_DIFF_ARGS,
         "--format=commit %H",
-        f"{old}..{new}",
-        *limit,
-        env=_LITERAL,
+        input="".join(sha + "\n" for sha in commits),
         what="git log -p",
     ).stdout
     ids: dict[str, _Commit] = {}

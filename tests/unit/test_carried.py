@@ -92,9 +92,9 @@ def test_describe_and_as_dict() -> None:
     from pathlib import Path
 
     found = Carried("core/0002-x.patch", Path("queue/0002-x.patch"), "applied", "1a2b3c4d5e6f7a8b", "arch: ten", 2, 2)
-    assert found.describe() == (
-        'core/0002-x.patch: upstream 1a2b3c4d5e6f "arch: ten" carries it (its change is there, with different '
-        "lines around it)"
+    assert (
+        found.describe()
+        == 'core/0002-x.patch: upstream 1a2b3c4d5e6f "arch: ten" carries its change (not as the same patch-id)'
     )
     unnamed = Carried("core/0003-y.patch", Path("queue/0003-y.patch"), "partly", None, None, 1, 3)
     assert unnamed.describe() == "core/0003-y.patch: the new upstream commit carries 1 of its 3 hunks"
