@@ -638,7 +638,8 @@ COMMANDS: Final[tuple[Command, ...]] = (
     ),
     Command(
         "summary",
-        "Pull-request Markdown of upstream OLD..NEW: commits, diffstat, areas, patches exposed.",
+        "Pull-request Markdown of upstream OLD..NEW: commits, diffstat, areas, the functions each patch changes that "
+        "upstream changed too.",
         "skippy.cli.app:summary",
         SummaryOptions,
         interrupted="everything: summary only reads",
