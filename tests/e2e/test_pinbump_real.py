@@ -113,6 +113,8 @@ def test_pin_bump_from_0335_to_0336_builds_and_spot_checks(testbed: LlamaTestbed
     assert report.written
     assert settings.pin_file.read_text(encoding="utf-8") == new + "\n"
     assert report.summary is not None and len(report.summary.commits) == 1
+    # the map by function walked that commit (the queue here is empty: no patch to review)
+    assert report.as_dict()["summary"]["churn"]["commits_walked"] == 1
     # the CPU build's greedy answers against the reference, and the reference rewritten for the new pin
     (numerics,) = report.numerics
     assert numerics["model"] == "gemma3-270m" and numerics["written"] is True
