@@ -234,3 +234,32 @@ def test_patch_ids_in_one_run_match_git_one_by_one(carried: tuple[Project, dict[
         git(project.workdir, "patch-id", "--stable", env=env, input=p.data.decode()).split()[0] for p in queue.patches
     )
     assert patch_ids(workdir_repo(project), queue.patches) == one_by_one
+
+
+def test_a_patch_on_another_is_found_without_its_preimage(project: Project, scratch: Path) -> None:
+    """B is made on top of A elsewhere (its preimage blob is not in the upstream repository), and
+    upstream took both in one commit: A by the 3-way test, B by the reverse check alone."""
+    up = project.upstream
+    pin = up.commits[1]
+    model = up.read("src/llama-model.cpp", pin)
+    with_a = edit(model, ("// model line 10\n", "// A ten\n"))
+    project.add_patch("core", "0001-a.patch", project.patch(pin, "core: a", {"src/llama-model.cpp": with_a}))
+    env = hermetic_git_env(Path(os.environ["HOME"]))
+    a_commit = git(project.scratch, "rev-parse", "HEAD", env=env).strip()
+    with_b = edit(with_a, ("// model line 12\n", "// B twelve\n"))
+    b_patch = project.add_patch(
+        "core", "0002-b.patch", project.patch(a_commit, "core: b", {"src/llama-model.cpp": with_b})
+    )
+    taken = up.commit("model: lines ten and twelve", {"src/llama-model.cpp": with_b, "docs/ab.md": "a, b\n"})
+    preimage = next(
+        line.split()[1].split("..")[0] for line in b_patch.read_text().splitlines() if line.startswith("index ")
+    )
+    with pytest.raises(AssertionError):
+        git(up.path, "cat-file", "-e", preimage, env=env)
+    found = carried_patches(
+        Repo(up.path, project.settings().env), load_queue(project.patches), pin, taken, scratch=scratch
+    )
+    assert [(c.patch, c.how, c.commit) for c in found] == [
+        ("core/0001-a.patch", "applied", taken),
+        ("core/0002-b.patch", "applied", taken),
+    ]
