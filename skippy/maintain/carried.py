@@ -8,8 +8,8 @@ Three findings, tried in this order for each patch (a patch with none is not lis
   ``git log -p`` of the commits whose files all belong to the queue's (a commit touching another
   file cannot have a patch's patch-id), diffed with the queue's export options, and one
   ``git patch-id`` run over it; merges, the queue's own commits (``Skippy-Patch`` trailer) and
-  this repository's imports of source archives are left out, as :mod:`skippy.maintain.summary`
-  leaves them out of its commit list.  Both sides reach ``git patch-id`` as UTF-8 text (a byte
+  this repository's imports of source archives are left out (:mod:`skippy.maintain.upstream_log`,
+  as for every pin-move report).  Both sides reach ``git patch-id`` as UTF-8 text (a byte
   that is not becomes U+FFFD on both).  When several commits match, the oldest is named; a later
   revert is not looked for.
 * ``applied``: the change is in ``NEW``, though not as a commit of its own (upstream took it
@@ -53,8 +53,7 @@ from typing import Final
 
 from skippy.core.errors import SettingsError
 from skippy.core.git import Repo, config_args
-from skippy.queue.imports import TRAILER_DIGEST, TRAILER_UPSTREAM, parse_trailers, upstream_of
-from skippy.queue.mail import label_of
+from skippy.maintain.upstream_log import LITERAL_PATHSPECS, UpstreamCommit, upstream_commits
 from skippy.queue.model import Patch, Queue
 
 #: the diff of an upstream commit shaped as the queue's exports are (``skippy.queue.replay``'s
@@ -78,8 +77,6 @@ LOG_DIFF_CONFIG: Final[tuple[tuple[str, str], ...]] = (
 #: a line ``git patch-id`` reads as the start of another commit
 _COMMIT_LINE: Final = re.compile(r"^(?:commit |From )[0-9a-fA-F]{40}")
 _HUNK_HEADER: Final = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
-#: pathspecs are file names, never patterns
-_LITERAL: Final = {"GIT_LITERAL_PATHSPECS": "1"}
 
 
 @dataclass(frozen=True)
@@ -198,13 +195,6 @@ def _hunk_end(lines: Sequence[bytes], start: int) -> int:
 # --------------------------------------------------------------------------- upstream's patch-ids
 
 
-@dataclass(frozen=True)
-class _Commit:
-    sha: str
-    subject: str
-    paths: frozenset[str]
-
-
 def _queue_paths(patches: Sequence[Patch]) -> frozenset[str] | None:
     """Every file the queue touches (both names of a rename), or None when a name is quoted."""
     paths: set[str] = set()
@@ -218,38 +208,7 @@ def _queue_paths(patches: Sequence[Patch]) -> frozenset[str] | None:
     return frozenset(paths)
 
 
-def _upstream_commits(repo: Repo, old: str, new: str, paths: frozenset[str] | None) -> list[_Commit]:
-    """The non-merge commits of ``old..new`` (touching ``paths``, when given), newest first, less the
-    queue's own and this repository's archive imports (as :mod:`skippy.maintain.summary` lists them)."""
-    limit = ["--full-diff", "--", *sorted(paths)] if paths is not None else []
-    log = repo.git(
-        "-c",
-        "core.quotePath=false",
-        "log",
-        "--no-merges",
-        "--no-renames",
-        "--name-only",
-        "--format=%x01%H%x00%s%x00%B%x02",
-        f"{old}..{new}",
-        *limit,
-        env=_LITERAL,
-        what="git log",
-    ).stdout
-    commits: list[_Commit] = []
-    for chunk in log.split("\x01")[1:]:
-        sha, _, rest = chunk.partition("\0")
-        subject, _, rest = rest.partition("\0")
-        body, _, names = rest.partition("\x02")
-        if label_of(body) is not None:
-            continue
-        trailers = parse_trailers(body)
-        if TRAILER_UPSTREAM in trailers and TRAILER_DIGEST in trailers and upstream_of(repo, sha) is not None:
-            continue
-        commits.append(_Commit(sha, subject, frozenset(n for n in names.splitlines() if n)))
-    return commits
-
-
-def _upstream_patch_ids(repo: Repo, old: str, new: str, patches: Sequence[Patch]) -> dict[str, _Commit]:
+def _upstream_patch_ids(repo: Repo, old: str, new: str, patches: Sequence[Patch]) -> dict[str, UpstreamCommit]:
     """patch-id -> the oldest upstream commit of ``old..new`` with it.
 
     A commit can have a patch's patch-id only if it touches that patch's files and no other: only
@@ -258,7 +217,8 @@ def _upstream_patch_ids(repo: Repo, old: str, new: str, patches: Sequence[Patch]
     paths = _queue_paths(patches)
     if paths is not None and not paths:
         return {}
-    commits = {c.sha: c for c in _upstream_commits(repo, old, new, paths) if paths is None or c.paths <= paths}
+    listed = upstream_commits(repo, old, new, touching=paths)
+    commits = {c.sha: c for c in listed if paths is None or set(c.paths) <= paths}
     if not commits:
         return {}
     log = repo.git(
@@ -272,7 +232,7 @@ def _upstream_patch_ids(repo: Repo, old: str, new: str, patches: Sequence[Patch]
         input="".join(sha + "\n" for sha in commits),
         what="git log -p",
     ).stdout
-    ids: dict[str, _Commit] = {}
+    ids: dict[str, UpstreamCommit] = {}
     for line in repo.git("patch-id", "--stable", input=log).stdout.splitlines():
         patch_id, _, sha = line.partition(" ")
         if sha in commits:
@@ -422,7 +382,7 @@ def _by_tree(
     count = len(units) if files == [folder / "whole.patch"] else len(files)
     paths = sorted({u.path for u in units})
     log = trees.repo.git(
-        "log", "--first-parent", "--reverse", "--format=%H%x00%s", f"{old}..{new}", "--", *paths, env=_LITERAL
+        "log", "--first-parent", "--reverse", "--format=%H%x00%s", f"{old}..{new}", "--", *paths, env=LITERAL_PATHSPECS
     ).stdout
     subjects: dict[str, str] = {}
     for line in log.splitlines():

@@ -43,8 +43,7 @@ import tree_sitter
 from skippy.core.annotations import Annotation, patch_line
 from skippy.core.git import Repo
 from skippy.maintain.graphedit import function_name, node_text, parse, walk
-from skippy.queue.imports import TRAILER_DIGEST, TRAILER_UPSTREAM, parse_trailers, upstream_of
-from skippy.queue.mail import label_of
+from skippy.maintain.upstream_log import UpstreamCommit, upstream_commits
 from skippy.queue.model import Queue
 
 #: the files parsed as C or C++ (CUDA, Metal and Objective-C++ are close enough for tree-sitter-cpp)
@@ -53,6 +52,8 @@ CPP_SUFFIXES: Final[frozenset[str]] = frozenset(
 )
 #: the exposure from which a patch is annotated in CI (one silent change, or two edits)
 HIGH_EXPOSURE: Final[int] = 2
+#: git's empty tree: the parent side of a root commit
+EMPTY_TREE: Final[str] = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 #: what an upstream commit can do to an entity, the ones that break behaviour without a conflict first
 SILENT: Final[tuple[str, ...]] = ("statements reordered", "signature changed", "renamed", "moved", "deleted")
 #: how alike two bodies must be (difflib's ratio over their tokens) to call a vanished entity renamed
@@ -466,42 +467,6 @@ def _changed_paths(repo: Repo, a: str, b: str) -> list[str]:
     return [p for p in out.split("\0") if p]
 
 
-@dataclass(frozen=True)
-class _Commit:
-    sha: str
-    subject: str
-    parent: str
-    paths: tuple[str, ...]
-
-
-def _upstream_line(repo: Repo, old: str, new: str) -> list[_Commit]:
-    """The non-merge upstream commits of ``old..new``, oldest first, without the queue's own
-    commits and archive imports (as the summary's commit list)."""
-    log = repo.git(
-        "log",
-        "--reverse",
-        "--no-merges",
-        "--no-renames",
-        "--format=%x01%H%x00%P%x00%s%x00%B%x02",
-        "--name-only",
-        f"{old}..{new}",
-    ).stdout
-    commits: list[_Commit] = []
-    for chunk in log.split("\x01")[1:]:
-        sha, _, rest = chunk.partition("\0")
-        parents, _, rest = rest.partition("\0")
-        subject, _, rest = rest.partition("\0")
-        body, _, names = rest.partition("\x02")
-        if label_of(body) is not None:
-            continue
-        trailers = parse_trailers(body)
-        if TRAILER_UPSTREAM in trailers and TRAILER_DIGEST in trailers and upstream_of(repo, sha) is not None:
-            continue
-        parent = parents.split()[0] if parents.split() else old
-        commits.append(_Commit(sha, subject, parent, tuple(n for n in names.splitlines() if n)))
-    return commits
-
-
 @dataclass
 class _Tracked:
     """An entity a patch changes, as upstream calls it now (renames and moves followed)."""
@@ -511,12 +476,13 @@ class _Tracked:
     touches: list[Touch] = field(default_factory=list)
 
 
-def _follow(files: _Files, tracked: list[_Tracked], commit: _Commit) -> None:
+def _follow(files: _Files, tracked: list[_Tracked], commit: UpstreamCommit) -> None:
     """Record what ``commit`` did to each tracked entity, and follow renames and moves."""
     hit = sorted({t.file for t in tracked} & set(commit.paths))
     if not hit:
         return
-    before = files.at(commit.parent, hit)
+    parent = commit.parent or EMPTY_TREE
+    before = files.at(parent, hit)
     after = files.at(commit.sha, hit)
     added: dict[str, dict[str, Entity]] | None = None
     for t in tracked:
@@ -533,7 +499,7 @@ def _follow(files: _Files, tracked: list[_Tracked], commit: _Commit) -> None:
             continue
         if added is None:  # what the commit defines anew, where a vanished entity may have gone
             paths = [p for p in commit.paths if is_cpp(p)]
-            pre, post = files.at(commit.parent, paths), files.at(commit.sha, paths)
+            pre, post = files.at(parent, paths), files.at(commit.sha, paths)
             added = {p: {n: e for n, e in post[p].items() if n not in pre[p]} for p in paths}
         t.touches.append(Touch(commit.sha, commit.subject, (_vanished(t, old, added),)))
 
@@ -584,13 +550,11 @@ def churn_map(repo: Repo, queue: Queue, old: str, new: str, *, scratch: Path, hi
                     tracked.append(follow)
                 rows.append((row, follow))
         per_patch.append((n, PatchChurn(patch.label, patch.path, ()), rows))
-    line = _upstream_line(repo, old, new) if history else []
-    if not history:
-        line = [
-            _Commit(
-                new, "(the two trees compared: no history between them)", old, tuple(_changed_paths(repo, old, new))
-            )
-        ]
+    if history:  # every commit: an entity followed to another file is looked for there from then on
+        line = upstream_commits(repo, old, new, oldest_first=True)
+    else:
+        compared = "(the two trees compared: no history between them)"
+        line = [UpstreamCommit(new, compared, tuple(_changed_paths(repo, old, new)), old)]
     for commit in line:
         _follow(files, tracked, commit)
     patches: list[tuple[int, PatchChurn]] = []

@@ -19,8 +19,8 @@ from typing import Any, Final
 
 from skippy.core.git import Repo
 from skippy.maintain.churn import ChurnMap, churn_map
-from skippy.queue.imports import TRAILER_DIGEST, TRAILER_UPSTREAM, parse_trailers, upstream_of
-from skippy.queue.mail import label_of
+from skippy.maintain.upstream_log import UpstreamCommit, upstream_commits
+from skippy.queue.imports import upstream_of
 from skippy.queue.model import Queue
 from skippy.queue.triage import touched_paths
 
@@ -46,13 +46,6 @@ def in_area(path: str, patterns: Sequence[str]) -> bool:
         elif fnmatch.fnmatchcase(path, pattern):
             return True
     return False
-
-
-@dataclass(frozen=True)
-class UpstreamCommit:
-    sha: str
-    subject: str
-    paths: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -167,7 +160,7 @@ def summarize(
             f"{'its' if len(only) == 1 else 'their'} source archive{'s' if len(only) > 1 else ''}, without upstream "
             "history (run where the upstream answers, or point LLAMA_UPSTREAM_URL at a mirror, for the commit list)"
         )
-    commits = [] if no_history else _upstream_commits(repo, old, new)
+    commits = [] if no_history else upstream_commits(repo, old, new)
     shortstat = repo.git("diff", "--shortstat", old, new).stdout.strip()
     numstat = repo.git("diff", "--numstat", "--no-renames", old, new).stdout
     sizes: list[tuple[str, int]] = []
@@ -200,21 +193,3 @@ def summarize(
         no_history=no_history,
         churn=churn,
     )
-
-
-def _upstream_commits(repo: Repo, old: str, new: str) -> list[UpstreamCommit]:
-    """The non-merge commits of ``old..new``, newest first, less the queue's own and archive imports."""
-    log = repo.git("log", "--no-merges", "--format=%x01%H%x00%s%x00%B%x02", "--name-only", f"{old}..{new}").stdout
-    commits: list[UpstreamCommit] = []
-    for chunk in log.split("\x01")[1:]:
-        sha, _, rest = chunk.partition("\0")
-        subject, _, rest = rest.partition("\0")
-        body, _, names = rest.partition("\x02")
-        trailers = parse_trailers(body)
-        if label_of(body) is not None:
-            continue  # the queue's own commit
-        if TRAILER_UPSTREAM in trailers and TRAILER_DIGEST in trailers and upstream_of(repo, sha) is not None:
-            continue  # this repository's import of a source archive (a commit that only carries such
-            # trailers, as a test-bed built from source archives does, is upstream history here)
-        commits.append(UpstreamCommit(sha, subject, tuple(n for n in names.splitlines() if n)))
-    return commits

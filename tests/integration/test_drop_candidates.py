@@ -20,6 +20,7 @@ from skippy.core.errors import CarriedUpstream, SettingsError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.pinbump import pin_bump, run_bisect
+from skippy.maintain.carried import Carried
 from skippy.queue.prepare import PrepareReport, Target, prepare
 from tests.conftest import Project
 
@@ -93,7 +94,7 @@ def test_pin_bump_stops_on_drop_candidates_before_any_conflict(
     error = info.value
     assert rec.builds == [], "stopped before preparing or building anything"
     assert (project.root / "queue" / "upstream.txt").read_text() == pin_before
-    found = {d["patch"]: (d["how"], d["commit"]) for d in error.as_dict()["drop_candidates"]}  # type: ignore[union-attr]
+    found = {c.patch: (c.how, c.commit) for c in error.carried if isinstance(c, Carried)}
     assert found == {
         "core/0001-core-verbatim.patch": ("patch-id", shas["picked"]),
         "model_support/0001-family-context.patch": ("applied", shas["merged"]),
@@ -105,6 +106,7 @@ def test_pin_bump_stops_on_drop_candidates_before_any_conflict(
     )
     assert "--keep core/0001-core-verbatim.patch" in (error.next_step or "")
     assert shas["picked"][:12] in (error.details or "") and shas["merged"][:12] in (error.details or "")
+    assert [d["patch"] for d in error.as_dict()["drop_candidates"]] == sorted(found)  # type: ignore[attr-defined]
 
     # in GitHub Actions each one is a warning on its patch file
     env = {**project.env, "GITHUB_ACTIONS": "true"}
