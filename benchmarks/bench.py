@@ -443,6 +443,7 @@ SECTIONS = (
     "remote-cache",
     "pin-move",
     "graph-parse",
+    "parse",
     "generate-all",
 )
 #: sections run only when asked for with --only (long: the whole CUDA and ROCm builds)
@@ -467,9 +468,15 @@ def _bench_graph_parse(settings: Settings, console: Console) -> dict[str, Any]:
     return bench_graph_parse(settings, console)
 
 
+def _bench_parse(settings: Settings, console: Console) -> dict[str, Any]:
+    from benchmarks.bench_parse import bench_parse
+
+    return bench_parse(settings, console)
+
+
 def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: dict[str, Any]) -> None:
     """The sections of :mod:`benchmarks.bench_proofs` (spot check, remote cache, CUDA), pin moves,
-    and the C++ parsers on the family files."""
+    the C++ parsers on the family files, and the parity audit's C++ reading."""
     from benchmarks import bench_pinmove, bench_proofs
 
     sections = {
@@ -481,6 +488,7 @@ def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: 
         "upstream-tests": ("upstream_tests", "upstream's tests: build, ctest, one attribution", _bench_tests),
         "pin-move": ("pin_move", "pin moves: skippy's build vs raw, commit held fixed", bench_pinmove.bench_pin_move),
         "graph-parse": ("graph_parse", "C++ parsers on the family files: tree-sitter vs libclang", _bench_graph_parse),
+        "parse": ("parse", "the parity audit's C++ reading: tree-sitter vs the old text scanner", _bench_parse),
     }
     for name, (key, title, bench) in sections.items():
         if name in wanted:

@@ -272,6 +272,7 @@ def _bench_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     rows += _pin_move_rows(report)
     rows += _proof_rows(report)
     rows += _graph_parse_rows(report)
+    rows += _parse_rows(report)
     rows += _generate_all_rows(report)
     return rows
 
@@ -299,6 +300,40 @@ def _graph_parse_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, st
             f"second pass {second}",
             "a second pass changes nothing",
             "met" if rewrite["idempotent"] else "**missed**",
+        )
+    ]
+
+
+def _parse_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The parse section: the parity audit's C++ reading, tree-sitter vs the text scanner it replaced."""
+    section = report.get("parse")
+    if not section or "skipped" in section:
+        return []
+    ts, old, agree = section["tree_sitter"], section["old"], section["agreement"]
+    parsed = (
+        f"{ts['files_parsed']} files naming an arch parsed; all {section['files']} parsed in {_s(ts['parse_s'])}, "
+        f"{ts['files_with_errors']} with errors"
+    )
+    if "skipped" in old:
+        return [("the parity audit's C++ reading (`--only parse`)", f"{_s(ts['scan_s'])} ({parsed})", "-", "-")]
+    totals = agree["cppscan"]
+    counts = (
+        f"{totals['switches']} switches / {totals['cases']} cases, {totals['tables']} table(s) / "
+        f"{totals['entries']} entries"
+    )
+    told = (
+        f"the same counts in all {agree['default_files']} default files ({counts})"
+        if agree["agree"]
+        else "different counts in " + ", ".join(d["file"] for d in agree["disagreeing"])
+    )
+    return [
+        (
+            f"the parity audit's C++ reading of the pin's {section['files']} C/C++ files of `src/` and `ggml/src/` "
+            f"({section['bytes'] / 1e6:.1f} MB): tree-sitter (cppscan) vs the text scanner it replaced, seconds; "
+            "the parity counts of the default files (`--only parse`)",
+            f"{_s(ts['scan_s'])} vs {_s(old['scan_s'])} ({parsed}); {told}",
+            "the same counts as the old scanner",
+            "met" if agree["agree"] else "**missed**",
         )
     ]
 
@@ -503,6 +538,7 @@ _BENCH_KEYS: Final = frozenset(
         "upstream_tests",
         "pin_move",
         "graph_parse",
+        "parse",
         "generate_all",
     }
 )
