@@ -730,6 +730,9 @@ def _prepare_or_bisect(
             with owned_scratch(settings.cache_dir / "tmp", "bisect-") as tmp:
                 found = bisect_queue(repo, queue, old_base, new_base, scratch=tmp)
             exc.details = (exc.details or "") + "\n\n" + found.render()
+            shown = {a.file for a in exc.annotations}
+            more = [a for a in found.annotations(queue.patches, settings.relative) if a.file not in shown]
+            exc.annotations = (*exc.annotations, *more)
             exc.next_step = (
                 f"refresh the patches named above, or bump to the newest compatible commit "
                 f"{found.newest_compatible[:12]} with `invoke pin-bump --newest-compatible`"

@@ -276,7 +276,7 @@ def changed_entities(old: Mapping[str, Entity], new: Mapping[str, Entity]) -> di
 def _similar(a: Entity, b: Entity) -> float:
     if a.kind != b.kind:
         return 0.0
-    left, right = (*a.head[1:], *a.body), (*b.head[1:], *b.body)
+    left, right = (*a.head, *a.body), (*b.head, *b.body)
     matcher = difflib.SequenceMatcher(None, left, right, autojunk=False)
     return matcher.ratio() if matcher.real_quick_ratio() >= RENAME_RATIO else 0.0
 

@@ -174,6 +174,12 @@ def test_pin_bump_conflict_stops_with_triage_and_bisect(history: tuple[Project, 
     assert "--newest-compatible" in (info.value.next_step or "")
     assert pin_text(project) == before
     assert rec.builds == []
+    # for GitHub Actions: the patch prepare stopped at, then the other one bisect found broken
+    assert [(a.level, a.file) for a in info.value.annotations] == [
+        ("error", "queue/patches/0001-core-a.patch"),
+        ("error", "queue/patches/model_support/0001-family-b.patch"),
+    ]
+    assert shas["u4"][:12] in info.value.annotations[1].message
 
 
 def test_pin_bump_dry_run_then_real_then_newest_compatible(
