@@ -455,7 +455,8 @@ def pin_bump(
         )
     dropped = drop_patches(dropping) if dropping else None
     if dropped is not None:
-        console.info(f"dropped from the queue: {', '.join(dropped.labels)}")
+        moved = "".join(f"; {a.name} is now {b.name}" for a, b in dropped.renamed)
+        console.info(f"dropped from the queue: {', '.join(dropped.labels)}{moved}")
     try:
         report = _bump(
             settings,
