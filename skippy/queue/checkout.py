@@ -102,7 +102,7 @@ def cold(run: Run, queue: Queue, target: Target, pin: str | None) -> PrepareRepo
             partial.rename(run.workdir)
             on_conflict(run, queue, run.repo(), run.workdir / ".git", exc, at=at, head=None, since=None)
             raise
-        new = stamp(git_dir, queue, at, patched)
+        new = stamp(git_dir, queue, at, patched, repo=repo)
         partial.rename(run.workdir)
     finally:
         if partial.exists():

@@ -38,7 +38,7 @@ from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
-from skippy.queue.apply import apply_aside, stamp, switch
+from skippy.queue.apply import applied_commits, apply_aside, stamp, switch
 from skippy.queue.checkout import (
     check_is_our_repo,
     cold,
@@ -166,16 +166,19 @@ def converge(run: Run, queue: Queue, target: Target, pin: str | None) -> Prepare
     recorded = wd.read_stamp(git_dir) or recognized
     head = repo.head()
     if committed:
-        return adopt_or_refuse(run, queue, repo, git_dir, at, work=work)
+        return adopt_or_refuse(run, queue, repo, git_dir, at, work=work, since=recorded)
     if recorded is not None and decide(recorded, at, queue.digest, head) == "noop":
         if recorded is recognized:
+            # the stamp the run that made HEAD wrote, with each patch's commit
+            applied = applied_commits(repo, queue, recorded.base_commit, recorded.patched_sha)
+            recorded = dataclasses.replace(recorded, applied=applied)
             wd.write_stamp(git_dir, recorded)
         return run.report("noop", recorded, changed=0)
     return apply_and_switch(run, queue, repo, git_dir, at, head=head, since=recorded)
 
 
 def adopt_or_refuse(
-    run: Run, queue: Queue, repo: Repo, git_dir: Path, at: Resolved, *, work: wd.LocalWork
+    run: Run, queue: Queue, repo: Repo, git_dir: Path, at: Resolved, *, work: wd.LocalWork, since: wd.Stamp | None
 ) -> PrepareReport:
     """Commits in the workdir that the queue does not (yet) name: when the queue applied on the
     target gives HEAD's tree exactly (the maintainer regenerated the lanes from them), the workdir
@@ -184,7 +187,7 @@ def adopt_or_refuse(
     head = repo.head()
     assert head is not None
     try:
-        patched = apply_aside(run, queue, repo, git_dir, at.base)
+        patched = apply_aside(run, queue, repo, git_dir, at.base, since=since)
     except ConflictError as exc:
         refuse_or_discard(
             run, repo, git_dir, work, differs=f"the queue does not apply on {at.upstream_sha[:12]}: {exc.what}"
@@ -212,7 +215,7 @@ def adopt_or_refuse(
     )
     run.console.info(note)
     run.notes.append(note)
-    return run.report("adopted", stamp(git_dir, queue, at, patched), changed=changed)
+    return run.report("adopted", stamp(git_dir, queue, at, patched, repo=repo), changed=changed)
 
 
 def decide(recorded: wd.Stamp | None, at: Resolved, queue_digest: str, head: str | None) -> Decision:
@@ -236,12 +239,12 @@ def apply_and_switch(
     """Build the patched commit aside, move the workdir to it, stamp; a conflict is triaged
     (and, interactively, left stopped in the workdir) before it is raised."""
     try:
-        patched = apply_aside(run, queue, repo, git_dir, at.base)
+        patched = apply_aside(run, queue, repo, git_dir, at.base, since=since)
     except ConflictError as exc:
         on_conflict(run, queue, repo, git_dir, exc, at=at, head=head, since=since)
         raise
     changed = switch(run, queue, repo, git_dir, head=head, patched=patched, at=at)
-    return run.report("applied", stamp(git_dir, queue, at, patched), changed=changed)
+    return run.report("applied", stamp(git_dir, queue, at, patched, repo=repo), changed=changed)
 
 
 def triage_target(

@@ -145,10 +145,15 @@ class Stamp:
     #: the commits carry their Skippy-Patch trailers (False: prepared by an older skippy; the next
     #: prepare re-applies the queue, which rewrites no file)
     marked: bool = True
+    #: each patch applied, in order: ``(label, recipe digest, commit)`` (see
+    #: :func:`skippy.queue.apply.recipe_digests`); a later prepare reuses the commits of the patches
+    #: that did not change (empty: it applies the whole queue)
+    applied: tuple[tuple[str, str, str], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["resolved"] = list(self.resolved)
+        data["applied"] = [list(entry) for entry in self.applied]
         return data
 
 
@@ -287,9 +292,22 @@ def read_stamp(git_dir: Path) -> Stamp | None:
             source=str(data.get("source", "git")),
             resolved=tuple(str(x) for x in data.get("resolved", ())),
             marked=bool(data.get("marked", False)),
+            applied=_applied(data.get("applied")),
         )
     except KeyError:
         return None
+
+
+def _applied(value: object) -> tuple[tuple[str, str, str], ...]:
+    """The stamp's ``applied`` list, or () when it is absent or not three strings per entry."""
+    if not isinstance(value, list):
+        return ()
+    entries: list[tuple[str, str, str]] = []
+    for entry in value:
+        if not (isinstance(entry, list) and len(entry) == 3 and all(isinstance(x, str) for x in entry)):
+            return ()
+        entries.append((entry[0], entry[1], entry[2]))
+    return tuple(entries)
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
