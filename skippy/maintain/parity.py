@@ -9,10 +9,12 @@ file, the function (or table), the case and the patch that dropped it (the
 queue is applied patch by patch and each step is rescanned).
 
 The same walk lists every hunk of the queue that deletes upstream lines
-(not lines an earlier patch of the queue added; ``git blame <pin>..``
-tells them apart), and the boundary lint warns about patches that only
-rewrite lines earlier patches introduced (a clean-up that belongs folded
-into the patches it fixes).
+(not lines an earlier patch of the queue added: a map of who added each
+line, carried from patch to patch through their hunks, tells them apart, as
+``git blame <pin>..`` would without walking the queue again for every
+patch), and the boundary lint warns about patches that only rewrite lines
+earlier patches introduced (a clean-up that belongs folded into the patches
+it fixes).
 
 The configuration (``[tool.skippy.parity]``: the files to scan, where the
 allowlist lives) and the allowlist itself are read by ``parity_config``.
@@ -52,16 +54,19 @@ __all__ = [
     "Dropped",
     "Hunk",
     "Key",
+    "LineMap",
+    "Owner",
     "ParityConfig",
     "ParityFailed",
     "ParityReport",
     "Summary",
     "analyse_step",
     "audit",
-    "blame_lines",
+    "carry_owners",
     "compare",
     "failure",
     "glob_match",
+    "line_count",
     "load_allowlist",
     "merged_counts",
     "parse_hunks",
@@ -164,6 +169,9 @@ class Hunk:
     new_count: int
     removed: tuple[str, ...]
     new_file: bool = False
+    deleted_file: bool = False
+    #: the body, one character a line: "-" removed, "+" added, " " context
+    ops: str = ""
 
 
 @dataclass(frozen=True)
@@ -313,9 +321,15 @@ def compare(
     return tuple(dropped), stale
 
 
-# --------------------------------------------------------------------------- hunks and blame
+# --------------------------------------------------------------------------- hunks and the line map
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+#: the diff of one patch step: every hunk without context, no rename pairing, no external programs
+_STEP_DIFF = ("diff", "-U0", "--no-renames", "--no-ext-diff", "--no-color", "--no-textconv")
+
+#: who added a line: None for upstream, else the label of the queue patch that added it
+Owner = str | None
 
 
 def parse_hunks(diff: str) -> tuple[list[Hunk], set[str]]:
@@ -323,14 +337,15 @@ def parse_hunks(diff: str) -> tuple[list[Hunk], set[str]]:
     hunks: list[Hunk] = []
     no_text: set[str] = set()
     file = ""
-    new_file = False
+    marks: set[str] = set()  # "new", "deleted": the file's header says "new file mode" or "deleted file mode"
     current: dict[str, Any] | None = None
+    left = [0, 0]  # old and new lines the current hunk has still to show
     seen_hunk: dict[str, bool] = {}
 
     def flush() -> None:
         nonlocal current
         if current is not None:
-            hunks.append(Hunk(removed=tuple(current.pop("removed")), **current))
+            hunks.append(Hunk(removed=tuple(current.pop("removed")), ops="".join(current.pop("ops")), **current))
             current = None
 
     for line in diff.split("\n"):
@@ -338,10 +353,10 @@ def parse_hunks(diff: str) -> tuple[list[Hunk], set[str]]:
             flush()
             m = re.match(r"^diff --git a/(.*) b/(.*)$", line)
             file = m.group(1) if m else line
-            new_file = False
+            marks = set()
             seen_hunk[file] = False
-        elif current is None and line.startswith("new file mode"):
-            new_file = True
+        elif current is None and line.startswith(("new file mode", "deleted file mode")):
+            marks.add(line.split(" ", 1)[0])
         elif current is None and line.startswith("+++ ") and line != "+++ /dev/null":
             file = line[len("+++ b/") :] if line.startswith("+++ b/") else file
         elif line.startswith("@@"):
@@ -357,48 +372,158 @@ def parse_hunks(diff: str) -> tuple[list[Hunk], set[str]]:
                 "new_start": int(m.group(3)),
                 "new_count": int(m.group(4)) if m.group(4) is not None else 1,
                 "removed": [],
-                "new_file": new_file,
+                "ops": [],
+                "new_file": "new" in marks,
+                "deleted_file": "deleted" in marks,
             }
-        elif current is not None and line.startswith("-"):
-            current["removed"].append(line[1:])
+            left = [current["old_count"], current["new_count"]]
+        elif current is not None:
+            _body_line(line, current, left)
     flush()
     no_text.update(f for f, seen in seen_hunk.items() if not seen)
     return hunks, no_text
 
 
-def blame_lines(repo: Repo, since: str, commit: str, path: str, ranges: Sequence[tuple[int, int]]) -> dict[int, str]:
-    """line number in ``commit:path`` -> commit that introduced it, for commits after ``since``
-    (lines older than ``since`` map to ""), for the given (start, end) ranges."""
-    if not ranges or since == commit:
-        return {}  # nothing of the queue before this patch: every line is upstream's
-    args: list[str] = []
-    for start, end in ranges:
-        args += ["-L", f"{start},{end}"]
-    out = repo.git("blame", "--porcelain", *args, f"{since}..{commit}", "--", path).stdout
-    owner: dict[int, str] = {}
-    boundary: set[str] = set()
-    last: str | None = None
-    for line in out.splitlines():
-        m = re.match(r"^([0-9a-f]{40}) \d+ (\d+)(?: \d+)?$", line)
-        if m:
-            last = m.group(1)
-            owner[int(m.group(2))] = last
-        elif line == "boundary" and last is not None:
-            boundary.add(last)
-    return {n: ("" if sha in boundary else sha) for n, sha in owner.items()}
+def _body_line(line: str, current: dict[str, Any], left: list[int]) -> None:
+    """One line of a hunk's body: every "-" line is a removed line; ``ops`` follows the body within the
+    old and new lines the header announced (``left``, counted down): a "\\ No newline" line or the end
+    of the diff is no line."""
+    ops: list[str] = current["ops"]
+    if line.startswith("-"):
+        current["removed"].append(line[1:])
+    if line.startswith("-") and left[0] > 0:
+        ops.append("-")
+        left[0] -= 1
+    elif line.startswith("+") and left[1] > 0:
+        ops.append("+")
+        left[1] -= 1
+    elif (line == "" or line.startswith(" ")) and left[0] > 0 and left[1] > 0:
+        ops.append(" ")  # context, shown when diff.interHunkContext joins two hunks
+        left[0] -= 1
+        left[1] -= 1
 
 
-def _line_count(repo: Repo, commit: str, path: str) -> int:
-    text = read_text(repo, commit, path)
-    return 0 if text is None else len(text.splitlines())
+def line_count(text: str | None) -> int:
+    """The lines of a file as git counts them (a last line without a newline counts)."""
+    if not text:
+        return 0
+    return text.count("\n") + (0 if text.endswith("\n") else 1)
+
+
+def carry_owners(owners: Sequence[Owner], hunks: Sequence[Hunk], label: str) -> list[Owner]:
+    """The owners of a file's lines after ``hunks`` (one file's, in order, old side against ``owners``):
+    removed lines drop out, added lines belong to ``label``, the others keep their owner.
+
+    Raises ValueError when the hunks do not fit the file ``owners`` describes."""
+    out: list[Owner] = []
+    at = 0  # old lines consumed
+    for h in hunks:
+        before = h.old_start if h.old_count == 0 else h.old_start - 1  # old lines before the hunk's first
+        ops = h.ops or "-" * h.old_count + "+" * h.new_count
+        if before < at or before + h.old_count > len(owners) or ops.count("+") + ops.count(" ") != h.new_count:
+            raise ValueError(
+                f"{h.file}: hunk -{h.old_start},{h.old_count} +{h.new_start},{h.new_count} does not fit "
+                f"a file of {len(owners)} line(s) after line {at}"
+            )
+        out += owners[at:before]
+        at = before
+        if len(out) != (h.new_start - 1 if h.new_count else h.new_start):
+            raise ValueError(f"{h.file}: hunk +{h.new_start},{h.new_count} lands after line {len(out)}")
+        for op in ops:
+            if op == " ":
+                out.append(owners[at])
+                at += 1
+            elif op == "-":
+                at += 1
+            else:
+                out.append(label)
+    return out + list(owners[at:])
+
+
+class LineMap:
+    """Who added each line of the files the queue touches, patch after patch: None for an upstream
+    line, else the label of the patch that added it (what ``git blame <pin>..`` answers, without
+    walking the queue's history again for every patch).
+
+    The map follows the patches in order (:meth:`advance`); a file is read once, when a patch first
+    touches it (all its lines are upstream's then)."""
+
+    def __init__(self, repo: Repo) -> None:
+        self._repo = repo
+        self._files: dict[str, list[Owner]] = {}
+
+    def owners(self, commit: str, path: str) -> list[Owner]:
+        """The owner of each line of ``path`` in ``commit``, the commit the map has reached (index 0: line 1)."""
+        known = self._files.get(path)
+        if known is None:
+            known = [None] * line_count(read_text(self._repo, commit, path))
+            self._files[path] = known
+        return known
+
+    def advance(self, prev: str, commit: str, hunks: Sequence[Hunk], no_text: Iterable[str], *, label: str) -> None:
+        """Move the map from ``prev`` to ``commit`` (the step of patch ``label``), given the hunks of
+        ``git diff -U0 --no-renames prev commit`` and the files of that diff without text hunks."""
+        by_file: dict[str, list[Hunk]] = {}
+        for hunk in hunks:
+            by_file.setdefault(hunk.file, []).append(hunk)
+        binary = sorted(no_text)
+        if binary:  # git blame reads every file as text: so does the map (empty and mode-only changes add nothing)
+            extra, _ = parse_hunks(self._repo.git(*_STEP_DIFF, "--text", prev, commit, "--", *binary).stdout)
+            for hunk in extra:
+                by_file.setdefault(hunk.file, []).append(hunk)
+        added = {p for p, hs in by_file.items() if any(h.new_file for h in hs)}
+        gone = {p for p, hs in by_file.items() if any(h.deleted_file for h in hs)} - added
+        carried: dict[str, list[Owner]] = {}
+        for path, file_hunks in by_file.items():
+            if path in gone:
+                continue
+            if path not in added:
+                carried[path] = carry_owners(self.owners(prev, path), file_hunks, label)
+                continue
+            # a new file (or a new kind of file after the old one's deletion), or the file another
+            # one was renamed to: git blame follows a file to a deleted one it looks like
+            followed = self._followed(prev, commit, path, label) if gone else None
+            carried[path] = (
+                followed if followed is not None else carry_owners([], [h for h in file_hunks if h.new_file], label)
+            )
+        for path in gone:
+            self._files.pop(path, None)
+        self._files.update(carried)
+
+    def _followed(self, prev: str, commit: str, path: str, label: str) -> list[Owner] | None:
+        """The owners of ``path``, new in ``commit``, carried from the file of ``prev`` it was renamed
+        from (found as git blame finds it: ``--follow``, rename detection for this path alone); None
+        when it is no rename."""
+        diff = self._repo.git(
+            "diff",
+            "-U0",
+            "-M",
+            "--follow",
+            "--text",
+            "--no-ext-diff",
+            "--no-color",
+            "--no-textconv",
+            prev,
+            commit,
+            "--",
+            path,
+        ).stdout
+        source = next(
+            (line[len("rename from ") :] for line in diff.split("\n") if line.startswith("rename from ")), None
+        )
+        if source is None:
+            return None
+        hunks, _ = parse_hunks(diff)
+        return carry_owners(self.owners(prev, source), [h for h in hunks if h.file == path], label)
 
 
 def analyse_step(
-    repo: Repo, base: str, prev: str, commit: str, *, label: str, labels: Mapping[str, str]
+    repo: Repo, prev: str, commit: str, *, label: str, order: Sequence[str], lines: LineMap
 ) -> tuple[list[Deletion], BoundaryWarning | None]:
-    """The upstream deletions of one patch (``prev..commit``) and whether it only rewrites queue lines."""
-    diff = repo.git("diff", "-U0", "--no-renames", "--no-ext-diff", "--no-color", "--no-textconv", prev, commit).stdout
-    hunks, no_text = parse_hunks(diff)
+    """The upstream deletions of one patch (``prev..commit``) and whether it only rewrites queue lines;
+    ``lines`` (at ``prev``) tells upstream lines from the queue's, and is moved on to ``commit``.
+    ``order``: the labels of the queue's patches, in order."""
+    hunks, no_text = parse_hunks(repo.git(*_STEP_DIFF, prev, commit).stdout)
     by_file: dict[str, list[Hunk]] = {}
     for hunk in hunks:
         by_file.setdefault(hunk.file, []).append(hunk)
@@ -409,65 +534,44 @@ def analyse_step(
         if any(h.new_file for h in file_hunks):
             territory = False
             continue
-        length = _line_count(repo, prev, path)
-        owners = blame_lines(repo, base, prev, path, _blame_ranges(file_hunks, length))
+        owners = lines.owners(prev, path)
         for h in file_hunks:
-            deletion, lines, queue_only = _judge_hunk(h, owners, length, label=label, path=path)
+            deletion, span, queue_only = _judge_hunk(h, owners, label=label, path=path)
             if deletion is not None:
                 deletions.append(deletion)
             territory = territory and queue_only
-            introducers += [labels.get(owners.get(n, ""), "") for n in lines]
-    warning = _boundary_warning(label, labels, introducers, sorted(by_file)) if territory else None
+            introducers += [_owner(owners, n) or "" for n in span]
+    lines.advance(prev, commit, hunks, no_text, label=label)
+    warning = _boundary_warning(label, order, introducers, sorted(by_file)) if territory else None
     return deletions, warning
 
 
-def _blame_ranges(hunks: Sequence[Hunk], length: int) -> list[tuple[int, int]]:
-    """The old lines to blame for a file's hunks: the lines each removes, or those around a pure insertion."""
-    ranges: list[tuple[int, int]] = []
-    for h in hunks:
-        if h.old_count > 0:
-            ranges.append((h.old_start, h.old_start + h.old_count - 1))
-        else:
-            lo, hi = max(1, h.old_start), min(length, h.old_start + 1)
-            if lo <= hi:
-                ranges.append((lo, hi))
-    return _merge_ranges(ranges)
+def _owner(owners: Sequence[Owner], line: int) -> Owner:
+    return owners[line - 1] if 1 <= line <= len(owners) else None
 
 
-def _judge_hunk(
-    h: Hunk, owners: Mapping[int, str], length: int, *, label: str, path: str
-) -> tuple[Deletion | None, list[int], bool]:
-    """One hunk against the blame of its old lines: the upstream lines it deletes (if any), the old lines
-    whose introducing patches it answers for, and whether those lines all come from the queue."""
+def _judge_hunk(h: Hunk, owners: Sequence[Owner], *, label: str, path: str) -> tuple[Deletion | None, list[int], bool]:
+    """One hunk against the owners of its file's old lines: the upstream lines it deletes (if any), the
+    old lines whose introducing patches it answers for, and whether those lines all come from the queue."""
     if h.old_count > 0:
         span = list(range(h.old_start, h.old_start + h.old_count))
-        upstream = [n for n in span if not owners.get(n)]
+        upstream = [n for n in span if not _owner(owners, n)]
         if not upstream:
             return None, span, True
         texts = [h.removed[n - h.old_start] for n in upstream[:3] if n - h.old_start < len(h.removed)]
         return Deletion(label, path, h.old_start, h.old_count, len(upstream), tuple(texts)), span, False
-    near = [n for n in (h.old_start, h.old_start + 1) if 1 <= n <= length]
-    queue_only = bool(near) and all(owners.get(n) for n in near)
+    near = [n for n in (h.old_start, h.old_start + 1) if 1 <= n <= len(owners)]  # the lines around an insertion
+    queue_only = bool(near) and all(_owner(owners, n) for n in near)
     return None, near, queue_only
 
 
 def _boundary_warning(
-    label: str, labels: Mapping[str, str], introducers: Sequence[str], files: Sequence[str]
+    label: str, order: Sequence[str], introducers: Sequence[str], files: Sequence[str]
 ) -> BoundaryWarning | None:
     """The warning for a patch that only rewrites queue lines, naming the patches that introduced them."""
-    order = list(dict.fromkeys(labels.values()))
-    names = sorted({i for i in introducers if i}, key=order.index)
+    rank = {name: i for i, name in enumerate(dict.fromkeys(order))}
+    names = sorted({i for i in introducers if i}, key=rank.__getitem__)
     return BoundaryWarning(label, tuple(names), tuple(files)) if names else None
-
-
-def _merge_ranges(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(ranges):
-        if merged and start <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
 
 
 # --------------------------------------------------------------------------- the audit
@@ -481,7 +585,8 @@ def audit(
     upstream_summary = Summary.of(state)
     upstream_counts = merged_counts(state.values())
     blame: dict[tuple[str, str, str, str], str] = {}
-    labels = {commit: patch.label for patch, commit in replayed.steps}
+    order = [patch.label for patch, _commit in replayed.steps]
+    lines = LineMap(repo)
     deletions: list[Deletion] = []
     warnings: list[BoundaryWarning] = []
     prev = replayed.base
@@ -502,7 +607,7 @@ def audit(
                 state.pop(path, None)
             else:
                 state[path] = after
-        found, warning = analyse_step(repo, replayed.base, prev, commit, label=patch.label, labels=labels)
+        found, warning = analyse_step(repo, prev, commit, label=patch.label, order=order, lines=lines)
         deletions += found
         if warning is not None:
             warnings.append(warning)
