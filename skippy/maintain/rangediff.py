@@ -12,7 +12,8 @@ identical change), and classified:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,38 +91,74 @@ def classify(old: bytes, new: bytes) -> tuple[str, str]:
 
 
 def range_diff(old: Sequence[Item], new: Sequence[Item]) -> tuple[Entry, ...]:
-    """One entry per patch, in the new queue's order, dropped patches last."""
-    unmatched_old = list(old)
-    pairs: dict[int, Item] = {}
-    for index, item in enumerate(new):
-        subject = mail_subject(item.data)
-        candidates = [o for o in unmatched_old if mail_subject(o.data) == subject]
-        candidates.sort(key=lambda o: (o.lane != item.lane, 0))
-        if candidates:
-            pairs[index] = candidates[0]
-            unmatched_old.remove(candidates[0])
-    for index, item in enumerate(new):
-        if index in pairs:
-            continue
-        same = [o for o in unmatched_old if change(o.data) == change(item.data)]
-        if same:
-            pairs[index] = same[0]
-            unmatched_old.remove(same[0])
+    """One entry per patch, in the new queue's order, dropped patches last.
+
+    A new patch is paired with the first unpaired old patch of the same subject (one of its own lane
+    first), then the rest with the first unpaired old patch of the same change.  Each patch is read
+    once, and the old ones are looked up by subject and change: linear in the queues' lengths."""
+    old_subjects = [mail_subject(o.data) for o in old]
+    new_subjects = [mail_subject(n.data) for n in new]
+    pairs = _pairs(old, new, old_subjects, new_subjects)
     entries: list[Entry] = []
     for index, item in enumerate(new):
-        subject = mail_subject(item.data)
+        subject = new_subjects[index]
         if index not in pairs:
             entries.append(Entry("new", subject, None, item.label))
             continue
-        before = pairs[index]
+        before = old[pairs[index]]
         status, detail = classify(before.data, item.data)
         if before.lane != item.lane:
             moved = f"was {before.label}"
             detail = f"{detail}; {moved}" if detail else moved
         entries.append(Entry(status, subject, before.label, item.label, detail))
-    for item in unmatched_old:
-        entries.append(Entry("dropped", mail_subject(item.data), item.label, None))
+    paired = set(pairs.values())
+    for position, item in enumerate(old):
+        if position not in paired:
+            entries.append(Entry("dropped", old_subjects[position], item.label, None))
     return tuple(entries)
+
+
+def _pairs(
+    old: Sequence[Item], new: Sequence[Item], old_subjects: Sequence[str], new_subjects: Sequence[str]
+) -> dict[int, int]:
+    """new position -> old position of the patches paired (by subject, then by change)."""
+    taken: set[int] = set()
+    by_subject = _Index(((s,) for s in old_subjects), taken)
+    by_subject_lane = _Index(((s, o.lane) for s, o in zip(old_subjects, old, strict=True)), taken)
+    pairs: dict[int, int] = {}
+    for index, item in enumerate(new):
+        found = by_subject_lane.first((new_subjects[index], item.lane))
+        if found is None:
+            found = by_subject.first((new_subjects[index],))
+        if found is not None:
+            pairs[index] = found
+            taken.add(found)
+    if len(pairs) == len(new) or len(taken) == len(old):
+        return pairs
+    by_change = _Index(((change(o.data),) for o in old), taken)
+    for index, item in enumerate(new):
+        if index not in pairs:
+            found = by_change.first((change(item.data),))
+            if found is not None:
+                pairs[index] = found
+                taken.add(found)
+    return pairs
+
+
+class _Index:
+    """The positions of the old patches by a key, in order; :meth:`first` skips the ones paired since."""
+
+    def __init__(self, keys: Iterable[tuple[object, ...]], taken: set[int]) -> None:
+        self._taken = taken
+        self._queues: dict[tuple[object, ...], deque[int]] = {}
+        for position, key in enumerate(keys):
+            self._queues.setdefault(key, deque()).append(position)
+
+    def first(self, key: tuple[object, ...]) -> int | None:
+        queue = self._queues.get(key)
+        while queue and queue[0] in self._taken:
+            queue.popleft()
+        return queue[0] if queue else None
 
 
 def counts(entries: Sequence[Entry]) -> dict[str, int]:
