@@ -13,6 +13,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -445,6 +446,7 @@ SECTIONS = (
     "graph-parse",
     "parse",
     "generate-all",
+    "scale",
 )
 #: sections run only when asked for with --only (long: the whole CUDA and ROCm builds)
 ON_REQUEST = ("cuda", "cuda-profile", "rocm", "upstream-tests")
@@ -509,6 +511,29 @@ def _run_generate_all(
         report["generate_all"] = bench_generate_all(settings, console, rounds=rounds, build=builds)
 
 
+def _run_scale(
+    settings: Settings, console: Console, wanted: set[str], report: dict[str, Any], *, output: Path, scale: ScaleOptions
+) -> None:
+    """The scale section (:mod:`benchmarks.bench_scale`): the queue commands at several queue sizes,
+    the plot beside ``output``."""
+    if "scale" not in wanted:
+        return
+    from benchmarks.bench_scale import bench_scale
+
+    with console.step(f"bench: the queue commands at N = {', '.join(map(str, scale.sizes))} patches"):
+        report["scale"] = bench_scale(
+            settings, console, sizes=scale.sizes, rounds=scale.rounds, plot_to=output.parent / "scale.png"
+        )
+
+
+@dataclass(frozen=True)
+class ScaleOptions:
+    """The scale section's queue sizes and rounds (``--scale-sizes``, ``--scale-rounds``)."""
+
+    sizes: tuple[int, ...] = (9, 40, 130, 400)
+    rounds: int = 1
+
+
 def run(
     settings: Settings,
     console: Console,
@@ -518,6 +543,7 @@ def run(
     noop_rounds: int = 15,
     builds: bool = True,
     only: Sequence[str] = (),
+    scale: ScaleOptions = ScaleOptions(),
 ) -> int:
     """Run the bench sections (``only`` limits them; figures already in ``output`` are kept)."""
     wanted = set(only) or set(SECTIONS)
@@ -546,6 +572,7 @@ def run(
             report["shared_objects"] = bench_shared_objects(settings, console)
     _run_proofs(settings, console, wanted, report)
     _run_generate_all(settings, console, wanted, report, rounds=rounds, builds=builds)
+    _run_scale(settings, console, wanted, report, output=output, scale=scale)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     p = report.get("prepare")
@@ -580,6 +607,10 @@ def run(
     return 0
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(",") if part.strip())
+
+
 def main(env: Mapping[str, str], *, root: Path | None = None, args: Sequence[str] = ()) -> int:
     import argparse
 
@@ -588,6 +619,13 @@ def main(env: Mapping[str, str], *, root: Path | None = None, args: Sequence[str
     parser.add_argument("--rounds", type=int, default=5, help="cold prepare rounds per side")
     parser.add_argument("--noop-rounds", type=int, default=15, help="no-op prepare rounds")
     parser.add_argument("--no-builds", action="store_true", help="skip the figures that need a llama.cpp build")
+    parser.add_argument(
+        "--scale-sizes",
+        type=_sizes,
+        default=ScaleOptions().sizes,
+        help="the scale section's queue sizes, comma-separated (default 9,40,130,400)",
+    )
+    parser.add_argument("--scale-rounds", type=int, default=ScaleOptions().rounds, help="scale rounds per side")
     parser.add_argument(
         "--only",
         action="append",
@@ -609,6 +647,7 @@ def main(env: Mapping[str, str], *, root: Path | None = None, args: Sequence[str
             noop_rounds=opts.noop_rounds,
             builds=not opts.no_builds,
             only=tuple(opts.only),
+            scale=ScaleOptions(opts.scale_sizes, opts.scale_rounds),
         )
         return {"output": str(output)}
 

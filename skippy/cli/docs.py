@@ -274,6 +274,7 @@ def _bench_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     rows += _graph_parse_rows(report)
     rows += _parse_rows(report)
     rows += _generate_all_rows(report)
+    rows += _scale_rows(report)
     return rows
 
 
@@ -387,6 +388,78 @@ def _generate_all_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, s
                 f"({raw['compiled']} compiles)",
                 "-",
                 "-",
+            )
+        )
+    return rows
+
+
+#: the scale section's commands (benchmarks/bench_scale.py COMMANDS): what runs, beside what raw
+_SCALE_COMMANDS: Final = {
+    "cold_prepare": ("cold `invoke prepare --pinned`", "`git clone` + `git am --3way`"),
+    "reprepare": ("re-prepare after one patch in the middle changed", "`git reset --hard` + `git am` from it"),
+    "noop_prepare": ("no-op `invoke prepare --pinned`", "`invoke --version`"),
+    "status": ("`invoke status`", "`git status`"),
+    "parity": ("`invoke parity`", "one raw apply"),
+    "generate_check": ("`invoke generate --check`", "one raw apply"),
+    "check": ("`invoke check`", "one raw apply"),
+    "regenerate": ("`invoke regenerate` after a fixup commit + autosquash", "one raw apply"),
+}
+
+
+def _scale_cell(command: Mapping[str, Any]) -> str:
+    ratio = command.get("ratio")
+    git = command["git"]
+    return (
+        f"{command['skippy']['median_s']:.2f} s ({'?' if ratio is None else f'{ratio:g}'}x; "
+        f"{git['skippy']} / {git['raw']} git)"
+    )
+
+
+def _scale_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The scale section: each queue command at each queue size, beside its raw baseline."""
+    section = report.get("scale")
+    if not section:
+        return []
+    sizes = section["sizes"]
+    ns = " / ".join(str(r["n"]) for r in sizes)
+    lanes = "; ".join(
+        f"{r['n']}: {r['lanes']['core']} / {r['lanes']['model_support']} / {r['lanes']['generated']}"
+        + (
+            f" ({r['lanes']['generated_moved_to_model_support']} of the generated share in model_support)"
+            if r["lanes"].get("generated_moved_to_model_support")
+            else ""
+        )
+        for r in sizes
+    )
+    rows = [
+        (
+            f"the synthesized queues at N = {ns} on the pinned import (`--only scale`, "
+            f"{section['rounds']} round(s) per side): core / model_support / generated patches",
+            lanes,
+            "-",
+            "-",
+        )
+    ]
+    targets = section.get("targets", {})
+    for key, (label, raw) in _SCALE_COMMANDS.items():
+        measured = [r for r in sizes if key in r["commands"]]
+        if not measured:
+            continue
+        target = targets.get(key, {})
+        met = target.get("met")
+        shown = " / ".join(_scale_cell(r["commands"][key]) for r in measured)
+        if target.get("per_patch_s"):
+            per = " / ".join(f"{s * 1000:.1f}" for s in target["per_patch_s"].values())
+            shown += f"; ms per patch from N = {min(map(int, target['per_patch_s']))}: {per}"
+        if target.get("spread") is not None:
+            shown += f" (largest / smallest {target['spread']:g})"
+        rows.append(
+            (
+                f"{label} at N = {' / '.join(str(r['n']) for r in measured)}: median seconds (ratio to {raw}; "
+                "git processes, skippy / raw)",
+                shown,
+                str(target.get("target", "-")),
+                "-" if met is None else ("met" if met else "**missed**"),
             )
         )
     return rows
@@ -540,6 +613,7 @@ _BENCH_KEYS: Final = frozenset(
         "graph_parse",
         "parse",
         "generate_all",
+        "scale",
     }
 )
 
