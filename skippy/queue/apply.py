@@ -38,46 +38,52 @@ def _plural(n: int) -> str:
 
 
 def apply_lanes(run: Run, queue: Queue, repo: Repo, git_dir: Path, where: str, *, first: int = 0) -> str:
-    """Apply the lanes in order on ``repo``'s HEAD; the patched commit.  Raises ConflictError
-    (the ``git am`` aborted: ``repo`` is back at its HEAD).
+    """Apply the lanes in order on ``repo``'s HEAD (one ``git am`` for them all: the same commits
+    as one per lane, without reading the tree again between lanes); the patched commit.  Raises
+    ConflictError (the ``git am`` aborted: ``repo`` is back at its HEAD).
 
     ``first``: HEAD already holds ``queue.patches[:first]`` (their commits were reused); the
     patches from there on are applied."""
-    wanted = {id(p) for p in queue.patches[first:]}
+    patches = queue.patches[first:]
+    if not patches:
+        head = repo.head()
+        assert head is not None
+        return head
+    counts = []
     for lane in LANES:
-        whole = queue.lane(lane)
-        patches = tuple(p for p in whole if id(p) in wanted)
-        if not patches:
-            continue
-        said = (
-            _plural(len(patches))
-            if len(patches) == len(whole)
-            else (f"{len(patches)} of {len(whole)} patches, from {patches[0].name}")
-        )
-        with (
-            run.console.step(f"git am --3way: {lane.value} lane ({said}) in {where}"),
-            tagged(git_dir, patches) as mails,
-        ):
-            result = repo.git(*AM_ARGS, *map(str, mails), env=AM_ENV, check=False)
-        if not result.ok:
-            raise failed_lane(run, repo, git_dir, lane=lane, patches=patches, output=result.tail())
+        whole = len(queue.lane(lane))
+        n = sum(1 for p in patches if p.lane is lane)
+        if n:
+            counts.append(
+                f"{lane.value} {n}" + (f" of {whole}, from {_first_of(patches, lane).name}" if n < whole else "")
+            )
+    with (
+        run.console.step(f"git am --3way: {_plural(len(patches))} ({'; '.join(counts)}) in {where}"),
+        tagged(git_dir, patches) as mails,
+    ):
+        result = repo.git(*AM_ARGS, *map(str, mails), env=AM_ENV, check=False)
+    if not result.ok:
+        raise failed_lane(run, repo, git_dir, patches=patches, output=result.tail())
     head = repo.head()
     assert head is not None
     return head
 
 
-def failed_lane(
-    run: Run, repo: Repo, git_dir: Path, *, lane: Lane, patches: tuple[Patch, ...], output: str
-) -> ConflictError:
-    """The error of a lane whose ``git am`` stopped, naming the patch and its paths; aborts the am."""
+def _first_of(patches: Sequence[Patch], lane: Lane) -> Patch:
+    return next(p for p in patches if p.lane is lane)
+
+
+def failed_lane(run: Run, repo: Repo, git_dir: Path, *, patches: Sequence[Patch], output: str) -> ConflictError:
+    """The error of a ``git am`` of ``patches`` that stopped, naming the patch and its paths;
+    aborts the am."""
     failed: Patch | None = None
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError, IndexError):
         index = int((git_dir / "rebase-apply" / "next").read_text().strip())
         failed = patches[index - 1]
     conflicts = unmerged_paths(repo)
     failed_here = () if conflicts else failed_paths(output)
     repo.git("am", "--abort", check=False)
-    name = failed.label if failed else f"a patch of the {lane.value} lane"
+    name = failed.label if failed else "a patch of the queue"
     where = ""
     if conflicts:
         where = f" (conflicts in {', '.join(conflicts)})"

@@ -193,7 +193,7 @@ def test_an_inserted_patch(nine: Project, tmp_path: Path) -> None:
     expected, _ = full_apply(nine, tmp_path)
     assert report.patched_sha == head(nine.workdir) == expected
     assert "reusing the commits of the 4 unchanged patch(es)" in out.getvalue()
-    assert "model_support lane (3 of 4 patches, from 0002-inserted.patch)" in out.getvalue()
+    assert "git am --3way: 6 patches (model_support 3 of 4, from 0002-inserted.patch; generated 3)" in out.getvalue()
 
 
 def test_a_later_patch_merged_three_way_in_the_sparse_worktree(nine: Project, tmp_path: Path) -> None:
