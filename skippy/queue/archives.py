@@ -16,6 +16,13 @@ so the same archive gives the same commit SHA on every machine; it is recorded
 under ``refs/skippy/archive/<upstream sha>``.  The repository's work tree and
 index are never touched.
 
+The import is made once per cache: in a shared bare repository under the cache dir
+(:data:`STORE_NAME` in ``<cache_dir>/git``, created atomically under a file lock), and every
+repository that needs it (a new workdir, a temporary store of ``invoke check``, a pin-bump's
+repository) gets the commit's objects from there, hard-linked (copied across file systems) as a
+local ``git clone`` does, never through alternates: a repository holds its own objects, so
+removing the cache never breaks it.
+
 This module commits; the other pieces are modules of their own, usable alone
 (the test-bed builds on them): :mod:`skippy.queue.archive_specs` (the table,
 validated), :mod:`skippy.queue.archive_fetch` (download + digest check + cache),
@@ -26,12 +33,18 @@ validated), :mod:`skippy.queue.archive_fetch` (download + digest check + cache),
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import shutil
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from skippy.core.errors import ArchiveError
+import filelock
+
+from skippy.core.errors import ArchiveError, LockBusyError
 from skippy.core.git import IDENTITY_EMAIL, Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -52,6 +65,7 @@ __all__ = [
     "IMPORT_DATE",
     "IMPORT_EMAIL",
     "IMPORT_NAME",
+    "STORE_NAME",
     "TRAILER_DIGEST",
     "TRAILER_FOLDER",
     "TRAILER_UPSTREAM",
@@ -62,7 +76,13 @@ __all__ = [
     "import_archive",
     "import_message",
     "parse_trailers",
+    "shared_store",
 ]
+
+#: the shared object store of imports, in ``<cache_dir>/git``
+STORE_NAME: Final = "llama.cpp.git"
+#: the object format of the shared store (git's default): a repository of another gets its own import
+STORE_FORMAT: Final = "sha1"
 
 #: identity and date of every import commit: the same archive gives the same SHA everywhere
 IMPORT_NAME: Final = "skippy archive import"
@@ -215,30 +235,192 @@ def import_archive(
     scratch_root = settings.cache_dir / "tmp"
     report_swept(sweep_stale(scratch_root, "archive-"), scratch_root, console)
     found = _recorded(repo, upstream_sha)
-    if found and found[1].get(TRAILER_DIGEST) == spec.sha256 and found[1].get(TRAILER_FOLDER) == spec.folder:
+    if found and _same_spec(found[1], spec):
         console.detail(f"archive for {upstream_sha[:12]} already imported as {found[0][:12]}")
         return found[0]
+    objects, fmt = repo.out("rev-parse", "--git-path", "objects", "--show-object-format").splitlines()
+    if fmt != STORE_FORMAT:
+        sha = _import_into(settings, repo, spec, console, python=python, fetcher=fetcher)
+    else:
+        sha = _from_store(settings, spec, _absolute(repo, objects), console, python=python, fetcher=fetcher)
+    repo.git(
+        "update-ref",
+        "-m",
+        f"skippy: import archive {spec.sha256[:12]}",
+        archive_ref(upstream_sha),
+        sha,
+        what="git update-ref (archive import)",
+    )
+    return sha
+
+
+def _same_spec(trailers: dict[str, str], spec: ArchiveSpec) -> bool:
+    return trailers.get(TRAILER_DIGEST) == spec.sha256 and trailers.get(TRAILER_FOLDER) == spec.folder
+
+
+def _import_into(
+    settings: Settings, repo: Repo, spec: ArchiveSpec, console: Console, *, python: str | None, fetcher: Fetcher
+) -> str:
+    """Fetch (or take from the download cache), unpack and commit the archive in ``repo``; the
+    commit (no ref is written)."""
     ctx = FetchContext.from_settings(settings, console, python=python)
     cache = settings.cache_dir / "archives"
     archive = fetch_verified(spec.url, spec.sha256, cache, ctx, fetcher=fetcher, lock_timeout=settings.lock_timeout)
-    with console.step(f"importing upstream {upstream_sha[:12]} from {archive.name}"):
-        with owned_scratch(scratch_root, "archive-", console=console) as tmp:
-            try:
-                unpacked = safe_unpack(archive, tmp / "tree", spec.folder, console=console)
-                console.info(f"adding the unpacked {unpacked.name} to git (git add, write-tree)")
-                sha = commit_folder(repo, unpacked, import_message(spec), scratch=tmp / "scratch")
-            except OSError as exc:
-                if exc.filename is not None or exc.errno is None:
-                    raise
-                # a write that names no file (tar's copy into the tree): the scratch folder is where
-                raise OSError(exc.errno, exc.strerror, str(tmp)) from exc
-        repo.git(
-            "update-ref",
-            "-m",
-            f"skippy: import archive {spec.sha256[:12]}",
-            archive_ref(upstream_sha),
-            sha,
-            what="git update-ref (archive import)",
-        )
+    upstream_sha = spec.upstream_sha
+    with (
+        console.step(f"importing upstream {upstream_sha[:12]} from {archive.name}"),
+        owned_scratch(settings.cache_dir / "tmp", "archive-", console=console) as tmp,
+    ):
+        try:
+            unpacked = safe_unpack(archive, tmp / "tree", spec.folder, console=console)
+            console.info(f"adding the unpacked {unpacked.name} to git (git add, write-tree)")
+            sha = commit_folder(repo, unpacked, import_message(spec), scratch=tmp / "scratch")
+        except OSError as exc:
+            if exc.filename is not None or exc.errno is None:
+                raise
+            # a write that names no file (tar's copy into the tree): the scratch folder is where
+            raise OSError(exc.errno, exc.strerror, str(tmp)) from exc
     console.info(f"imported upstream {upstream_sha[:12]} from archive as {sha[:12]}")
     return sha
+
+
+def shared_store(settings: Settings) -> Path:
+    """The bare repository under the cache dir that holds every archive import once."""
+    return settings.cache_dir / "git" / STORE_NAME
+
+
+def _from_store(
+    settings: Settings,
+    spec: ArchiveSpec,
+    objects: Path,
+    console: Console,
+    *,
+    python: str | None,
+    fetcher: Fetcher,
+) -> str:
+    """The import of ``spec``, from the shared store (imported there first when it is not yet, or
+    no longer whole), its objects linked into the object directory ``objects``; the commit."""
+    store = shared_store(settings)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    lock = store.parent / f"{STORE_NAME}.lock"
+    try:
+        with filelock.FileLock(str(lock), timeout=settings.lock_timeout):
+            store_repo = Repo(store, settings.env, echo=console.command)
+            found = _recorded(store_repo, spec.upstream_sha) if store.is_dir() else None
+            sha = found[0] if found and _same_spec(found[1], spec) else None
+            linked = _link_import(store_repo, sha, objects) if sha else None
+            if sha is None or linked is None:
+                if not store.is_dir():
+                    _create_store(settings, store, console)
+                sha = _import_into(settings, store_repo, spec, console, python=python, fetcher=fetcher)
+                store_repo.git(
+                    "update-ref",
+                    "-m",
+                    f"skippy: import archive {spec.sha256[:12]}",
+                    archive_ref(spec.upstream_sha),
+                    sha,
+                    what="git update-ref (archive import, shared store)",
+                )
+                linked = _link_import(store_repo, sha, objects)
+                if linked is None:
+                    raise ArchiveError(
+                        f"the import of upstream {spec.upstream_sha[:12]} in the shared store {store} is not whole "
+                        "right after it was made",
+                        untouched="the repository being prepared: no ref was written in it",
+                        next_step=f"remove {store} (a cache: it is made again), then run the command again",
+                    )
+    except filelock.Timeout as exc:
+        raise LockBusyError(
+            f"another process is importing into the shared store {store} (lock {exc.lock_file})",
+            untouched="everything",
+            next_step="wait for it to finish, then run the command again",
+        ) from exc
+    console.info(
+        f"upstream {spec.upstream_sha[:12]} taken from the shared store as {sha[:12]} "
+        f"({linked} object file(s) linked, not imported again)"
+    )
+    return sha
+
+
+def _create_store(settings: Settings, store: Path, console: Console) -> None:
+    """A new, empty bare repository at ``store``: made in a scratch folder, renamed into place."""
+    with owned_scratch(store.parent, ".new-", console=console) as tmp:
+        made = tmp / STORE_NAME
+        Repo(tmp, settings.env, echo=console.command).git(
+            "init", "--bare", "--quiet", f"--object-format={STORE_FORMAT}", str(made), what="git init (shared store)"
+        )
+        made.rename(store)
+
+
+def _link_import(store: Repo, sha: str, objects: Path) -> int | None:
+    """Every object ``sha`` reaches in the store, hard-linked (copied across file systems) into the
+    object directory ``objects`` as a local ``git clone`` does: loose files one by one, and the
+    store's packs when some are packed (a ``git gc`` ran there).  The number of files linked, or
+    None when the store lacks some object (the import is made again there; what was linked is
+    valid, content-addressed, and stays)."""
+    listed = store.git("rev-list", "--objects", "--no-object-names", sha, check=False)
+    if not listed.ok:
+        return None
+    ids = listed.stdout.split()
+    for prefix in {oid[:2] for oid in ids}:
+        (objects / prefix).mkdir(parents=True, exist_ok=True)
+    # plain strings in this loop: thousands of files, and pathlib's cost per path adds up
+    source, target = f"{store.path}/objects", str(objects)
+    count = 0
+    copy = False
+    absent: list[str] = []
+    for oid in ids:
+        rel = f"/{oid[:2]}/{oid[2:]}"
+        try:
+            copy = _put(source + rel, target + rel, copy)
+            count += 1
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            absent.append(oid)
+    if not absent:
+        return count
+    checked = store.git("cat-file", "--batch-check=%(objectname)", input="\n".join(absent) + "\n", check=False)
+    if not checked.ok or any(line.endswith(" missing") for line in checked.stdout.splitlines()):
+        return None
+    return count + _link_packs(store.path / "objects" / "pack", objects / "pack", copy)
+
+
+def _link_packs(source: Path, target: Path, copy: bool) -> int:
+    """The packs of ``source`` linked (or copied) into ``target``, each index after its pack (git
+    takes a pack up once its index is there); the number of files."""
+    target.mkdir(parents=True, exist_ok=True)
+    count = 0
+    for pack in sorted(source.glob("pack-*.pack")):
+        for part in (pack, pack.with_suffix(".rev"), pack.with_suffix(".idx")):
+            if part.is_file():
+                with contextlib.suppress(FileExistsError):
+                    copy = _put(str(part), str(target / part.name), copy)
+                    count += 1
+    return count
+
+
+def _put(source: str, target: str, copy: bool) -> bool:
+    """``source`` hard-linked at ``target`` or (``copy``, or when the link is refused: another file
+    system) copied beside it and renamed into place; whether to copy from now on.  Raises
+    FileExistsError when ``target`` is there, FileNotFoundError when ``source`` is not."""
+    if not copy:
+        try:
+            os.link(source, target)
+            return False
+        except (FileExistsError, FileNotFoundError):
+            raise
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
+                raise
+    final = Path(target)
+    if final.exists() or final.is_symlink():
+        raise FileExistsError(errno.EEXIST, "already there", target)
+    partial = final.with_name(f"tmp_obj_{uuid.uuid4().hex[:12]}")
+    try:
+        shutil.copyfile(source, partial)
+        partial.chmod(0o444)
+        partial.replace(final)
+    finally:
+        partial.unlink(missing_ok=True)
+    return True
