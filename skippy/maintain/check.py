@@ -4,7 +4,8 @@ Steps (a failed step skips the ones that need its result):
 
 1. ``queue``: the queue validates (lanes, names, series, mailbox headers);
 2. ``apply``: all lanes apply on the pin, in a temporary worktree (the
-   maintainer's workdir checkout is never touched);
+   maintainer's workdir checkout is never touched); each patch is applied
+   once: the later steps reuse these commits (:func:`skippy.queue.replay.applied_once`);
 3. ``parity``: no arch case is dropped without an allowlist entry; the hunks
    that delete upstream lines are listed;
 4. ``generated``: the checked-in generated lane is what the generator makes;
@@ -25,7 +26,7 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import generate, parity
 from skippy.queue.model import Lane, Queue, load_queue
-from skippy.queue.replay import Replay, Store, pinned_store, replay
+from skippy.queue.replay import Replay, Store, applied_once, pinned_store, replay
 
 STATUSES = ("ok", "warning", "failed", "skipped")
 
@@ -151,14 +152,16 @@ def _pinned_steps(
 ) -> str | None:
     """The steps that need the pinned tree (apply, parity, generated), appended to ``steps``; the patched sha."""
     queue: Queue = holder["queue"]
-    steps.append(_timed("apply", lambda: _apply_step(settings, store, queue, holder, console=console)))
-    patched: str | None = None
-    if "replay" in holder:
-        steps.append(_timed("parity", lambda: _parity_step(settings, store, holder, console=console)))
-        patched = holder["replay"].patched
-    else:
-        steps.append(Step("parity", "skipped", "the queue does not apply"))
-    steps.append(_timed("generated", lambda: _generated_step(settings, store, queue, console=console)))
+    # one worktree, each patch applied once: the generated step's replay of the lanes reuses apply's
+    with applied_once(settings, store.repo, store.base, console=console):
+        steps.append(_timed("apply", lambda: _apply_step(settings, store, queue, holder, console=console)))
+        patched: str | None = None
+        if "replay" in holder:
+            steps.append(_timed("parity", lambda: _parity_step(settings, store, holder, console=console)))
+            patched = holder["replay"].patched
+        else:
+            steps.append(Step("parity", "skipped", "the queue does not apply"))
+        steps.append(_timed("generated", lambda: _generated_step(settings, store, queue, console=console)))
     return patched
 
 

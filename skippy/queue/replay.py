@@ -4,7 +4,9 @@
   workdir's object store, or a temporary repository when there is no
   workdir), whose checkout is never touched;
 * :func:`replay`: the queue applied on the pin in a temporary worktree, one
-  commit per patch, deterministic;
+  commit per patch, deterministic; inside :func:`applied_once` the replays of
+  one command share what they have in common: each patch is applied once
+  (:class:`Replays`);
 * :data:`EXPORT_ARGS` / :func:`export_range` / :func:`export_commit`: ``git
   format-patch`` with every option that shapes its output fixed, so that
   exporting the same commits twice gives the same bytes on any machine.
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import shutil
 import uuid
@@ -210,19 +213,76 @@ def sub_queue(queue: Queue, lanes: tuple[Lane, ...]) -> Queue:
     return Queue(root=queue.root, patches=patches, digest=queue_digest(patches))
 
 
+class Replays:
+    """Queues replayed on one ``base`` of ``repo``, each patch applied once: a queue that starts
+    with patches already applied here (the same lane, name and bytes, in the same order) reuses
+    their commits, and only the rest is applied, on top of them (by prepare's own apply aside, in
+    a temporary worktree).
+
+    ``git am`` makes the same commit from the same parent and patch whatever ran before it (fixed
+    identity, committer date = author date, the patch's trailer), so a reused commit is the one a
+    fresh replay of the whole queue makes."""
+
+    def __init__(self, settings: Settings, repo: Repo, base: str, *, console: Console):
+        self.settings = settings
+        self.repo = repo
+        self.base = base
+        self.console = console
+        #: the patches applied so far, one line of commits on ``base``: ((label, sha256), commit)
+        self._line: list[tuple[tuple[str, str], str]] = []
+
+    def serves(self, repo: Repo, base: str) -> bool:
+        return repo.path == self.repo.path and base == self.base
+
+    def replay(self, queue: Queue) -> Replay:
+        """``queue`` applied on the base (raises ConflictError); one commit per patch."""
+        keys = [(p.label, p.sha256) for p in queue.patches]
+        done = 0
+        while done < min(len(keys), len(self._line)) and self._line[done][0] == keys[done]:
+            done += 1
+        commits = [commit for _key, commit in self._line[:done]]
+        rest = queue.patches[done:]
+        if rest:
+            start = commits[-1] if commits else self.base
+            todo = Queue(root=queue.root, patches=rest, digest=queue_digest(rest))
+            patched = apply_queue_aside(self.settings, self.repo, start, todo, console=self.console)
+            made = self.repo.out("rev-list", "--reverse", "--topo-order", f"{start}..{patched}").split()
+            if len(made) != len(rest):
+                raise QueueError(
+                    f"the queue has {len(queue.patches)} patches but applying it made {done + len(made)} commits",
+                    untouched="everything: the queue was only applied in a temporary worktree",
+                    next_step="look for empty patches in the queue (`invoke check` lists the lanes)",
+                )
+            self._line = self._line[:done] + list(zip(keys[done:], made, strict=True))
+            commits += made
+        return Replay(self.base, commits[-1] if commits else self.base, tuple(zip(queue.patches, commits, strict=True)))
+
+
+_ACTIVE: contextvars.ContextVar[Replays | None] = contextvars.ContextVar("skippy_replays", default=None)
+
+
+@contextlib.contextmanager
+def applied_once(settings: Settings, repo: Repo, base: str, *, console: Console) -> Iterator[Replays]:
+    """Inside the block, every :func:`replay` on ``base`` of ``repo`` (also one made by a step that
+    knows nothing of the block, such as the generated lane's) shares one :class:`Replays`: a patch
+    applied once is not applied again.  Nothing outlives the block (each apply's worktree is gone
+    when it returns; the commits stay in the object store, unreferenced, as any replay's)."""
+    replays = Replays(settings, repo, base, console=console)
+    token = _ACTIVE.set(replays)
+    try:
+        yield replays
+    finally:
+        _ACTIVE.reset(token)
+
+
 def replay(settings: Settings, repo: Repo, base: str, queue: Queue, *, console: Console) -> Replay:
-    """Apply ``queue`` on ``base`` in a temporary worktree (raises ConflictError); one commit per patch."""
-    if not queue.patches:
-        return Replay(base, base, ())
-    patched = apply_queue_aside(settings, repo, base, queue, console=console)
-    commits = repo.out("rev-list", "--reverse", "--topo-order", f"{base}..{patched}").split()
-    if len(commits) != len(queue.patches):
-        raise QueueError(
-            f"the queue has {len(queue.patches)} patches but applying it made {len(commits)} commits",
-            untouched="everything: the queue was only applied in a temporary worktree",
-            next_step="look for empty patches in the queue (`invoke check` lists the lanes)",
-        )
-    return Replay(base, patched, tuple(zip(queue.patches, commits, strict=True)))
+    """Apply ``queue`` on ``base`` in a temporary worktree (raises ConflictError); one commit per
+    patch.  Inside :func:`applied_once` for the same repository and base, the patches it already
+    applied are reused."""
+    active = _ACTIVE.get()
+    if active is not None and active.serves(repo, base):
+        return active.replay(queue)
+    return Replays(settings, repo, base, console=console).replay(queue)
 
 
 def read_text(repo: Repo, commit: str, path: str) -> str | None:
