@@ -14,8 +14,10 @@
    (``generated/inputs.sha256``), in which case it is regenerated;
 4. the new queue is replayed on a clean checkout of the pin (a temporary
    worktree): the tree after the two lanes must be the model-support head's
-   tree, and the whole queue must apply.  On any failure the backup is
-   restored byte for byte and the error says what differed;
+   tree, and the whole queue must apply.  Each patch is applied once: the
+   generated lane (made again, and checked) goes on top of the lanes applied
+   for the tree check.  On any failure the backup is restored byte for byte
+   and the error says what differed;
 5. a range-diff report classifies every patch (unchanged, context, changed,
    new, dropped).
 
@@ -52,7 +54,7 @@ from skippy.maintain.history import Commit, Lanes, lanes_of, refuse_merges
 from skippy.queue import leftovers
 from skippy.queue import workdir as wd
 from skippy.queue.model import SERIES_LIMIT, Lane, load_queue, queue_file_bytes, unknown_entries
-from skippy.queue.replay import Store, export_range, pinned_store, replay, sub_queue
+from skippy.queue.replay import Replays, Store, applied_once, export_range, pinned_store, sub_queue
 
 #: queue backups kept under ``<cache_dir>/backups`` after a successful regenerate (a failed one keeps all)
 KEEP_BACKUPS: Final = 10
@@ -602,14 +604,23 @@ def refuse_uncommitted(settings: Settings, repo: Repo, rerun: str) -> None:
 
 
 def _verify(settings: Settings, store: Store, ms: str, *, console: Console) -> tuple[str, str]:
-    """Replay the new queue on the pin; the lanes must give ``ms``'s tree.  (patched commit, generated status)"""
+    """Replay the new queue on the pin; the lanes must give ``ms``'s tree.  (patched commit, generated status)
+
+    Each patch is applied once, in one temporary worktree (:func:`applied_once`): the generated
+    lane, when its inputs changed, is made on the lanes applied here, and the whole queue's check
+    applies only the generated lane, on top of them."""
+    with applied_once(settings, store.repo, store.base, console=console) as replays:
+        return _verify_in(settings, store, ms, replays, console=console)
+
+
+def _verify_in(settings: Settings, store: Store, ms: str, replays: Replays, *, console: Console) -> tuple[str, str]:
     from skippy.maintain import generate
 
     repo = store.repo
     queue = load_queue(settings.patch_dir)
     lower = sub_queue(queue, (Lane.CORE, Lane.MODEL_SUPPORT))
     with console.step(f"verify: replay {len(lower.patches)} lane patch(es) on a clean checkout of the pin"):
-        tip = replay(settings, repo, store.base, lower, console=console).patched
+        tip = replays.replay(lower).patched
     wanted, got = repo.out("rev-parse", f"{ms}^{{tree}}"), repo.out("rev-parse", f"{tip}^{{tree}}")
     if wanted != got:
         differ = repo.out("diff", "--no-renames", "--name-status", tip, ms)
@@ -629,6 +640,7 @@ def _verify(settings: Settings, store: Store, ms: str, *, console: Console) -> t
             status = "kept"
         else:
             with console.step("the generated lane's inputs changed: regenerate it"):
+                # its replay of the lanes is the one above (applied_once)
                 lane = generate.generate_lane(
                     settings, repo, store.base, upstream_sha=store.upstream_sha, queue=queue, spec=spec, console=console
                 )
@@ -639,6 +651,6 @@ def _verify(settings: Settings, store: Store, ms: str, *, console: Console) -> t
     queue = load_queue(settings.patch_dir)
     if not queue.lane(Lane.GENERATED):
         return tip, status
-    with console.step("verify: the whole queue applies"):
-        patched = replay(settings, repo, store.base, queue, console=console).patched
+    with console.step("verify: the whole queue applies (the generated lane on the lanes applied above)"):
+        patched = replays.replay(queue).patched
     return patched, status
