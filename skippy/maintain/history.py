@@ -7,9 +7,9 @@ workdir's HEAD: ``git commit --fixup=<commit>`` + ``git rebase -i --autosquash``
 it joins the lane of the commit before it; after a generated commit, or as the
 first commit, see :func:`lane_of_new`).  :func:`lanes_of` turns ``base..HEAD`` into
 a core head and a model-support head for :func:`skippy.maintain.regenerate.regenerate`:
-directly when the commits are already in lane order, else by replaying the core and
-model-support commits in lane order in a temporary worktree (the generated commits are
-left out: the generated lane is regenerated from its inputs).
+directly when the commits are already in lane order, else by cherry-picking the core and
+model-support commits in lane order, tree-level (``git merge-tree``: no checkout; the generated
+commits are left out: the generated lane is regenerated from its inputs).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from skippy.core.errors import QueueError
+from skippy.core.errors import CommandError, QueueError
 from skippy.core.git import Repo
 from skippy.queue.mail import label_of
 from skippy.queue.model import LANES, Lane
@@ -121,30 +121,120 @@ def lanes_of(repo: Repo, git_dir: Path, base: str, head: str, *, rerun: str) -> 
         core = next((c.sha for c in reversed(hand) if c.lane is Lane.CORE), base)
         ms = hand[-1].sha if hand else base
         return Lanes(commits, core, ms, reordered=False)
-    core, ms = _replay_in_lane_order(repo, git_dir, base, hand, rerun=rerun)
+    core, ms = _replay_in_lane_order(repo, git_dir, base, commits, rerun=rerun)
     return Lanes(commits, core, ms, reordered=True)
 
 
-def _replay_in_lane_order(repo: Repo, git_dir: Path, base: str, hand: list[Commit], *, rerun: str) -> tuple[str, str]:
-    """Cherry-pick the core commits, then the model-support ones, on ``base`` in a temporary
-    worktree (the workdir's checkout is not touched); the two heads."""
-    with aside_worktree(repo, git_dir, base) as work:
-        core = base
-        for lane in (Lane.CORE, Lane.MODEL_SUPPORT):
-            for commit in (c for c in hand if c.lane is lane):
-                result = work.git("cherry-pick", "--allow-empty", "--keep-redundant-commits", commit.sha, check=False)
-                if not result.ok:
-                    work.git("cherry-pick", "--abort", check=False)
-                    raise QueueError(
-                        f"commit {commit.sha[:12]} ({commit.subject}) of the {lane.value} lane does not apply "
-                        "in lane order (core commits first, then model_support): it depends on a commit of "
-                        "a later lane",
-                        details=result.tail(),
-                        untouched="everything: the queue and the workdir were not changed",
-                        next_step=f"move it with `git -C {repo.path} rebase -i {base[:12]}` (core commits "
-                        "first, then model_support; the generated commits are regenerated), then re-run "
-                        f"`{rerun}`",
-                    )
-            if lane is Lane.CORE:
+def _replay_in_lane_order(
+    repo: Repo, git_dir: Path, base: str, commits: tuple[Commit, ...], *, rerun: str
+) -> tuple[str, str]:
+    """The core commits, then the model-support ones, on ``base``; the two heads.
+
+    The commits that already stand in lane order at the start of the history (no generated commit
+    before them) are kept as they are; the rest are cherry-picked on them.  Tree-level (git 2.38+):
+    each pick is ``git merge-tree --write-tree`` (the merge cherry-pick makes: base the commit's
+    parent, ours the head so far, theirs the commit) and ``git commit-tree`` with the commit's
+    author and message; no checkout, no index: nothing in the workdir is touched.  An older git,
+    whose merge-tree has no ``--write-tree``, cherry-picks in a temporary worktree instead."""
+    ordered = [c for lane in (Lane.CORE, Lane.MODEL_SUPPORT) for c in commits if c.lane is lane]
+    kept = 0
+    while kept < len(ordered) and commits[kept] is ordered[kept]:
+        kept += 1
+    head = ordered[kept - 1].sha if kept else base
+    core = next((c.sha for c in reversed(ordered[:kept]) if c.lane is Lane.CORE), base)
+    try:
+        return _pick_tree_level(repo, base, head=head, core=core, picks=ordered[kept:], rerun=rerun)
+    except _NoWriteTree:
+        return _pick_in_worktree(repo, git_dir, base, head=head, core=core, picks=ordered[kept:], rerun=rerun)
+
+
+#: git's exit code for an option it does not know
+USAGE = 129
+
+
+class _NoWriteTree(Exception):
+    """This git's ``merge-tree`` has no ``--write-tree`` (before git 2.38)."""
+
+
+@dataclass(frozen=True)
+class _Authored:
+    parent: str
+    name: str
+    email: str
+    date: str  # git's internal form: seconds and offset
+    message: str
+
+
+def _authored(repo: Repo, picks: list[Commit]) -> list[_Authored]:
+    """Parent, author and message of each of ``picks`` (one ``git log``)."""
+    if not picks:
+        return []
+    out = repo.git(
+        "log", "--no-walk=unsorted", "--date=raw", "--format=%P%x1f%an%x1f%ae%x1f%ad%x1f%B%x1e", *(c.sha for c in picks)
+    ).stdout
+    records = [r.lstrip("\n") for r in out.split("\x1e")][: len(picks)]
+    found = []
+    for record in records:
+        parent, name, email, date, message = record.split("\x1f", 4)
+        found.append(_Authored(parent.strip(), name, email, date, message))
+    return found
+
+
+def _pick_tree_level(
+    repo: Repo, base: str, *, head: str, core: str, picks: list[Commit], rerun: str
+) -> tuple[str, str]:
+    tree = repo.out("rev-parse", f"{head}^{{tree}}")
+    for commit, info in zip(picks, _authored(repo, picks), strict=True):
+        # merge-tree merges on the merge base of its two sides: a stand-in for the head so far
+        # whose parent is the commit's parent makes that parent the base, as cherry-pick does
+        dated = {"GIT_AUTHOR_DATE": info.date, "GIT_COMMITTER_DATE": info.date}
+        ours = repo.git("commit-tree", tree, "-p", info.parent, "-m", "stand-in", env=dated).stdout.strip()
+        merged = repo.git("merge-tree", "--write-tree", "--messages", ours, commit.sha, check=False)
+        if merged.returncode == USAGE:
+            raise _NoWriteTree(merged.tail())
+        if merged.returncode == 1:
+            raise _out_of_order(repo, base, commit, merged.tail(), rerun=rerun)
+        if merged.returncode != 0:
+            raise CommandError(
+                f"git merge-tree failed (exit code {merged.returncode})",
+                argv=merged.argv,
+                returncode=merged.returncode,
+                output_tail=merged.tail(),
+                untouched="everything: the queue and the workdir were not changed",
+                next_step=f"re-run `{rerun}`; `git -C {repo.path} fsck` looks for a damaged object",
+            )
+        tree = merged.stdout.split("\n", 1)[0].strip()
+        env = {"GIT_AUTHOR_NAME": info.name, "GIT_AUTHOR_EMAIL": info.email, **dated}
+        head = repo.git("commit-tree", tree, "-p", head, input=info.message, env=env).stdout.strip()
+        if commit.lane is Lane.CORE:
+            core = head
+    return core, head
+
+
+def _out_of_order(repo: Repo, base: str, commit: Commit, output: str, *, rerun: str) -> QueueError:
+    return QueueError(
+        f"commit {commit.sha[:12]} ({commit.subject}) of the {commit.lane.value} lane does not apply "
+        "in lane order (core commits first, then model_support): it depends on a commit of "
+        "a later lane",
+        details=output,
+        untouched="everything: the queue and the workdir were not changed",
+        next_step=f"move it with `git -C {repo.path} rebase -i {base[:12]}` (core commits "
+        "first, then model_support; the generated commits are regenerated), then re-run "
+        f"`{rerun}`",
+    )
+
+
+def _pick_in_worktree(
+    repo: Repo, git_dir: Path, base: str, *, head: str, core: str, picks: list[Commit], rerun: str
+) -> tuple[str, str]:
+    """Cherry-pick ``picks`` on ``head`` in a temporary worktree (the workdir's checkout is not
+    touched); the two heads."""
+    with aside_worktree(repo, git_dir, head) as work:
+        for commit in picks:
+            result = work.git("cherry-pick", "--allow-empty", "--keep-redundant-commits", commit.sha, check=False)
+            if not result.ok:
+                work.git("cherry-pick", "--abort", check=False)
+                raise _out_of_order(repo, base, commit, result.tail(), rerun=rerun)
+            if commit.lane is Lane.CORE:
                 core = work.out("rev-parse", "HEAD")
         return core, work.out("rev-parse", "HEAD")
