@@ -187,14 +187,17 @@ def import_message(spec: ArchiveSpec) -> str:
 
 
 def _recorded(repo: Repo, upstream_sha: str) -> tuple[str, dict[str, str]] | None:
-    sha = repo.rev_parse(archive_ref(upstream_sha) + "^{commit}")
-    if sha is None:
+    """``(commit, trailers)`` of the import recorded for ``upstream_sha``, read with one git
+    command (``cat-file --batch`` answers the ref with the commit's SHA and its text)."""
+    found = repo.git("cat-file", "--batch", input=archive_ref(upstream_sha) + "^{commit}\n", check=False)
+    header, _, body = found.stdout.partition("\n")
+    fields = header.split()
+    if not found.ok or len(fields) != 3 or fields[1] != "commit":
         return None
-    message = repo.out("cat-file", "commit", sha).partition("\n\n")[2]
-    trailers = parse_trailers(message)
+    trailers = parse_trailers(body.partition("\n\n")[2])
     if trailers.get(TRAILER_UPSTREAM) != upstream_sha:
         return None
-    return sha, trailers
+    return fields[0], trailers
 
 
 def archive_commit(repo: Repo, upstream_sha: str) -> str | None:

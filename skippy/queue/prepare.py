@@ -157,10 +157,11 @@ def converge(run: Run, queue: Queue, target: Target, pin: str | None) -> Prepare
     recorded = wd.read_stamp(git_dir)
     recognized = recognize(run, queue, repo, git_dir) if recorded is None else None
     work = wd.local_work(repo, git_dir, recorded or recognized, run.settings.tolerated_untracked)
-    committed = work.committed_only and not run.force and not is_shallow_or_partial(repo)
+    shallow = is_shallow_or_partial(repo, git_dir)
+    committed = work.committed_only and not run.force and not shallow
     if not committed:
         refuse_or_discard(run, repo, git_dir, work)
-    if is_shallow_or_partial(repo):
+    if shallow:
         return reclone(run, queue, target, pin)
     at = resolve(run, repo, target, pin)
     recorded = wd.read_stamp(git_dir) or recognized

@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from skippy.core.errors import ConflictError, DirtyWorkdirError
+from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
+from skippy.queue.checkout import is_shallow_or_partial
 from skippy.queue.prepare import Target, prepare
 from tests.conftest import MODEL_CPP, Project
 from tests.gitfixtures import git, hermetic_git_env
@@ -279,3 +281,18 @@ def test_a_stamp_without_the_commits_applies_the_whole_queue(nine: Project, tmp_
     expected, _ = full_apply(nine, tmp_path)
     assert report.patched_sha == expected
     assert len(wd.read_stamp(nine.workdir / ".git").applied) == 9  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("how", ["plain", "shallow", "promisor", "partial"])
+def test_shallow_or_partial_is_told_by_one_git_command(nine: Project, how: str) -> None:
+    """The check that runs on every prepare (a shallow or partial clone is re-cloned first)."""
+    prepare(nine.settings(), Target.pinned(), console=quiet())
+    git_dir = nine.workdir / ".git"
+    if how == "shallow":
+        (git_dir / "shallow").write_text(head(nine.workdir) + "\n", encoding="ascii")
+    elif how == "promisor":
+        run_git(nine.workdir, "config", "remote.origin.promisor", "true")
+    elif how == "partial":
+        run_git(nine.workdir, "config", "extensions.partialClone", "origin")
+    repo = Repo(nine.workdir, nine.env)
+    assert is_shallow_or_partial(repo, git_dir) is (how != "plain")
