@@ -1,10 +1,12 @@
 """Bench section ``scale``: the queue commands on synthesized queues of N patches (9, 40, 130, 400).
 
-The upstream is the pinned import: the tree ``invoke prepare --pinned --offline`` makes from the
-pin's source archive (in a seed copy of the project), pushed as the only commit of a local bare
-repository.  For each N, a copy of the project (:func:`benchmarks.bench_generate.project_copy`:
-the real queue is never written) gets the shipped queue plus synthesized patches in a real
-downstream's proportions (:func:`lane_split`: 41 core, 6 model_support and 83 generated of 130):
+The tree is the pin's as ``invoke prepare`` gets it here: from the source archive, its import
+kept in the cache's shared store (``<cache_dir>/git/llama.cpp.git``), every skippy command run
+with ``--offline`` where it takes it (this machine has no route to the upstream).  A copy of the
+project (:func:`benchmarks.bench_generate.project_copy`, a cache dir of its own sharing the
+project's downloads: the real queue is never written) gets, for each N, the shipped queue plus
+synthesized patches in a real downstream's proportions (:func:`lane_split`: 41 core,
+6 model_support and 83 generated of 130):
 
 * core: one line at the top of a function of ``src/*.cpp`` per patch, model_support: the same in
   ``src/models/*.cpp``; each patch a commit on the ones before it, exported with the lanes'
@@ -17,7 +19,8 @@ downstream's proportions (:func:`lane_split`: 41 core, 6 model_support and 83 ge
 Then, per N, each command beside a raw baseline, alternating in one run (``rounds`` each; a
 first untimed run of each side with a ``git`` on PATH that counts its invocations):
 
-* cold ``invoke prepare --pinned``: ``git clone`` of the import + ``git am --3way`` of the files;
+* cold ``invoke prepare --pinned``: ``git clone`` of the store (a local clone, hard links, as
+  skippy's), ``git checkout`` of the import + ``git am --3way`` of the same files;
 * re-prepare after one patch changed: ``git reset --hard`` to the commit before it + ``git am``
   of it and the patches after it;
 * no-op ``invoke prepare --pinned``: ``invoke --version``;
@@ -60,7 +63,7 @@ MODEL_SUPPORT_SHARE: Final = (6, 130)
 MIN_GAP: Final = 12
 #: (key in the JSON, what it runs, the raw baseline beside it), in the order measured
 COMMANDS: Final = (
-    ("cold_prepare", "cold `invoke prepare --pinned`", "`git clone` + `git am --3way`"),
+    ("cold_prepare", "cold `invoke prepare --pinned`", "`git clone` + `checkout` + `git am --3way`"),
     ("reprepare", "re-prepare, one patch changed", "`git reset --hard` + `git am` from it"),
     ("noop_prepare", "no-op `invoke prepare --pinned`", "`invoke --version`"),
     ("status", "`invoke status`", "`git status`"),
@@ -374,31 +377,19 @@ def measure(
 # --------------------------------------------------------------------------- the pinned import
 
 
-def pinned_import(settings: Settings, base: Path, console: Console, python: str) -> tuple[Path, str]:
-    """A bare repository whose ``master`` is the pin's import (made by ``invoke prepare --pinned
-    --offline`` in a seed copy of the project; kept for the next run); (its path, the commit)."""
-    from benchmarks.bench_generate import copy_env, project_copy
+def pinned_import(copy: ScaleCopy) -> tuple[Path, str]:
+    """The copy prepared once with the shipped queue (``--offline``: from the source archive; the
+    first run imports it into the cache's shared store); (the store, the import commit)."""
+    from skippy.queue import archives
     from skippy.queue import workdir as wd
 
-    upstream_sha = settings.pin_file.read_text(encoding="utf-8").split()[0]
-    bare = base / "upstream.git"
-    marker = bare / "skippy-scale-pin"
-    genv = hermetic_env(settings.env, base)
-    if marker.is_file() and marker.read_text(encoding="utf-8").strip() == upstream_sha:
-        return bare, proc.run(["git", "-C", str(bare), "rev-parse", "master"], env=genv).stdout.strip()
-    seed = project_copy(settings, base / "seed", cache_dir=base / "cache")
-    console.info("bench: the pin's import, made by `invoke prepare --pinned --offline` in a seed copy")
-    env = copy_env(settings.env)
-    proc.run([str(Path(python).parent / "invoke"), "prepare", "--pinned", "--offline"], env=env, cwd=seed, timeout=3600)
-    stamp = wd.read_stamp(seed / "work" / "llama.cpp" / ".git")
+    copy.run("prepare", "--pinned", "--offline")
+    stamp = wd.read_stamp(copy.workdir / ".git")
     assert stamp is not None, "prepare leaves a stamp"
-    shutil.rmtree(bare, ignore_errors=True)
-    proc.run(["git", "init", "--quiet", "--bare", "--initial-branch=master", str(bare)], env=genv)
-    work = str(seed / "work" / "llama.cpp")
-    proc.run(["git", "-C", work, "push", "--quiet", str(bare), f"{stamp.base_commit}:refs/heads/master"], env=genv)
-    marker.write_text(upstream_sha + "\n", encoding="utf-8")
-    shutil.rmtree(seed)
-    return bare, stamp.base_commit
+    store = archives.shared_store(Settings.load(copy.root, copy.env))
+    if not store.is_dir():
+        raise AssertionError(f"no shared store at {store} after an offline prepare")
+    return store, stamp.base_commit
 
 
 # --------------------------------------------------------------------------- the project copy
@@ -605,7 +596,7 @@ def spec_text(families: Sequence[tuple[str, str]]) -> str:
 
 
 def build_queue(
-    n: int, *, settings: Settings, copy: ScaleCopy, upstream: Path, scratch_dir: Path, console: Console
+    n: int, *, settings: Settings, copy: ScaleCopy, store: Path, pin: str, scratch_dir: Path, console: Console
 ) -> SynthQueue:
     """The copy's queue of ``n`` patches (see the module docstring); the generated lane written by
     ``invoke generate`` in the copy."""
@@ -624,8 +615,9 @@ def build_queue(
     own = [(f["name"], f["arch"]) for f in spec.get("family", [])]
     shutil.rmtree(scratch_dir, ignore_errors=True)
     genv = hermetic_env(copy.env, scratch_dir.parent)
-    proc.run(["git", "clone", "--quiet", str(upstream), str(scratch_dir)], env=genv)
+    proc.run(["git", "clone", "--quiet", "--no-checkout", str(store), str(scratch_dir)], env=genv)
     scratch = Scratch(Repo(scratch_dir, copy.env))
+    scratch.repo.git("checkout", "--quiet", "--detach", pin)
     scratch.am(sorted(patches.glob("*.patch")), "core")
     taken = {name for name, _arch in own} | set(EXPECTED_REFUSED)
     others = [f for f in all_families(scratch.path).families if f.name not in taken]
@@ -645,7 +637,7 @@ def build_queue(
         f"(`invoke generate` of {len(families)} families); the changed patch: {changed.label}"
     )
     started = time.perf_counter()
-    copy.run("generate")
+    copy.run("generate", "--offline")
     generate_s = time.perf_counter() - started
     queue = load_queue(patches)
     if len(queue.patches) != n:
@@ -661,8 +653,8 @@ class RawSide:
     """Raw git beside skippy: a clone of the import, the same patch files."""
 
     clone: Path
-    #: the URL skippy's copy clones from (a file:// URL: no hard links for either side)
-    upstream: str
+    #: the shared store skippy's cold prepare takes the pin from
+    store: Path
     pin: str
     patches: tuple[Path, ...]
     #: the environment of the commands run outside the measured actions
@@ -680,7 +672,8 @@ class RawSide:
 
     def cold(self, env: Mapping[str, str]) -> None:
         genv = hermetic_env(env, self.clone.parent)
-        proc.run(["git", "clone", "--quiet", self.upstream, str(self.clone)], env=genv, timeout=3600)
+        proc.run(["git", "clone", "--quiet", "--no-checkout", str(self.store), str(self.clone)], env=genv, timeout=3600)
+        self._git(env, "checkout", "--quiet", "--detach", self.pin)
         self._git(env, "am", "--3way", "--quiet", *self.patches)
 
     def apply(self, env: Mapping[str, str]) -> None:
@@ -730,7 +723,7 @@ class SizeRun:
         return self.copy.patch_dir / self.queue.changed.label.removeprefix("core/")
 
     def prepare(self) -> None:
-        self.copy.run("prepare", "--pinned")
+        self.copy.run("prepare", "--pinned", "--offline")
 
     def cold_workdir(self) -> None:
         shutil.rmtree(self.copy.root / "work", ignore_errors=True)
@@ -777,26 +770,28 @@ class SizeRun:
         variant.parent.mkdir(parents=True, exist_ok=True)
         variant.write_bytes(c.variant)
         return [
-            Pair("cold_prepare", copy.action("prepare", "--pinned"), raw.cold, self.cold_workdir, raw.remove),
+            Pair(
+                "cold_prepare", copy.action("prepare", "--pinned", "--offline"), raw.cold, self.cold_workdir, raw.remove
+            ),
             Pair(
                 "reprepare",
-                copy.action("prepare", "--pinned"),
+                copy.action("prepare", "--pinned", "--offline"),
                 raw.from_changed(variant, c.index),
                 self.with_variant,
                 raw.back_to_applied,
             ),
             Pair(
                 "noop_prepare",
-                copy.action("prepare", "--pinned"),
+                copy.action("prepare", "--pinned", "--offline"),
                 copy.action("--version"),
                 self.original,
                 rounds=self.noop_rounds,
             ),
             Pair("status", copy.action("status"), raw.status),
-            Pair("parity", copy.action("parity"), raw.apply),
-            Pair("generate_check", copy.action("generate", "--check"), raw.apply),
-            Pair("check", copy.action("check"), raw.apply),
-            Pair("regenerate", copy.action("regenerate"), raw.apply, self.fixup),
+            Pair("parity", copy.action("parity", "--offline"), raw.apply),
+            Pair("generate_check", copy.action("generate", "--check", "--offline"), raw.apply),
+            Pair("check", copy.action("check", "--offline"), raw.apply),
+            Pair("regenerate", copy.action("regenerate", "--offline"), raw.apply, self.fixup),
         ]
 
     def run(self, wanted: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -884,7 +879,7 @@ def bench_scale(
     *,
     sizes: Sequence[int] = DEFAULT_SIZES,
     rounds: int = 1,
-    noop_rounds: int = 5,
+    noop_rounds: int = 7,
     commands: Sequence[str] = COMMAND_KEYS,
     plot_to: Path | None = None,
     python: str = sys.executable,
@@ -897,18 +892,19 @@ def bench_scale(
     base.mkdir(parents=True, exist_ok=True)
     cache = base / "cache"
     share_downloads(settings, replace(settings, cache_dir=cache))
-    upstream, pin = pinned_import(settings, base, console, python)
-    root = project_copy(settings, base / "project", upstream_url=upstream.as_uri(), pin=pin, cache_dir=cache)
+    root = project_copy(settings, base / "project", cache_dir=cache)
     copy = ScaleCopy(root, copy_env(settings.env), str(Path(python).parent / "invoke"))
+    console.info("bench: the copy prepared with the shipped queue, offline (the pin from the archive's import)")
+    store, pin = pinned_import(copy)
     real_git = proc.which("git", settings.env)
     assert real_git is not None, "git is on PATH"
     shim = GitShim.make(base / "shim", real_git)
     rows: list[dict[str, Any]] = []
     for n in sizes:
         queue = build_queue(
-            n, settings=settings, copy=copy, upstream=upstream, scratch_dir=base / "scratch", console=console
+            n, settings=settings, copy=copy, store=store, pin=pin, scratch_dir=base / "scratch", console=console
         )
-        raw = RawSide(base / "raw" / "llama.cpp", upstream.as_uri(), pin, queue.patches, copy.env)
+        raw = RawSide(base / "raw" / "llama.cpp", store, pin, queue.patches, copy.env)
         run = SizeRun(copy, queue, raw, shim, rounds, noop_rounds, console)
         figures = run.run(commands)
         rows.append(

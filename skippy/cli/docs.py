@@ -395,7 +395,7 @@ def _generate_all_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, s
 
 #: the scale section's commands (benchmarks/bench_scale.py COMMANDS): what runs, beside what raw
 _SCALE_COMMANDS: Final = {
-    "cold_prepare": ("cold `invoke prepare --pinned`", "`git clone` + `git am --3way`"),
+    "cold_prepare": ("cold `invoke prepare --pinned`", "`git clone` + `checkout` + `git am --3way`"),
     "reprepare": ("re-prepare after one patch in the middle changed", "`git reset --hard` + `git am` from it"),
     "noop_prepare": ("no-op `invoke prepare --pinned`", "`invoke --version`"),
     "status": ("`invoke status`", "`git status`"),
