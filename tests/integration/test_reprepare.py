@@ -21,7 +21,9 @@ from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
+from skippy.queue.apply import touched_paths
 from skippy.queue.checkout import is_shallow_or_partial
+from skippy.queue.model import load_queue
 from skippy.queue.prepare import Target, prepare
 from tests.conftest import MODEL_CPP, Project
 from tests.gitfixtures import git, hermetic_git_env
@@ -296,3 +298,36 @@ def test_shallow_or_partial_is_told_by_one_git_command(nine: Project, how: str) 
         run_git(nine.workdir, "config", "extensions.partialClone", "origin")
     repo = Repo(nine.workdir, nine.env)
     assert is_shallow_or_partial(repo, git_dir) is (how != "plain")
+
+
+def test_a_quoted_path_is_checked_out_in_the_sparse_worktree(project: Project, tmp_path: Path) -> None:
+    """A file name git quotes in a patch (non-ASCII, a space) made by one patch and edited by the
+    next: re-applying the second checks the file out from the first one's commit by its real name."""
+    base = project.upstream.commits[1]
+    odd = "src/café à.h"
+    made = project.patch(base, "core: an odd name", {odd: "// one\n"})
+    assert b'diff --git "a/src/caf\\303\\251 \\303\\240.h" "b/src/caf\\303\\251 \\303\\240.h"' in made
+    project.add_patch("core", "0001-core-an-odd-name.patch", made)
+    scratch = project.scratch  # make_patch left it at the commit of the first patch
+
+    def edit(text: str) -> bytes:
+        (scratch / odd).write_text(text, encoding="utf-8")
+        run_git(scratch, "commit", "--quiet", "-am", "core: edit the odd one")
+        out = run_git(scratch, "format-patch", "--stdout", "--zero-commit", "--no-signature", "-1", "HEAD")
+        run_git(scratch, "checkout", "--quiet", "--detach", "HEAD~1")
+        return out.encode("utf-8")
+
+    project.add_patch("core", "0002-core-edit-the-odd-one.patch", edit("// one\n// two\n"))
+    settings = project.settings()
+    # the sparse worktree checks the file out by the name git quoted in the patch
+    assert touched_paths(load_queue(settings.patch_dir).patches) == {odd}
+    prepare(settings, Target.pinned(), console=quiet())
+    project.add_patch("core", "0002-core-edit-the-odd-one.patch", edit("// one\n// two, again\n"))
+    out_console, out = console()
+    report = prepare(settings, Target.pinned(), console=out_console)
+    said = out.getvalue()
+    assert "reusing the commits of the 1 unchanged patch(es)" in said
+    assert "applying again in a full checkout" not in said
+    assert (project.workdir / odd).read_text(encoding="utf-8") == "// one\n// two, again\n"
+    expected, _ = full_apply(project, tmp_path)
+    assert report.patched_sha == expected
