@@ -312,6 +312,11 @@ def _from_store(
             found = _recorded(store_repo, spec.upstream_sha) if store.is_dir() else None
             sha = found[0] if found and _same_spec(found[1], spec) else None
             linked = _link_import(store_repo, sha, objects) if sha else None
+            if sha is not None and linked is None:
+                console.warn(
+                    f"the shared store {settings.relative(store)} lacks objects of upstream "
+                    f"{spec.upstream_sha[:12]} (removed by hand?): importing the archive there again"
+                )
             if sha is None or linked is None:
                 if not store.is_dir():
                     _create_store(settings, store, console)
@@ -326,15 +331,16 @@ def _from_store(
                 )
                 linked = _link_import(store_repo, sha, objects)
                 if linked is None:
+                    shown = settings.relative(store)
                     raise ArchiveError(
-                        f"the import of upstream {spec.upstream_sha[:12]} in the shared store {store} is not whole "
+                        f"the import of upstream {spec.upstream_sha[:12]} in the shared store {shown} is not whole "
                         "right after it was made",
                         untouched="the repository being prepared: no ref was written in it",
-                        next_step=f"remove {store} (a cache: it is made again), then run the command again",
+                        next_step=f"rm -rf {shown} (a cache: the next run makes it again), then run the command again",
                     )
     except filelock.Timeout as exc:
         raise LockBusyError(
-            f"another process is importing into the shared store {store} (lock {exc.lock_file})",
+            f"another process is importing into the shared store {settings.relative(store)} (lock {exc.lock_file})",
             untouched="everything",
             next_step="wait for it to finish, then run the command again",
         ) from exc

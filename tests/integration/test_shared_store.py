@@ -7,8 +7,12 @@ local ``git clone`` does.  No alternates: removing the cache never breaks a work
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +24,7 @@ from skippy.queue import archive_fetch, archives
 from skippy.queue.prepare import Target, prepare
 from skippy.queue.replay import pinned_store
 from tests.conftest import Project
-from tests.gitfixtures import git, hermetic_git_env
+from tests.gitfixtures import git, hermetic_git_env, mount_namespace
 from tests.integration.test_archives_prepare import archive_of, configure
 
 pytestmark = pytest.mark.integration
@@ -131,10 +135,15 @@ def test_a_store_missing_an_object_is_mended_by_importing_again(archived: Projec
     blob = run_git(store, "rev-parse", f"refs/skippy/archive/{pin}:README.md").strip()
     (store / "objects" / blob[:2] / blob[2:]).unlink()
 
-    second = prepare(archived.settings(**workdir(archived, "b")), Target.pinned(), console=QUIET, offline=True)
+    said = io.StringIO()
+    settings = archived.settings(**workdir(archived, "b"))
+    second = prepare(settings, Target.pinned(), console=Console(env={}, stream=said), offline=True)
 
     assert imports.calls == 2
     assert second.patched_sha == first.patched_sha
+    assert f"lacks objects of upstream {pin[:12]} (removed by hand?): importing the archive there again" in (
+        said.getvalue()
+    )
     run_git(archived.root / "b" / "llama.cpp", "fsck", "--full", "--no-dangling")
     run_git(store, "fsck", "--full", "--no-dangling")
 
@@ -159,3 +168,54 @@ def test_the_temporary_store_of_a_check_takes_the_import_from_the_store(archived
         assert held.base == run_git(store_of(archived), "rev-parse", f"refs/skippy/archive/{pin}").strip()
         assert held.repo.has_commit(held.base)
     assert imports.calls == 1
+
+
+#: prepares a workdir with the shared store on a tmpfs of its own (mounted first, in the child's own
+#: mount namespace): the store and the workdir are on two file systems
+ON_ANOTHER_FS = r"""
+import json, os, subprocess, sys
+from pathlib import Path
+mount_point, root, workdir = sys.argv[1:4]
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", mount_point], check=True)
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.queue.prepare import Target, prepare
+env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME")}
+env["LLAMA_WORKDIR"] = workdir
+report = prepare(Settings.load(Path(root), env), Target.pinned(), console=Console(quiet=True), offline=True)
+objects = Path(workdir) / ".git" / "objects"
+store = Path(mount_point) / "llama.cpp.git"
+print(json.dumps({
+    "patched": report.patched_sha,
+    "links": sorted({p.stat().st_nlink for p in objects.glob("??/*")}),
+    "store_objects": sum(1 for _ in (store / "objects").glob("??/*")),
+    "devices": [os.stat(store).st_dev, os.stat(workdir).st_dev],
+}))
+"""
+
+
+def test_a_store_on_another_file_system_is_copied_not_linked(archived: Project) -> None:
+    prefix = mount_namespace()
+    if prefix is None:
+        pytest.skip("no mount namespace here (unshare --mount refused): no second file system can be made")
+    reference = prepare(archived.settings(**workdir(archived, "ref")), Target.pinned(), console=QUIET, offline=True)
+    mount_point = store_of(archived).parent  # hidden under the child's tmpfs: the child makes a store there
+    wdir = archived.root / "other" / "llama.cpp"
+    result = subprocess.run(
+        [*prefix, sys.executable, "-c", ON_ANOTHER_FS, str(mount_point), str(archived.root), str(wdir)],
+        cwd=Path(__file__).resolve().parents[2],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["patched"] == reference.patched_sha
+    assert seen["devices"][0] != seen["devices"][1]
+    assert seen["store_objects"] > 0
+    assert seen["links"] == [1], "objects across file systems are copies, not links"
+    # the tmpfs (and the store on it) is gone with the child: the workdir holds everything itself
+    run_git(wdir, "fsck", "--full", "--no-dangling")
+    assert run_git(wdir, "status", "--porcelain") == ""
