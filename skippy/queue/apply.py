@@ -64,7 +64,7 @@ def apply_lanes(run: Run, queue: Queue, repo: Repo, git_dir: Path, where: str, *
         result = repo.git(*AM_ARGS, *map(str, mails), env=AM_ENV, check=False)
     if not result.ok:
         raise failed_lane(run, repo, git_dir, patches=patches, output=result.tail())
-    head = repo.head()
+    head = wd.head_of(repo, git_dir)
     assert head is not None
     return head
 

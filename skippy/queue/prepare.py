@@ -165,7 +165,7 @@ def converge(run: Run, queue: Queue, target: Target, pin: str | None) -> Prepare
         return reclone(run, queue, target, pin)
     at = resolve(run, repo, target, pin)
     recorded = wd.read_stamp(git_dir) or recognized
-    head = repo.head()
+    head = wd.head_of(repo, git_dir)
     if committed:
         return adopt_or_refuse(run, queue, repo, git_dir, at, work=work, since=recorded)
     if recorded is not None and decide(recorded, at, queue.digest, head) == "noop":

@@ -230,6 +230,19 @@ def skippy_dir(git_dir: Path) -> Path:
     return git_dir / "skippy"
 
 
+_OBJECT_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+
+
+def head_of(repo: Repo, git_dir: Path) -> str | None:
+    """HEAD's commit: read from ``git_dir``'s HEAD file when it is detached (as skippy leaves its
+    checkouts: no git command), else asked of git (a branch, a packed ref, an unborn HEAD)."""
+    try:
+        text = (git_dir / "HEAD").read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        text = ""
+    return text if _OBJECT_ID.match(text) else repo.head()
+
+
 def git_dir_of(workdir: Path) -> Path | None:
     """The git dir of a workdir made by skippy (a plain ``.git`` directory)."""
     candidate = workdir / ".git"
