@@ -37,6 +37,7 @@ seconds against N per command beside it (``scale.png``, :func:`plot`).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -825,7 +826,7 @@ def plot(section: Mapping[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullLocator
+    from matplotlib.ticker import FuncFormatter, NullLocator
 
     rows = section["sizes"]
     shown = [c for c in COMMANDS if any(c[0] in r["commands"] for r in rows)]
@@ -836,17 +837,30 @@ def plot(section: Mapping[str, Any], path: Path) -> None:
         figsize=(4 * cols, 3.4 * ((len(shown) + cols - 1) // cols)),
         squeeze=False,
     )
+    plain = FuncFormatter(lambda value, _pos: f"{value:g}")
     for ax, (key, label, raw_label) in zip(axes.flat, shown, strict=False):
         got = [r for r in rows if key in r["commands"]]
         ns = [r["n"] for r in got]
-        ax.plot(ns, [r["commands"][key]["skippy"]["median_s"] for r in got], "o-", label="skippy")
+        ours = [r["commands"][key]["skippy"]["median_s"] for r in got]
+        ax.plot(ns, ours, "o-", label="skippy (labels: git processes)")
         ax.plot(
             ns, [r["commands"][key]["raw"]["median_s"] for r in got], "s--", label="raw: " + raw_label.replace("`", "")
         )
+        for n, seconds, row in zip(ns, ours, got, strict=True):
+            ax.annotate(
+                str(row["commands"][key]["git"]["skippy"]),
+                (n, seconds),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=7,
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xticks(ns, [str(n) for n in ns])
         ax.xaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(FuncFormatter(functools.partial(_minor_label, ax)))
+        ax.tick_params(axis="y", which="both", labelsize=7)
         ax.set_title(label.replace("`", ""), fontsize=10)
         ax.set_xlabel("patches in the queue (N)", fontsize=8)
         ax.set_ylabel("median seconds", fontsize=8)
@@ -859,6 +873,14 @@ def plot(section: Mapping[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
+
+
+def _minor_label(ax: Any, value: float, _pos: int) -> str:
+    """A minor tick's label on a log axis: every one on an axis spanning less than a factor 4,
+    else only 2 and 5 times a power of ten (no crowding)."""
+    low, high = ax.get_ylim()
+    text = f"{value:g}"
+    return text if high < 4 * low or text.lstrip("0.")[:1] in ("2", "5") else ""
 
 
 # --------------------------------------------------------------------------- the section
