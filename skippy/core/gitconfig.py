@@ -24,6 +24,7 @@ repository until one of the files it came from changes.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,10 +165,14 @@ def _base_files(path: Path) -> tuple[Path, ...]:
 
 
 def _stat(path: Path) -> tuple[int, int, int] | None:
+    """What tells a file's change: inode, size and mtime; a directory (``.git``) by its inode
+    alone, since its mtime moves with every ref or lock git writes in it, never its config."""
     try:
         info = path.stat()
     except OSError:
         return None
+    if stat.S_ISDIR(info.st_mode):
+        return (info.st_ino, 0, 0)
     return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 

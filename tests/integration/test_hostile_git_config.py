@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,34 @@ def test_an_include_is_audited_and_a_change_to_it_is_seen(
     assert code == 9
     assert report["what"].endswith(f"diff.evil.textconv ({included})")
     assert not marker.exists()
+
+
+def test_the_config_is_read_again_when_it_changes_not_when_git_writes_refs(
+    tmp_path: Path, git_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit changes the .git folder (objects, refs, the index), never its config: the audit
+    is not made again for it; a config change is seen at once."""
+    from skippy.core import gitconfig
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "--quiet", env=git_env)
+    reads: list[Path] = []
+    real_read = gitconfig._read
+
+    def counted(path: Path, env: Mapping[str, str]) -> list[gitconfig.Entry]:
+        reads.append(path)
+        return real_read(path, env)
+
+    monkeypatch.setattr(gitconfig, "_read", counted)
+    gitconfig.audit(repo, git_env)
+    assert len(reads) == 1
+    (repo / "a.txt").write_text("a\n", encoding="utf-8")
+    git(repo, "add", "a.txt", env=git_env)
+    git(repo, "commit", "--quiet", "-m", "a", env=git_env)
+    git(repo, "tag", "t1", env=git_env)
+    gitconfig.audit(repo, git_env)
+    assert len(reads) == 1, "refs, objects and the index are not the config"
+    git(repo, "config", "core.abbrev", "12", env=git_env)
+    gitconfig.audit(repo, git_env)
+    assert len(reads) == 2, "a change to the config is read at once"
