@@ -531,7 +531,7 @@ class ScaleOptions:
     """The scale section's queue sizes and rounds (``--scale-sizes``, ``--scale-rounds``)."""
 
     sizes: tuple[int, ...] = (9, 40, 130, 400)
-    rounds: int = 1
+    rounds: int = 2
 
 
 def run(

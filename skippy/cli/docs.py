@@ -451,7 +451,9 @@ def _scale_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
         if target.get("per_patch_s"):
             per = " / ".join(f"{s * 1000:.1f}" for s in target["per_patch_s"].values())
             shown += f"; ms per patch from N = {min(map(int, target['per_patch_s']))}: {per}"
-        if target.get("spread") is not None:
+        if target.get("growth") is not None:
+            shown += f" (at most {target['growth']:g}x the first)"
+        elif target.get("spread") is not None:
             shown += f" (largest / smallest {target['spread']:g})"
         rows.append(
             (

@@ -46,6 +46,16 @@ def test_every_size_keeps_the_shipped_lanes_and_adds_up() -> None:
         bs.lane_split(40, shipped=SHIPPED, families=2)
 
 
+def test_a_cost_per_patch_that_falls_is_flat_enough() -> None:
+    # a fixed 4 s and 10 ms per patch: the cost per patch falls from 110 to 20 ms
+    fixed = rows()
+    for row in fixed:
+        row["commands"]["parity"] = command(4.0 + 0.01 * row["n"], 1.0)
+    got = bs.verdicts(fixed)["parity"]
+    assert got["growth"] == 1.0 and got["met"] is True
+    assert got["spread"] == pytest.approx(5.5, abs=0.01)
+
+
 def test_ratios_and_spreads() -> None:
     assert bs.ratio(3.0, 2.0) == 1.5
     assert bs.ratio(1.0, 3.0) == 0.333
@@ -53,6 +63,9 @@ def test_ratios_and_spreads() -> None:
     assert bs.spread([0.2, 0.3, 0.25]) == 1.5
     assert bs.spread([]) is None
     assert bs.spread([0.0, 1.0]) is None
+    assert bs.growth({40: 0.2, 130: 0.1, 400: 0.25}) == 1.25
+    assert bs.growth({40: 0.2}) is None
+    assert bs.growth({40: 0.0, 400: 1.0}) is None
 
 
 CPP = """\
@@ -189,7 +202,7 @@ def test_the_targets_are_read_off_the_figures() -> None:
     assert got["noop_prepare"]["spread"] == pytest.approx(1.333, abs=1e-3)
     # parity's cost per patch growing 1.6x from 40 to 400, a no-op prepare running two gits
     worse = bs.verdicts(rows(parity_400=64.0, noop_git=2))
-    assert worse["parity"]["met"] is False and worse["parity"]["spread"] == 1.6
+    assert worse["parity"]["met"] is False and worse["parity"]["growth"] == 1.6
     assert worse["noop_prepare"]["met"] is False
     # a target with nothing to judge is neither met nor missed
     small = bs.verdicts([r for r in rows() if r["n"] < 130])
@@ -262,7 +275,7 @@ def test_the_figures_table_shows_each_command_and_its_target() -> None:
     assert "0.55 s (1.1x; 5 / 2 git) / 1.10 s (1.1x; 5 / 2 git)" in cold
     assert cold.endswith("| at most 1.2x raw | met |")
     parity = next(line for line in table.splitlines() if line.startswith("| `invoke parity`"))
-    assert "ms per patch from N = 40: 100.0 / 100.0 / 100.0 (largest / smallest 1)" in parity
+    assert "ms per patch from N = 40: 100.0 / 100.0 / 100.0 (at most 1x the first)" in parity
     assert "does not show yet" not in table and "**missed**" not in table
     slow = section()
     slow["sizes"][2]["commands"]["check"] = command(9.5, 3.0)
