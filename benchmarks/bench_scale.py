@@ -424,7 +424,8 @@ class ScaleCopy:
         return self.root / "queue" / "patches"
 
     def run(self, *args: str, env: Mapping[str, str] | None = None) -> proc.Result:
-        return proc.run([self.invoke, *args], env=env or self.env, cwd=self.root, timeout=3600)
+        # no timeout: the process gate's timed wait polls every 0.1 s, which the figures would carry
+        return proc.run([self.invoke, *args], env=env or self.env, cwd=self.root)
 
     def action(self, *args: str) -> Action:
         def run(env: Mapping[str, str]) -> None:
@@ -434,7 +435,7 @@ class ScaleCopy:
 
     def git(self, *args: str, env: Mapping[str, str] | None = None) -> str:
         genv = hermetic_env(env or self.env, self.workdir.parent)
-        return proc.run(["git", "-C", str(self.workdir), *args], env=genv, timeout=3600).stdout.strip()
+        return proc.run(["git", "-C", str(self.workdir), *args], env=genv).stdout.strip()
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -677,14 +678,15 @@ class RawSide:
 
     def _git(self, env: Mapping[str, str], *args: str | Path) -> str:
         genv = hermetic_env(env, self.clone.parent)
-        return proc.run(["git", "-C", str(self.clone), *map(str, args)], env=genv, timeout=3600).stdout.strip()
+        # no timeout, as ScaleCopy.run
+        return proc.run(["git", "-C", str(self.clone), *map(str, args)], env=genv).stdout.strip()
 
     def remove(self) -> None:
         shutil.rmtree(self.clone, ignore_errors=True)
 
     def cold(self, env: Mapping[str, str]) -> None:
         genv = hermetic_env(env, self.clone.parent)
-        proc.run(["git", "clone", "--quiet", "--no-checkout", str(self.store), str(self.clone)], env=genv, timeout=3600)
+        proc.run(["git", "clone", "--quiet", "--no-checkout", str(self.store), str(self.clone)], env=genv)
         self._git(env, "checkout", "--quiet", "--detach", self.pin)
         self._git(env, "am", "--3way", "--quiet", *self.patches)
 
