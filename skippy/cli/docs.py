@@ -449,7 +449,9 @@ def _scale_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
         met = target.get("met")
         shown = " / ".join(_scale_cell(r["commands"][key]) for r in measured)
         if target.get("per_patch_s"):
-            per = " / ".join(f"{s * 1000:.1f}" for s in target["per_patch_s"].values())
+            # the JSON's keys are strings, written sorted as strings ("130" before "40")
+            by_n = sorted(target["per_patch_s"].items(), key=lambda kv: int(kv[0]))
+            per = " / ".join(f"{s * 1000:.1f}" for _n, s in by_n)
             shown += f"; ms per patch from N = {min(map(int, target['per_patch_s']))}: {per}"
         if target.get("growth") is not None:
             shown += f" (at most {target['growth']:g}x the first)"

@@ -4,6 +4,7 @@ the measured runs, the plot, and the section's rows in the figures table."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -277,6 +278,10 @@ def test_the_figures_table_shows_each_command_and_its_target() -> None:
     parity = next(line for line in table.splitlines() if line.startswith("| `invoke parity`"))
     assert "ms per patch from N = 40: 100.0 / 100.0 / 100.0 (at most 1x the first)" in parity
     assert "does not show yet" not in table and "**missed**" not in table
+    # as read back from the JSON: string keys, sorted as strings
+    parsed = json.loads(json.dumps({"scale": section()}, sort_keys=True))
+    parsed["scale"]["targets"]["parity"]["per_patch_s"] = {"130": 0.07, "40": 0.1, "400": 0.05}
+    assert "ms per patch from N = 40: 100.0 / 70.0 / 50.0" in docs.render_bench(parsed)
     slow = section()
     slow["sizes"][2]["commands"]["check"] = command(9.5, 3.0)
     slow["targets"] = bs.verdicts(slow["sizes"])
