@@ -62,13 +62,12 @@ def tests(session: nox.Session) -> None:
     """All test tiers: unit and integration on every core, then e2e.
 
     The fast tiers run in one process per core; the e2e tier in one (its builds take every core).
-    Arguments replace that: one pytest run with them (-- -m 'not e2e' skips the slow tier)."""
-    env = {"PYTHONHASHSEED": "0"}
-    if session.posargs:
-        session.run("pytest", *session.posargs, env=env)
-        return
-    session.run("pytest", "-m", "not e2e", "--numprocesses", "auto", env=env)
-    session.run("pytest", "-m", "e2e", env=env)
+    Arguments go to both runs (-- -m 'not e2e' skips the slow tier); -n N, --numprocesses N or
+    -p no:xdist run exactly the arguments given, in one pytest (tests/tiers.py)."""
+    from tests.tiers import pytest_runs
+
+    for run in pytest_runs(session.posargs, ROOT):
+        session.run("pytest", *run.args, env={"PYTHONHASHSEED": "0"}, success_codes=list(run.ok_codes))
 
 
 @nox.session(tags=["docs"])
