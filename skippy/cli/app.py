@@ -114,6 +114,9 @@ def pin_bump(options: PinBumpOptions, settings: Settings, console: Console) -> R
         keep=options.keep,
     )
     texts = []
+    if report.unverified:  # heads the pull request's body: no upstream history vouches for the new pin
+        texts.append(report.provenance_markdown())
+        console.summary(report.provenance_markdown())
     if report.summary is not None:
         texts.append(report.summary.markdown())
         _annotate_churn(report.summary, settings, console)

@@ -313,6 +313,21 @@ class BumpReport:
     numerics: tuple[dict[str, Any], ...] = ()
     #: the patches ``--drop`` took out of the queue
     dropped: tuple[str, ...] = ()
+    #: where the new pin came from: "git" (upstream history has it) or "archive" (its source archive alone)
+    source: str = "git"
+    #: why a pin from a source archive alone is unverified (what vouches for it), empty when history does
+    unverified: str = ""
+
+    def provenance_markdown(self) -> str:
+        """The warning that heads the pull request of a pin no upstream history vouches for."""
+        if not self.unverified:
+            return ""
+        verb = "would be written" if self.dry_run else "was written" if self.written else "comes"
+        return (
+            f"> **Unverified pin**: `{self.new_pin}` {verb} from {self.unverified}. No upstream history here "
+            "shows that upstream has this commit with this tree: check it upstream (or re-run `invoke pin-bump "
+            f"--sha {self.new_pin}` with LLAMA_UPSTREAM_URL pointing at a mirror) before merging.\n"
+        )
 
     def numerics_markdown(self) -> str:
         if not self.numerics:
@@ -323,7 +338,11 @@ class BumpReport:
             what = "unchanged" if not changed else "CHANGED for " + ", ".join(f"`{p}`" for p in changed)
             if not n["had_reference"]:
                 what = "no reference before this bump"
-            tail = f"; reference rewritten: `{n['reference']}`" if n["written"] else ""
+            tail = ""
+            if n["written"]:
+                tail = f"; reference rewritten: `{n['reference']}`"
+            elif n.get("up_to_date"):
+                tail = f"; reference `{n['reference']}` already holds these answers (not rewritten)"
             lines.append(f"- `{n['model']}`: {what}{tail}")
         return "\n".join(lines)
 
@@ -340,6 +359,9 @@ class BumpReport:
             "notes": list(self.notes),
             "numerics": list(self.numerics),
             "dropped": list(self.dropped),
+            "source": self.source,
+            "verified": not self.unverified,
+            "unverified": self.unverified,
         }
 
 
@@ -544,6 +566,7 @@ def _bump(
         dry_run=dry_run,
         history=history,
     )
+    unverified = _unverified(settings, console, new_at, notes)
     target = Target.at(new_pin)
     prepared = _prepare_or_bisect(
         settings, repo, queue, target, bases=(old_base, new_base), console=console, offline=offline
@@ -586,6 +609,8 @@ def _bump(
         parity=parity,
         notes=tuple(notes),
         numerics=report_numerics,
+        source="archive" if unverified else "git",
+        unverified=unverified,
     )
 
 
@@ -676,6 +701,22 @@ def _no_history_for_bisect(settings: Settings, old: Resolved, new: Resolved) -> 
         next_step=f"`invoke pin-bump --sha {new.upstream_sha}` (the target itself), or point LLAMA_UPSTREAM_URL "
         "at a mirror (`git clone --mirror`) and re-run",
     )
+
+
+def _unverified(settings: Settings, console: Console, new_at: Resolved, notes: list[str]) -> str:
+    """For a target known only from its source archive, what alone vouches for it (noted and
+    warned); empty when the upstream history has it (the target itself, so also the newest
+    compatible commit bisection finds before it)."""
+    if _in_history(new_at):
+        return ""
+    from skippy.queue import archives  # only archive users pay for it
+
+    said = archives.provenance(settings, new_at.upstream_sha)
+    notes.append(
+        f"unverified pin: {new_at.upstream_sha[:12]} comes from {said}; no upstream history here vouches for it"
+    )
+    console.warn(notes[-1])
+    return said
 
 
 def _offline_needs_sha(settings: Settings) -> SettingsError:
@@ -769,16 +810,28 @@ def _numerics(settings: Settings, cpu_outcome: object, *, write: bool) -> list[d
         old = read_reference(refs, fingerprint.model)
         had = old is not None and old.key() == fingerprint.key()
         path = reference_path(refs, fingerprint.model)
-        if write:
+        text = render_reference(fingerprint)
+        up_to_date = _holds(path, text)
+        if write and not up_to_date:
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(path, render_reference(fingerprint))
+            write_text_atomic(path, text)
         found.append(
             {
                 "model": fingerprint.model,
                 "had_reference": had,
                 "changed_prompts": greedy_changed(old if had else None, fingerprint) if had else [],
                 "reference": settings.relative(path),
-                "written": write,
+                # rewritten: its content changed (a reference that already holds these answers is left as it is)
+                "written": write and not up_to_date,
+                "up_to_date": up_to_date,
             }
         )
     return found
+
+
+def _holds(path: Path, text: str) -> bool:
+    """Whether the file at ``path`` holds exactly ``text`` (a missing or unreadable one does not)."""
+    try:
+        return path.read_bytes() == text.encode("utf-8")
+    except OSError:
+        return False

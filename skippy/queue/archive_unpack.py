@@ -267,6 +267,64 @@ def read_member_text(archive: Path, name: str) -> str | None:
             return None
 
 
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+@dataclass(frozen=True)
+class Record:
+    """The upstream commit an archive says its folder holds, and where it says so."""
+
+    commit: str
+    #: a member (a git submodule's ``HEAD``) or the archive's comment (``git archive`` writes the commit there)
+    where: str
+
+
+def submodule_heads(folder: str) -> tuple[str, ...]:
+    """The members that would record the commit of ``folder`` when it is a git submodule of a
+    superproject inside the archive: ``<super>/.git/modules/<path>/HEAD`` for each split of the
+    folder's path (``pkg-1.0/vendor/llama.cpp`` -> ``pkg-1.0/.git/modules/vendor/llama.cpp/HEAD``)."""
+    if folder == ".":
+        return ()
+    parts = folder.split("/")
+    return tuple(
+        "/".join([*parts[:cut], ".git", "modules", *parts[cut:], "HEAD"]) for cut in range(len(parts) - 1, -1, -1)
+    )
+
+
+def recorded_commit(archive: Path, folder: str) -> Record | None:
+    """The commit the archive itself records for ``folder``, or None when it records none.
+
+    Two records are read, in one pass over the archive: the ``HEAD`` of a submodule checkout
+    (a source distribution that vendors the tree as a git submodule ships it) and, for a folder
+    at the archive's top level, the commit ``git archive`` (and so a forge's release tarball)
+    writes as the archive's comment (the pax global header of a tar, the comment of a zip).
+    A symbolic ``HEAD`` (``ref: ...``) records no commit."""
+    wanted = set(submodule_heads(folder))
+    top = folder == "." or "/" not in folder
+    found: dict[str, str] = {}
+    comment = ""
+    with _open(archive) as opened:
+        if isinstance(opened, tarfile.TarFile):
+            for info in opened:
+                name = _normalise(info.name)
+                if name in wanted and info.isreg() and info.size <= 4096:
+                    fh = opened.extractfile(info)
+                    if fh is not None:
+                        found[name] = fh.read().decode("utf-8", "replace").strip()
+            comment = opened.pax_headers.get("comment", "")
+        else:
+            for name in wanted & set(opened.namelist()):
+                if opened.getinfo(name).file_size <= 4096:
+                    found[name] = opened.read(name).decode("utf-8", "replace").strip()
+            comment = opened.comment.decode("ascii", "replace")
+    for name in submodule_heads(folder):
+        if _COMMIT.match(found.get(name, "")):
+            return Record(found[name], name)
+    if top and _COMMIT.match(comment.strip()):
+        return Record(comment.strip(), "the archive's comment (git archive records the commit there)")
+    return None
+
+
 def safe_unpack(archive: Path, dest: Path, folder: str, *, console: Console | None = None) -> Path:
     """Unpack the members under ``folder`` into the empty directory ``dest``; return ``dest/folder``.
 

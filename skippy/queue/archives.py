@@ -48,9 +48,9 @@ from skippy.core.errors import ArchiveError, LockBusyError
 from skippy.core.git import IDENTITY_EMAIL, Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.queue.archive_fetch import FetchContext, Fetcher, fetch, fetch_verified
+from skippy.queue.archive_fetch import FetchContext, Fetcher, cache_path, fetch, fetch_verified
 from skippy.queue.archive_specs import ArchiveSpec, check_file_url, load_archive_specs, spec_key
-from skippy.queue.archive_unpack import safe_unpack
+from skippy.queue.archive_unpack import Record, recorded_commit, safe_unpack
 from skippy.queue.imports import (
     TRAILER_DIGEST,
     TRAILER_FOLDER,
@@ -71,11 +71,13 @@ __all__ = [
     "TRAILER_UPSTREAM",
     "archive_commit",
     "archive_ref",
+    "check_key",
     "commit_env",
     "commit_folder",
     "import_archive",
     "import_message",
     "parse_trailers",
+    "provenance",
     "shared_store",
 ]
 
@@ -269,6 +271,7 @@ def _import_into(
     ctx = FetchContext.from_settings(settings, console, python=python)
     cache = settings.cache_dir / "archives"
     archive = fetch_verified(spec.url, spec.sha256, cache, ctx, fetcher=fetcher, lock_timeout=settings.lock_timeout)
+    check_key(settings, spec, archive)
     upstream_sha = spec.upstream_sha
     with (
         console.step(f"importing upstream {upstream_sha[:12]} from {archive.name}"),
@@ -285,6 +288,42 @@ def _import_into(
             raise OSError(exc.errno, exc.strerror, str(tmp)) from exc
     console.info(f"imported upstream {upstream_sha[:12]} from archive as {sha[:12]}")
     return sha
+
+
+def check_key(settings: Settings, spec: ArchiveSpec, archive: Path) -> Record | None:
+    """Refuse an archive whose own record names another commit than its key in pyproject.toml
+    (a typo in the 40-hex key would otherwise become the upstream SHA of every import, and then
+    the pin); the record, or None when the archive records no commit (the key is then taken on
+    trust, and :func:`provenance` says so)."""
+    record = recorded_commit(archive, spec.folder)
+    if record is None or record.commit == spec.upstream_sha:
+        return record
+    pyproject = settings.relative(settings.root / "pyproject.toml")
+    raise ArchiveError(
+        f"{pyproject} {spec_key(spec.upstream_sha)}: the archive {spec.url} holds upstream {record.commit}, "
+        f"not {spec.upstream_sha} (the key)",
+        details=f"the archive records its commit in {record.where}",
+        untouched="the repository, the pin and the workdir: nothing was unpacked or committed "
+        "(the verified download stays in the cache)",
+        next_step=f'rename the table to [tool.skippy.archives."{record.commit}"] in {pyproject} (the key is the '
+        f"upstream commit the archive holds), then `invoke prepare --sha {record.commit} --offline`",
+    )
+
+
+def provenance(settings: Settings, upstream_sha: str) -> str:
+    """What vouches for ``upstream_sha`` when only its source archive holds it: the archive, its
+    digest and (the download still cached) whether the archive's own record names the commit."""
+    spec = load_archive_specs(settings).get(upstream_sha)
+    if spec is None:
+        return "no source archive is mapped for it any more"
+    said = f"the source archive {spec.url} (sha256 {spec.sha256[:12]}...)"
+    cached = cache_path(settings.cache_dir / "archives", spec.sha256)
+    if not cached.is_file():
+        return f"{said}; its own record of the commit was not read (the download is no longer cached)"
+    record = recorded_commit(cached, spec.folder)
+    if record is None:
+        return f"{said}; the archive records no commit: the key in pyproject.toml is taken on trust"
+    return f"{said}, whose own record ({record.where}) names it"
 
 
 def shared_store(settings: Settings) -> Path:

@@ -7,7 +7,7 @@ archive mapped for the commit (``[tool.skippy.archives]``) stands in.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -126,7 +126,8 @@ def resolve(run: Run, repo: Repo, target: Target, pin: str | None) -> Resolved:
         return _resolve_latest(run, repo)
     wanted = pin if target.mode == "pinned" else expand_known_sha(run.settings, (target.sha or "").lower())
     assert wanted
-    return resolve_commit(run, repo, wanted)
+    named = f"--sha {target.sha}" if target.mode == "sha" else f"the pin file {run.rel(run.settings.pin_file)}"
+    return resolve_commit(run, repo, wanted, named=named)
 
 
 def _resolve_latest(run: Run, repo: Repo) -> Resolved:
@@ -159,11 +160,16 @@ def _resolve_latest(run: Run, repo: Repo) -> Resolved:
     return Resolved(sha, sha, "git")
 
 
-def resolve_commit(run: Run, repo: Repo, wanted: str) -> Resolved:
-    """``wanted`` (a full SHA or an abbreviation): already here, fetched, or its source archive."""
+def resolve_commit(run: Run, repo: Repo, wanted: str, *, named: str | None = None) -> Resolved:
+    """``wanted`` (a full SHA or an abbreviation): already here, fetched, or its source archive.
+
+    ``named``: how the user gave it (``--sha X``, the pin file), for the refusal of a commit that is
+    neither here nor mapped to a source archive when offline."""
     local = lookup(run, repo, wanted)
     if local is not None:
         return local
+    if run.offline and wanted not in mapped_commits(run):
+        raise _unmapped_offline(run, wanted, named or f"commit {wanted}")
     fetch_error: NetworkError | None = None
     if not run.offline:
         try:
@@ -182,11 +188,106 @@ def resolve_commit(run: Run, repo: Repo, wanted: str) -> Resolved:
     if fetch_error is not None:
         raise fetch_error
     raise SettingsError(
-        f"commit {wanted} is not in the upstream {run.settings.upstream_url}"
-        + (" (offline: no archive is configured for it)" if run.offline else ""),
+        f"commit {wanted} is not in the upstream {run.settings.upstream_url}",
         untouched=f"{run.rel(run.workdir)}: nothing was changed",
         next_step="check the SHA (and the pin file), or map it to a source archive in "
         "[tool.skippy.archives] to prepare it offline",
+    )
+
+
+def mapped_commits(run: Run) -> list[str]:
+    """The upstream commits mapped to a source archive in ``[tool.skippy.archives]``, sorted."""
+    return sorted(str(k).lower() for k in (run.settings.raw.get("archives") or {}))
+
+
+def is_local_url(url: str) -> bool:
+    """Whether git reads ``url`` from this machine: a ``file://`` URL or a path (not ``host:path``)."""
+    if url.startswith("file://"):
+        return True
+    return "://" not in url and ":" not in url.split("/", 1)[0]
+
+
+def near_miss(wanted: str, known: Sequence[str]) -> str | None:
+    """The one known commit ``wanted`` looks like a typo of: at most two digits differ (or one
+    is added or left out), compared over ``wanted``'s length for an abbreviation."""
+    found = []
+    for key in known:
+        if len(wanted) < len(key) - 1:
+            near = _differ(wanted, key[: len(wanted)]) <= (1 if len(wanted) < 20 else 2)
+        else:
+            near = _differ(wanted, key) <= 2 or _one_edit(wanted, key)
+        if near:
+            found.append(key)
+    return found[0] if len(found) == 1 else None
+
+
+def _differ(a: str, b: str) -> int:
+    return sum(x != y for x, y in zip(a, b, strict=False)) + abs(len(a) - len(b))
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """``a`` and ``b`` differ by one inserted or deleted character."""
+    if abs(len(a) - len(b)) != 1:
+        return False
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+
+
+def _command(run: Run, sha: str | None, *, offline: bool) -> str:
+    """The command that ran (``run.rerun``), with ``sha`` for its ``--sha`` and ``--offline`` as asked."""
+    words = [w for w in run.rerun.split() if w != "--offline"]
+    if sha is not None:
+        if "--sha" in words and words.index("--sha") + 1 < len(words):
+            words[words.index("--sha") + 1] = sha
+        else:
+            words += ["--sha", sha]
+    return " ".join([*words, "--offline"] if offline else words)
+
+
+def _unmapped_offline(run: Run, wanted: str, named: str) -> SettingsError:
+    """Offline, a commit that is neither in the workdir nor mapped to a source archive: a typo of a
+    mapped one (or of the pin), a local upstream that ``--offline`` does not read, or no source."""
+    settings = run.settings
+    url = settings.upstream_url
+    pyproject = run.rel(settings.root / "pyproject.toml")
+    mapped = mapped_commits(run)
+    pin_mode = named.startswith("the pin file")
+    untouched = f"{run.rel(run.workdir)}: nothing was fetched, imported or changed"
+    listed = ", ".join(m[:12] for m in mapped) or "none"
+    near = near_miss(wanted, mapped)
+    if near is not None:
+        fix = (
+            f"put {near} in {run.rel(settings.pin_file)}, then `invoke prepare --offline`"
+            if pin_mode
+            else f"`{_command(run, near, offline=True)}`"
+        )
+        return SettingsError(
+            f"{named}: {wanted} is not here and no source archive is mapped for it; {pyproject} maps {near}, "
+            "a few digits away: a typo?",
+            untouched=untouched,
+            next_step=fix,
+            details=f"commits mapped to a source archive in {pyproject} [tool.skippy.archives]: {listed}",
+        )
+    why = (
+        f"--offline reads no upstream, not even the local repository {url}: offline, a commit comes from the "
+        f"workdir or from a source archive mapped in {pyproject} [tool.skippy.archives] (mapped: {listed})"
+    )
+    if is_local_url(url):
+        step = (
+            f"drop --offline: `{_command(run, None if pin_mode else wanted, offline=False)}` reads the local "
+            f"upstream {url} without the network; or map {wanted[:12]} to a source archive in "
+            "[tool.skippy.archives]"
+        )
+    else:
+        others = [m for m in mapped if m != wanted]
+        step = "check the SHA (and the pin file), or map it to a source archive in [tool.skippy.archives]" + (
+            f"; a mapped one: `{_command(run, others[-1][:12], offline=True)}`" if others and not pin_mode else ""
+        )
+    return SettingsError(
+        f"commit {wanted} is not in the upstream {url} (offline: no archive is configured for it)",
+        untouched=untouched,
+        next_step=step,
+        details=why,
     )
 
 
