@@ -6,6 +6,7 @@ patched SHAs skippy computes from them) are the same on every machine.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import os
@@ -79,7 +80,8 @@ class Upstream:
             git(self.path, "add", "--", rel, env=self.env)
         self._tick += 1
         env = dict(self.env)
-        date = f"2024-05-{self._tick:02d}T12:00:00+0000"
+        day = datetime.date(2024, 5, 1) + datetime.timedelta(days=self._tick - 1)  # one day per commit
+        date = f"{day.isoformat()}T12:00:00+0000"
         env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = date
         git(self.path, "commit", "--quiet", "-m", message, env=env)
         sha = git(self.path, "rev-parse", "HEAD", env=self.env).strip()

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skippy.core import gitbulk
 from skippy.core.errors import QueueError
 from skippy.core.files import write_bytes_atomic
 from skippy.core.git import Repo
@@ -77,7 +78,7 @@ from skippy.maintain.genrun import (
     write_families,
 )
 from skippy.queue.model import PATCH_LIMIT, Lane, Queue, queue_digest
-from skippy.queue.replay import FIXED_DATE, export_commit, replay, sub_queue
+from skippy.queue.replay import FIXED_DATE, export_range, replay, sub_queue
 from skippy.queue.scratch import owned_scratch
 from skippy.queue.triage import aside_worktree
 
@@ -570,7 +571,15 @@ def generate_lane(
                 "then `invoke generate`",
             )
         files, names, shard_files = _shards(
-            box.tree, tip, result, spec=spec, facts=facts, owners=owners, what=what, generator=generator
+            box.tree,
+            tip,
+            result,
+            spec=spec,
+            facts=facts,
+            owners=owners,
+            what=what,
+            generator=generator,
+            scratch=box.root,
         )
     shards = {n: files[n] for n in names}
     files[SERIES_NAME] = "".join(n + "\n" for n in names).encode()
@@ -613,33 +622,38 @@ def _shards(
     owners: Mapping[str, Sequence[str]],
     what: Mapping[str, str],
     generator: Generator,
+    scratch: Path,
 ) -> tuple[dict[str, bytes], dict[str, str], dict[str, tuple[str, ...]]]:
-    """One commit per family on ``tip`` taking its files from ``result``; the exported patches."""
-    tree.git("checkout", "--quiet", "--detach", tip)
-    files: dict[str, bytes] = {}
-    names: dict[str, str] = {}
-    shard_files: dict[str, tuple[str, ...]] = {}
-    for index, family in enumerate(spec.families, start=1):
-        paths = list(owners[family.name])
-        present = [p for p in paths if tree.rev_parse(f"{result}:{p}") is not None]
-        gone = [p for p in paths if p not in present]
-        if present:
-            tree.git("checkout", result, "--", *present)
-        if gone:
-            tree.git("rm", "--quiet", "--", *gone)
+    """One commit per family on ``tip`` taking its files from ``result``; the exported patches.
+
+    The commits are made without touching the work tree (one ``fast-import``) and exported with
+    one ``format-patch``: a handful of git processes whatever the number of families."""
+    everything = sorted({p for family in spec.families for p in owners[family.name]})
+    present = gitbulk.tree_entries(tree, result, everything)
+    changes = []
+    for family in spec.families:
+        paths = owners[family.name]
         did = what.get(family.name) or "edits " + ", ".join(paths)
-        # checkout and rm staged the family's files: no rescan of the whole tree
-        head = _commit_all(tree, commit_message(family, facts[family.name], did, generator), stage=False)
-        name = patch_name(index, family)
-        files[name] = export_commit(tree, head)
-        names[name] = family.name
-        shard_files[family.name] = tuple(paths)
-    if tree.out("rev-parse", "HEAD^{tree}") != tree.out("rev-parse", f"{result}^{{tree}}"):
+        message = commit_message(family, facts[family.name], did, generator)
+        changes.append(gitbulk.Change(message, {p: present.get(p) for p in paths}))
+    commits = gitbulk.commit_chain(tree, tip, changes, date=FIXED_DATE, scratch=scratch)
+    head = commits[-1] if commits else tip
+    trees = tree.out("rev-parse", f"{head}^{{tree}}", f"{result}^{{tree}}").split()
+    if trees[0] != trees[1]:
         raise QueueError(
             "the family patches do not add up to the generator's result (a bug in the split)",
             untouched=UNTOUCHED,
             next_step="report it with the output of `invoke generate --check --json`",
         )
+    exported = export_range(tree, f"{tip}..{head}", scratch / "shards") if commits else []
+    files: dict[str, bytes] = {}
+    names: dict[str, str] = {}
+    shard_files: dict[str, tuple[str, ...]] = {}
+    for index, (family, path) in enumerate(zip(spec.families, exported, strict=True), start=1):
+        name = patch_name(index, family)
+        files[name] = path.read_bytes()
+        names[name] = family.name
+        shard_files[family.name] = tuple(owners[family.name])
     return files, names, shard_files
 
 

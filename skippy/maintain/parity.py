@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skippy.core import gitbulk
 from skippy.core.errors import QueueError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
@@ -42,7 +43,7 @@ from skippy.maintain.parity_config import (
     glob_match,
     load_allowlist,
 )
-from skippy.queue.replay import Replay, changed_files, read_text, tracked_files
+from skippy.queue.replay import Replay, read_text
 
 # the module's public names; the configuration's (from parity_config) are re-exported for their callers
 __all__ = [
@@ -281,13 +282,10 @@ class ParityReport:
 
 
 def scan_commit(repo: Repo, commit: str, config: ParityConfig) -> dict[str, cppscan.FileScan]:
-    scans: dict[str, cppscan.FileScan] = {}
-    for path in tracked_files(repo, commit):
-        if config.matches(path):
-            text = read_text(repo, commit, path)
-            if text is not None:
-                scans[path] = cppscan.scan(path, text)
-    return scans
+    """The arch switches and tables of every file of ``commit`` the audit reads (two git processes)."""
+    blobs = {path: blob for path, blob in gitbulk.tree_blobs(repo, commit).items() if config.matches(path)}
+    texts = gitbulk.read_blobs(repo, blobs.values())
+    return {path: cppscan.scan(path, texts[blob]) for path, blob in blobs.items() if blob in texts}
 
 
 def merged_counts(scans: Iterable[cppscan.FileScan]) -> dict[Key, Counter[str]]:
@@ -460,6 +458,12 @@ class LineMap:
             self._files[path] = known
         return known
 
+    def prime(self, path: str, text: str | None) -> None:
+        """``path`` as upstream left it, when the map has not met it yet: its text, read by the caller
+        (with other files' in one git process) rather than by :meth:`owners`."""
+        if path not in self._files:
+            self._files[path] = [None] * line_count(text)
+
     def advance(self, prev: str, commit: str, hunks: Sequence[Hunk], no_text: Iterable[str], *, label: str) -> None:
         """Move the map from ``prev`` to ``commit`` (the step of patch ``label``), given the hunks of
         ``git diff -U0 --no-renames prev commit`` and the files of that diff without text hunks."""
@@ -518,12 +522,20 @@ class LineMap:
 
 
 def analyse_step(
-    repo: Repo, prev: str, commit: str, *, label: str, order: Sequence[str], lines: LineMap
+    repo: Repo,
+    prev: str,
+    commit: str,
+    *,
+    label: str,
+    order: Sequence[str],
+    lines: LineMap,
+    diff: str | None = None,
 ) -> tuple[list[Deletion], BoundaryWarning | None]:
     """The upstream deletions of one patch (``prev..commit``) and whether it only rewrites queue lines;
     ``lines`` (at ``prev``) tells upstream lines from the queue's, and is moved on to ``commit``.
-    ``order``: the labels of the queue's patches, in order."""
-    hunks, no_text = parse_hunks(repo.git(*_STEP_DIFF, prev, commit).stdout)
+    ``order``: the labels of the queue's patches, in order; ``diff``: the step's ``-U0`` diff when
+    the caller has it (:func:`step_diffs`), else it is asked of git."""
+    hunks, no_text = parse_hunks(diff if diff is not None else repo.git(*_STEP_DIFF, prev, commit).stdout)
     by_file: dict[str, list[Hunk]] = {}
     for hunk in hunks:
         by_file.setdefault(hunk.file, []).append(hunk)
@@ -577,10 +589,24 @@ def _boundary_warning(
 # --------------------------------------------------------------------------- the audit
 
 
+def step_diffs(repo: Repo, steps: Sequence[tuple[str, str]]) -> list[str]:
+    """The ``-U0`` diff of every step ``(prev, commit)``, with full blob ids, in one git process."""
+    return gitbulk.step_diffs(repo, steps, *_STEP_DIFF[1:])
+
+
+#: the patches whose files are read in one git process: enough to spare the processes, few enough
+#: that a queue editing one large file many times does not hold every version of it at once
+_READ_AHEAD = 32
+
+
 def audit(
     repo: Repo, replayed: Replay, config: ParityConfig, allowlist: Sequence[Allowed], *, upstream_sha: str
 ) -> ParityReport:
-    """Compare the arch cases of ``replayed.base`` and ``replayed.patched``, patch by patch."""
+    """Compare the arch cases of ``replayed.base`` and ``replayed.patched``, patch by patch.
+
+    The whole walk asks git a handful of questions, whatever the number of patches: the base's
+    files, every step's diff (one ``diff-tree --stdin``) and the files those diffs name, read
+    :data:`_READ_AHEAD` patches at a time (one ``cat-file --batch`` each)."""
     state = scan_commit(repo, replayed.base, config)
     upstream_summary = Summary.of(state)
     upstream_counts = merged_counts(state.values())
@@ -589,29 +615,26 @@ def audit(
     lines = LineMap(repo)
     deletions: list[Deletion] = []
     warnings: list[BoundaryWarning] = []
-    prev = replayed.base
-    for patch, commit in replayed.steps:
-        for path in changed_files(repo, prev, commit):
-            if not config.matches(path):
-                continue
-            before = state.get(path)
-            text = read_text(repo, commit, path)
-            after = cppscan.scan(path, text) if text is not None else None
-            old = before.counts() if before else {}
-            new = after.counts() if after else {}
-            for key, counter in old.items():
-                for case, count in counter.items():
-                    if new.get(key, Counter()).get(case, 0) < count:
-                        blame[(*key, case)] = patch.label
-            if after is None:
-                state.pop(path, None)
-            else:
-                state[path] = after
-        found, warning = analyse_step(repo, prev, commit, label=patch.label, order=order, lines=lines)
+    chain: list[tuple[str, str]] = []
+    for _patch, commit in replayed.steps:
+        chain.append((chain[-1][1] if chain else replayed.base, commit))
+    diffs = step_diffs(repo, chain)
+    blobs = [gitbulk.diff_blobs(diff) for diff in diffs]
+    met: set[str] = set()  # the files whose upstream text the line map has been given
+    texts: dict[str, str] = {}
+    for at, ((patch, commit), (prev, _), diff) in enumerate(zip(replayed.steps, chain, diffs, strict=True)):
+        if at % _READ_AHEAD == 0:
+            texts = gitbulk.read_blobs(repo, _wanted(blobs[at : at + _READ_AHEAD], config, met))
+        for path, (old, new) in blobs[at].items():
+            if path not in met:
+                met.add(path)
+                lines.prime(path, texts.get(old))
+            if config.matches(path):
+                _rescan(state, blame, path, texts.get(new), label=patch.label)
+        found, warning = analyse_step(repo, prev, commit, label=patch.label, order=order, lines=lines, diff=diff)
         deletions += found
         if warning is not None:
             warnings.append(warning)
-        prev = commit
     dropped, stale = compare(upstream_counts, merged_counts(state.values()), blame, allowlist)
     return ParityReport(
         upstream_sha=upstream_sha,
@@ -623,6 +646,45 @@ def audit(
         boundary=tuple(warnings),
         patches=len(replayed.steps),
     )
+
+
+def _rescan(
+    state: dict[str, cppscan.FileScan],
+    blame: dict[tuple[str, str, str, str], str],
+    path: str,
+    text: str | None,
+    *,
+    label: str,
+) -> None:
+    """Scan ``path`` again after patch ``label`` changed it to ``text`` (None: deleted); blame the
+    patch for every arch case the file lost."""
+    before = state.get(path)
+    after = cppscan.scan(path, text) if text is not None else None
+    old_counts = before.counts() if before else {}
+    new_counts = after.counts() if after else {}
+    for key, counter in old_counts.items():
+        for case, count in counter.items():
+            if new_counts.get(key, Counter()).get(case, 0) < count:
+                blame[(*key, case)] = label
+    if after is None:
+        state.pop(path, None)
+    else:
+        state[path] = after
+
+
+def _wanted(steps: Sequence[Mapping[str, tuple[str, str]]], config: ParityConfig, met: set[str]) -> list[str]:
+    """The blobs a run of steps reads: each audited file's new version, and the upstream version of
+    each file the line map meets for the first time."""
+    wanted: list[str] = []
+    seen = set(met)
+    for step in steps:
+        for path, (old, new) in step.items():
+            if path not in seen:
+                seen.add(path)
+                wanted.append(old)
+            if config.matches(path):
+                wanted.append(new)
+    return wanted
 
 
 def run_parity(
