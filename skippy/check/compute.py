@@ -86,6 +86,19 @@ class ComputeResult:
             "rpc": self.rpc or None,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ComputeResult:
+        """What :meth:`as_dict` wrote (a kept proof, :mod:`skippy.check.kept`)."""
+        fingerprint = data.get("fingerprint")
+        agreement = data.get("agreement")
+        return cls(
+            chat_template=str(data.get("chat_template") or ""),
+            fingerprint=Fingerprint.from_dict(fingerprint) if fingerprint else None,
+            agreement=Agreement.from_dict(agreement) if agreement else None,
+            device=str(data.get("device") or ""),
+            rpc=dict(data.get("rpc") or {}),
+        )
+
 
 def leak_reason(answer: str) -> str | None:
     token = template_leak(answer)

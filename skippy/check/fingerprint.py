@@ -240,9 +240,37 @@ class Agreement:
             ],
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Agreement:
+        """The agreement :meth:`as_dict` wrote (a kept proof, :mod:`skippy.check.kept`)."""
+        return cls(
+            status=str(data["status"]),
+            tolerance=float(data["tolerance"]),
+            divergences=tuple(_divergence(d, str(d["why"])) for d in data.get("divergences", ())),
+            max_logprob_delta=float(data.get("max_logprob_delta", 0.0)),
+            reference_recorded={str(k): str(v) for k, v in dict(data.get("reference_recorded") or {}).items()},
+            near_ties=tuple(_divergence(t, NEAR_TIE) for t in data.get("near_ties", ())),
+        )
+
+
+def _divergence(data: Mapping[str, Any], why: str) -> Divergence:
+    ours, reference = _from_step(data["ours"]), _from_step(data["reference"])
+    return Divergence(str(data["prompt"]), int(data["position"]), ours, reference, why)
+
 
 def _step(step: Step | None) -> list[object] | None:
     return None if step is None else [step.id, step.text, step.logprob]
+
+
+def _from_step(value: Sequence[Any] | None) -> Step | None:
+    if value is None:
+        return None
+    token_id, text, logprob = value
+    return Step(int(token_id), str(text), float(logprob))
+
+
+#: why two greedy tokens that part at a near tie are not a divergence
+NEAR_TIE: Final = "a near tie (both tokens within tolerance)"
 
 
 def near_tie(ours: Step, ref: Step, tolerance: float) -> bool:
@@ -270,7 +298,7 @@ def _first_divergence(
             return Divergence(ours.prompt, pos, a, b, "the answers have different lengths"), worst, None
         if a.id != b.id:
             if near_ties and near_tie(a, b, tolerance):
-                tie = Divergence(ours.prompt, pos, a, b, "a near tie (both tokens within tolerance)")
+                tie = Divergence(ours.prompt, pos, a, b, NEAR_TIE)
                 return None, max(worst, abs(a.logprob - b.logprob)), tie
             return Divergence(ours.prompt, pos, a, b, "a different greedy token"), worst, None
         delta = abs(a.logprob - b.logprob) if math.isfinite(a.logprob) and math.isfinite(b.logprob) else math.inf

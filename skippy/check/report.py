@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from skippy.check.compute import (
@@ -88,10 +88,27 @@ class ModelResult:
     compute: ComputeResult = field(default_factory=ComputeResult)
     #: the greedy runs of the fingerprint prompts (in ``compute.fingerprint`` once keyed by the model)
     runs: list[Run] = field(default_factory=list, repr=False)
+    #: when the proof was made, for a result kept from an earlier run (:mod:`skippy.check.kept`); None: made now
+    kept_from: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.verdict == "pass"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The result as the JSON report (and a kept proof) has it."""
+        plain = {k: v for k, v in asdict(self).items() if k not in ("runs", "compute")}
+        return {**plain, "compute": self.compute.as_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelResult:
+        """What :meth:`as_dict` wrote; the runs come back from the fingerprint."""
+        names = {f.name for f in fields(cls)} - {"runs", "compute"}
+        result = cls(**{k: v for k, v in data.items() if k in names})
+        result.compute = ComputeResult.from_dict(dict(data.get("compute") or {}))
+        if result.compute.fingerprint is not None:
+            result.runs = list(result.compute.fingerprint.runs)
+        return result
 
 
 @dataclass
@@ -127,10 +144,7 @@ class SpotCheckReport:
             "ran": self.not_run is None,
             "not_run": self.not_run,
             "devices": self.devices,
-            "results": [
-                {**{k: v for k, v in asdict(r).items() if k not in ("runs", "compute")}, "compute": r.compute.as_dict()}
-                for r in self.results
-            ],
+            "results": [r.as_dict() for r in self.results],
         }
 
     def markdown(self) -> str:
@@ -146,7 +160,7 @@ class SpotCheckReport:
         ]
         for r in self.results:
             lines.append(
-                f"| `{r.model}` | {r.verdict} | {_fmt(r.load_seconds)} | {_fmt(r.first_token_seconds)} "
+                f"| `{r.model}` | {r.verdict}{_kept_note(r)} | {_fmt(r.load_seconds)} | {_fmt(r.first_token_seconds)} "
                 f"| {_fmt(r.completion_seconds)} | {r.tokens} | {r.reason.replace('|', '/')} |"
             )
         for r in self.failed:
@@ -180,6 +194,10 @@ class ModelCheckFailed(SpotCheckFailed):
         return {**super().as_dict(), "report": self.report.as_dict()}
 
 
+def _kept_note(result: ModelResult) -> str:
+    return "" if result.kept_from is None else f" (kept from {shown_time(result.kept_from)})"
+
+
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -192,9 +210,30 @@ class Proof:
     verdict: ProofVerdict
     #: what was found (pass, fail) or why it was not run
     detail: str
+    #: when it was made, for a proof kept from an earlier run of the same binaries, model, reference
+    #: and settings (:mod:`skippy.check.kept`); None: made by this run
+    kept_from: str | None = None
 
-    def as_dict(self) -> dict[str, str]:
-        return {"name": self.name, "verdict": self.verdict, "detail": self.detail}
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "verdict": self.verdict,
+            "detail": self.detail,
+            "kept": self.kept_from is not None,
+            "kept_from": self.kept_from,
+        }
+
+    @property
+    def shown(self) -> str:
+        """The detail as the ending shows it: a kept proof says so first."""
+        return self.detail if self.kept_from is None else f"(kept from {shown_time(self.kept_from)}) {self.detail}"
+
+
+def shown_time(stamp: str) -> str:
+    """``2026-12-06T04:03:12Z`` as ``2026-12-06 04:03:12 UTC`` (anything else as it is)."""
+    if len(stamp) == 20 and stamp[10] == "T" and stamp.endswith("Z"):
+        return f"{stamp[:10]} {stamp[11:19]} UTC"
+    return stamp
 
 
 @dataclass(frozen=True)
@@ -215,17 +254,32 @@ class Ending:
         return {"title": self.title, "proofs": [p.as_dict() for p in self.proofs], "tail": list(self.tail)}
 
     def show(self, console: Console) -> None:
-        console.block(self.title, [(p.verdict, p.name, p.detail) for p in self.proofs], self.tail)
+        console.block(self.title, [(p.verdict, p.name, p.shown) for p in self.proofs], self.tail)
+
+
+def kept_from(results: Sequence[ModelResult]) -> str | None:
+    """When the proofs of ``results`` were made, if every one of them was kept (the oldest time);
+    None when any was made by this run."""
+    times = [r.kept_from for r in results]
+    return min(t for t in times if t is not None) if times and None not in times else None
 
 
 def _each(results: Sequence[ModelResult], name: str, proof: Any) -> list[Proof]:
-    """One proof of ``name`` over the models: ``proof(result)`` gives (verdict, detail) per model."""
+    """One proof of ``name`` over the models: ``proof(result)`` gives (verdict, detail) per model;
+    kept when every model's result was kept (with some kept and some made now, each kept one says so)."""
     found: list[tuple[ProofVerdict, str]] = [proof(r) for r in results]
+    kept = kept_from(results)
     many = len(results) > 1
     if not many:
-        return [Proof(name, *found[0])] if found else []
+        return [Proof(name, *found[0], kept_from=kept)] if found else []
     worst: ProofVerdict = next((v for v in ("fail", "not run", "pass") if any(f[0] == v for f in found)), "pass")
-    return [Proof(name, worst, "; ".join(f"{r.model}: {d}" for r, (_, d) in zip(results, found, strict=True)))]
+
+    def said(r: ModelResult, detail: str) -> str:
+        when = f" (kept from {shown_time(r.kept_from)})" if r.kept_from is not None and kept is None else ""
+        return f"{r.model}{when}: {detail}"
+
+    details = "; ".join(said(r, d) for r, (_, d) in zip(results, found, strict=True))
+    return [Proof(name, worst, details, kept_from=kept)]
 
 
 def _chat(r: ModelResult) -> tuple[ProofVerdict, str]:

@@ -18,9 +18,12 @@ import platform
 import re
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from skippy.build.backends import spec as backend_spec
+from skippy.build.backends.base import SERVER_TARGET
+from skippy.check import kept
 from skippy.check.binaries import (
     backend_of,
     build_dir_of,
@@ -47,9 +50,18 @@ from skippy.check.fingerprint import (
     render_reference,
     tolerance_for,
 )
-from skippy.check.models import ChatFacts, ModelRef, chat_facts, model_refs, resolve_model
+from skippy.check.kept import PROOFS_NAME, ProofRecord, checker_digest, proof_key
+from skippy.check.models import BUILTIN, ChatFacts, ModelRef, chat_facts, model_refs, resolve_model
 from skippy.check.provenance import stale_next_step
-from skippy.check.report import ModelCheckFailed, ModelResult, Options, Provenance, SpotCheckReport, _fmt
+from skippy.check.report import (
+    ModelCheckFailed,
+    ModelResult,
+    Options,
+    Provenance,
+    SpotCheckReport,
+    _fmt,
+    shown_time,
+)
 from skippy.check.server import (
     HOST,
     LOG_TAIL,
@@ -213,6 +225,7 @@ def spot_check(
     rpc_server: Path | None = None,
     write_reference: bool = False,
     agreement_required: bool = True,
+    recheck: bool = False,
 ) -> SpotCheckReport:
     """Spot-check ``server_binary`` on each model (the default model when none is given).
 
@@ -226,6 +239,11 @@ def spot_check(
     (``device_prefix``), ``llama-server --list-devices`` must list one of its devices first;
     where none is listed (no GPU on this machine) no model is checked and the report's
     ``not_run`` says why (the build's artifact gate is then the proof that was made).
+
+    A model's proofs already made for the same binaries, model, reference and settings are kept
+    from the build dir's proof record, with the time they were made, and no server is started
+    for it (:mod:`skippy.check.kept`); ``recheck`` (and ``write_reference``) makes them again.
+    The binary's provenance is read again on every run (``--version``: milliseconds).
 
     Raises :class:`ModelCheckFailed` (a :class:`SpotCheckFailed`, with the
     report attached as ``.report``) when any model fails, and
@@ -266,40 +284,152 @@ def spot_check(
             console.summary(report.markdown())
             return report
         console.info(f"devices: {', '.join(report.devices)}")
-    logs = log_dir(settings, server_binary)
-    used: set[str] = set()
+    build_dir = build_dir_of(server_binary, settings)
+    record = ProofRecord.load(build_dir / PROOFS_NAME if build_dir is not None else None)
+    binaries = _binary_digests(record, server_binary, rpc_server)
+    run = _Run(
+        settings=settings,
+        server_binary=server_binary,
+        env=env,
+        options=options,
+        logs=log_dir(settings, server_binary),
+        extra_server_args=tuple(extra_server_args),
+        device_prefix=device_prefix,
+        rpc_server=rpc_server,
+        write_reference=write_reference,
+        agreement_required=agreement_required,
+        console=console,
+        record=record,
+        depends={
+            "binaries": binaries,
+            "settings": {
+                "backend": backend,
+                "machine": platform.machine(),
+                "server_env": dict(server_env or {}),
+                "server_args": list(extra_server_args),
+                "device": device_prefix,
+                "rpc": rpc_server is not None,
+                "agreement_required": agreement_required,
+                "options": asdict(options),
+                "checker": checker_digest(),
+            },
+        },
+        recheck=recheck,
+    )
     for ref in refs:
-        with console.step(f"spot check {ref.label}"):
-            try:
-                resolved = resolve_model(ref, settings, console)
-            except SkippyError as exc:
-                result = ModelResult(model=ref.label, path=None, reason=exc.what, next_step=exc.next_step)
-                if exc.next_step:
-                    result.reason += f" (next: {exc.next_step})"
-                report.results.append(result)
-                console.info(f"{ref.label}: FAIL: {result.reason}")
-                continue
-            result = _check_resolved(
-                ref,
-                resolved.path,
-                server_binary,
-                settings=settings,
-                env=env,
-                options=options,
-                log_path=logs / _log_name(ref, used),
-                extra_server_args=extra_server_args,
-                device_prefix=device_prefix,
-                rpc_server=rpc_server,
-                write_reference=write_reference,
-                agreement_required=agreement_required,
-                console=console,
-            )
-            report.results.append(result)
-            console.info(describe(result, settings))
+        report.results.append(_model(run, ref))
+    _save(record, binaries[SERVER_TARGET], settings, console)
     console.summary(report.markdown())
     if not report.ok:
         raise ModelCheckFailed(report, next_step=failure_next_step(report, build_cmd))
     return report
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every model of one spot check is checked with."""
+
+    settings: Settings
+    server_binary: Path
+    env: Mapping[str, str]
+    options: Options
+    logs: Path
+    extra_server_args: tuple[str, ...]
+    device_prefix: str | None
+    rpc_server: Path | None
+    write_reference: bool
+    agreement_required: bool
+    console: Console
+    #: the build dir's kept proofs, and what every model's proof depends on (binaries, settings)
+    record: ProofRecord
+    depends: Mapping[str, object]
+    recheck: bool
+    #: the log file names given so far
+    used: set[str] = field(default_factory=set)
+
+
+def _model(run: _Run, ref: ModelRef) -> ModelResult:
+    """One model's result: kept from the record when its proof was made for the same binaries,
+    model, reference and settings, else checked now (and kept when it passed)."""
+    console = run.console
+    try:
+        resolved = resolve_model(ref, run.settings, console)
+    except SkippyError as exc:
+        result = ModelResult(model=ref.label, path=None, reason=exc.what, next_step=exc.next_step)
+        if exc.next_step:
+            result.reason += f" (next: {exc.next_step})"
+        console.info(f"{ref.label}: FAIL: {result.reason}")
+        return result
+    model_sha256 = _model_digest(run.record, ref, resolved.path)
+    key = proof_key({**run.depends, "model": ref.label, "model_sha256": model_sha256, **_reference(run.settings, ref)})
+    entry = None if run.recheck or run.write_reference else run.record.kept(key)
+    if entry is not None:
+        result = ModelResult.from_dict(entry["result"])
+        result.kept_from = str(entry["when"])
+        console.info(
+            f"{ref.label}: kept from {shown_time(result.kept_from)}: passed then for the same binaries, model, "
+            "reference and settings (--recheck makes it again)"
+        )
+        return result
+    with console.step(f"spot check {ref.label}"):
+        result = _check_resolved(
+            ref,
+            resolved.path,
+            run.server_binary,
+            settings=run.settings,
+            env=run.env,
+            options=run.options,
+            log_path=run.logs / _log_name(ref, run.used),
+            extra_server_args=run.extra_server_args,
+            device_prefix=run.device_prefix,
+            rpc_server=run.rpc_server,
+            write_reference=run.write_reference,
+            agreement_required=run.agreement_required,
+            console=console,
+            model_sha256=model_sha256,
+        )
+        console.info(describe(result, run.settings))
+    if result.ok and not run.write_reference:
+        server = run.record.digest(run.server_binary)
+        run.record.keep(key, what=ref.label, server=server, result=result.as_dict(), when=kept.now())
+    else:
+        run.record.drop(key)  # a failed proof is never kept, nor the one a failed recheck made before
+    return result
+
+
+def _binary_digests(record: ProofRecord, server: Path, rpc_server: Path | None) -> dict[str, str]:
+    """The digests of what the check runs: llama-server, the RPC server, the shared libraries
+    beside llama-server (a build with shared libraries loads them from there)."""
+    found = {SERVER_TARGET: record.digest(server)}
+    if rpc_server is not None:
+        found[rpc_server.name] = record.digest(rpc_server)
+    for lib in sorted(server.parent.glob("*.so*")):
+        if lib.is_file():
+            found[lib.name] = record.digest(lib)
+    return found
+
+
+def _model_digest(record: ProofRecord, ref: ModelRef, path: Path) -> str:
+    """The model file's sha256: the published one of the packaged model (its stamp was checked
+    when it was fetched), else the record's cached digest (hashed once per file version)."""
+    if ref.kind == "builtin" and ref.name in BUILTIN:
+        return BUILTIN[ref.name].sha256
+    return record.digest(path)
+
+
+def _reference(settings: Settings, ref: ModelRef) -> dict[str, str | None]:
+    """The committed reference fingerprint of ``ref`` (its file's digest; None: there is none)."""
+    path = reference_path(reference_dir(settings), ref.label)
+    return {"reference_sha256": file_sha256(path) if path.is_file() else None}
+
+
+def _save(record: ProofRecord, server: str, settings: Settings, console: Console) -> None:
+    """Write the proof record; a build dir that cannot be written keeps nothing (said, not failed)."""
+    try:
+        record.save(server)
+    except OSError as exc:
+        where = settings.relative(record.path) if record.path is not None else "the proof record"
+        console.warn(f"the proofs made were not kept ({where}: {exc.strerror or exc}); the next run makes them again")
 
 
 def reference_dir(settings: Settings) -> Path:
@@ -322,8 +452,10 @@ def _check_resolved(
     write_reference: bool,
     console: Console,
     agreement_required: bool = True,
+    model_sha256: str | None = None,
 ) -> ModelResult:
-    """One model: chat + fingerprint (+ device), agreement with the reference, then the RPC run."""
+    """One model: chat + fingerprint (+ device), agreement with the reference, then the RPC run
+    (``model_sha256``: the model's digest when known, else the file is hashed)."""
     facts = model_chat_facts(model)
     result = check_model(
         server_binary,
@@ -339,7 +471,8 @@ def _check_resolved(
     result.compute.chat_template = facts.describe()
     if not result.ok or not result.runs:
         return result
-    fp = Fingerprint(model=ref.label, model_sha256=file_sha256(model), runs=tuple(result.runs), recorded=_recorded(env))
+    sha = model_sha256 or file_sha256(model)
+    fp = Fingerprint(model=ref.label, model_sha256=sha, runs=tuple(result.runs), recorded=_recorded(env))
     result.compute.fingerprint = fp
     refs_dir = reference_dir(settings)
     if write_reference:

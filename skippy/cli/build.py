@@ -34,6 +34,7 @@ def session_args(options: BuildOptions) -> SessionArgs:
         workdir_as_is=options.workdir_as_is,
         upstream_tests=options.upstream_tests,
         models=options.model,
+        recheck=options.recheck,
     )
 
 

@@ -286,6 +286,14 @@ Models = Annotated[
     ),
 ]
 
+Recheck = Annotated[
+    bool,
+    flag(
+        "make the spot check's proofs again: a model's proofs made before for the same binaries, model, reference "
+        "and settings are otherwise kept (shown `kept from <time>`) and no server is started for it"
+    ),
+]
+
 
 @dataclass(frozen=True)
 class Common:
@@ -392,6 +400,7 @@ class BuildOptions(Common):
         ),
     ] = False
     model: Models = ()
+    recheck: Recheck = False
 
 
 @dataclass(frozen=True)
@@ -420,6 +429,7 @@ class SpotCheckOptions(Common):
         bool, flag("record this CPU build's fingerprints as the committed reference (beside the queue)")
     ] = False
     no_rpc: Annotated[bool, flag("skip the RPC path (the RPC server beside the binary)")] = False
+    recheck: Recheck = False
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,7 @@ def spot_check(options: SpotCheckOptions, settings: Settings, console: Console) 
             device_prefix=spec(backend).device_prefix,
             rpc_server=None if options.no_rpc else rpc_server_beside(server),
             write_reference=options.write_reference,
+            recheck=options.recheck,
         )
     except ModelCheckFailed as exc:
         blame_server_args(exc, options.server_arg, server, settings)

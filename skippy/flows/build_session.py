@@ -12,7 +12,7 @@ recorded as the next session's baseline (:mod:`skippy.flows.follow`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -51,6 +51,8 @@ class SessionArgs:
     upstream_tests: bool = False
     #: the spot check's models (none: its default model)
     models: tuple[str, ...] = ()
+    #: make the spot check's proofs again, even those kept for the same binaries, model, reference and settings
+    recheck: bool = False
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,8 @@ class SpotCheckRequest:
     agreement_required: bool = True
     #: the models to check (none: the spot check's default model)
     models: tuple[str, ...] = field(default=())
+    #: make every proof again (none kept from an earlier run)
+    recheck: bool = False
 
 
 class SpotCheckFn(Protocol):
@@ -220,6 +224,7 @@ def _default_spot_check(settings: Settings, request: SpotCheckRequest, console: 
         device_prefix=request.device_prefix,
         rpc_server=request.rpc_server,
         agreement_required=request.agreement_required,
+        recheck=request.recheck,
     )
 
 
@@ -378,6 +383,7 @@ def _spot_check(
             rpc_server=next((path for name, path in report.binaries.items() if name != SERVER_TARGET), None),
             agreement_required=numerics_must_match,
             models=following.models(args.models) if following is not None else args.models,
+            recheck=args.recheck,
         )
         try:
             spot = spot_check_fn(settings, request, console)
@@ -555,6 +561,7 @@ def session_ending(outcome: SessionOutcome, settings: Settings) -> Ending:
         why = outcome.spot_not_run or "not asked"
         spot_part = [Proof(name, "not run", why) for name in SPOT_PROOFS]
     follow_part = [] if outcome.following is None else follow.proofs(outcome.following, spot, outcome.spot_not_run)
+    follow_part = [_kept_family(p, outcome.following, spot) for p in follow_part]
     proofs = (*outcome.proofs, *spot_part, *follow_part, *_upstream_proofs(outcome.upstream))
     mode = " (the workdir as it stands)" if outcome.local is not None else ""
     verdict = "every proof made holds" if all(p.verdict != "fail" for p in proofs) else "FAILED"
@@ -562,6 +569,20 @@ def session_ending(outcome: SessionOutcome, settings: Settings) -> Ending:
     model = model_path(spot)
     shown = str(settings.relative(Path(model))) if model and outcome.build_root is None else model
     return Ending(title, proofs, where(outcome.build, settings, outcome.build_root, shown))
+
+
+def _kept_family(proof: Proof, following: Following | None, spot: SpotCheckReport | None) -> Proof:
+    """A touched family's proof, kept when its tiny model's result was kept from an earlier run."""
+    if following is None or spot is None or proof.verdict != "pass":
+        return proof
+    family = next((f for f in following.families if proof.name == f"family {f.touched.family}"), None)
+    if family is None or family.model is None:
+        return proof
+    tiny = family.model.split(":")[1]  # the result of any tiny:<family>[:quant] model (as follow.proofs reads it)
+    result = next((r for r in spot.results if r.model.startswith("tiny:") and r.model.split(":")[1] == tiny), None)
+    if result is None or result.kept_from is None:
+        return proof
+    return replace(proof, kept_from=result.kept_from)
 
 
 def _upstream_tests(

@@ -90,6 +90,8 @@ def test_the_ending_says_every_proof_and_a_run_line_on_the_loaded_model(tmp_path
         "name": "fingerprint",
         "verdict": "pass",
         "detail": "agrees with the CPU reference (largest difference 0.012)",
+        "kept": False,
+        "kept_from": None,
     }
 
 
