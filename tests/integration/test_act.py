@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workflowtools import ROOT, WORKFLOW_DIR, load
+from tests.workflowtools import ROOT, WORKFLOW_DIR, load, tool
 
 pytestmark = pytest.mark.integration
 
@@ -36,9 +36,7 @@ STAND_INS = Path(__file__).resolve().parent / "act_actions"
 
 
 def act() -> str:
-    found = shutil.which("act", path=str(BIN)) or shutil.which("act")
-    assert found, "act is not installed: .ci/setup tools"
-    return found
+    return tool("act")
 
 
 def stand_ins(workflow: Path) -> list[str]:
@@ -101,6 +99,6 @@ def test_the_lint_job_runs_through_act(tmp_path: Path) -> None:
         else:
             assert ran(out, name), f"{name} did not run:\n{out[-4000:]}"
     # the lint session ran every linter on the workflows, shellcheck included
-    for tool in ("jactionlint --no-online", "shellcheck .ci/run", "zizmor --offline", "check-jsonschema"):
-        assert tool in out
+    for linter in ("jactionlint --no-online", "shellcheck .ci/run", "zizmor --offline", "check-jsonschema"):
+        assert linter in out
     assert "ran to success: lint" in out

@@ -17,19 +17,13 @@ from typing import Any
 import pytest
 
 from skippy.core import proc
-from tests.workflowtools import ROOT, WORKFLOWS, calls, load
+from tests.workflowtools import ROOT, WORKFLOWS, calls, load, tool
 
 pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
 ZIZMOR_CONFIG = ROOT / ".github" / "zizmor.yml"
 ZIZMOR_PERSONA = "pedantic"
-
-
-def tool(name: str) -> str:
-    found = shutil.which(name, path=str(BIN)) or shutil.which(name)
-    assert found, f"{name} is not installed: pip install -e '.[test]'"
-    return found
 
 
 def run(*argv: str, cwd: Path = ROOT) -> proc.Result:
