@@ -342,7 +342,7 @@ class BumpReport:
             if n["written"]:
                 tail = f"; reference rewritten: `{n['reference']}`"
             elif n.get("up_to_date"):
-                tail = f"; reference `{n['reference']}` already holds these answers (not rewritten)"
+                tail = f"; reference `{n['reference']}` already holds these answers, left as it is"
             lines.append(f"- `{n['model']}`: {what}{tail}")
         return "\n".join(lines)
 
