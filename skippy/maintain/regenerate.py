@@ -461,14 +461,18 @@ def refuse_generated_changes(settings: Settings, store: Store, history: Lanes, r
         return
     repo = store.repo
     lane = {item.name: item for item in loose_items(settings.patch_dir) if item.lane == Lane.GENERATED.value}
+    names = {c.sha: (c.label or "").split("/", 1)[1] for c in generated}
+    changes = _commit_changes(repo, [c.sha for c in generated])
     found: list[tuple[Commit, str]] = []
     for commit in generated:
-        name = (commit.label or "").split("/", 1)[1]
-        why = (
-            _differs_from_patch(repo, commit.sha, settings.patch_dir / Lane.GENERATED.value / name)
-            if name in lane
-            else f"the generated lane holds no {name}"
-        )
+        name = names[commit.sha]
+        if name not in lane:
+            found.append((commit, f"the generated lane holds no {name}"))
+            continue
+        declared = _patch_changes(lane[name].data)
+        if declared is not None and declared == changes.get(commit.sha):
+            continue  # the same blobs and modes as the patch's full-index lines: exactly the patch
+        why = _differs_from_patch(repo, commit.sha, settings.patch_dir / Lane.GENERATED.value / name)
         if why:
             found.append((commit, why))
     if not found:
@@ -489,6 +493,56 @@ def refuse_generated_changes(settings: Settings, store: Store, history: Lanes, r
         "model_support) or as a `--fixup` of a core/model_support commit; if it is the generator's change, "
         f"drop it there and run `invoke generate`; then re-run `{rerun}`",
     )
+
+
+#: one file a change makes: (path, old blob, new blob, new mode); a null blob where the file is not
+Changed = tuple[str, str, str, str]
+
+_NULL = "0" * 40
+
+
+def _commit_changes(repo: Repo, shas: list[str]) -> dict[str, frozenset[Changed]]:
+    """The files each commit changes against its parent, by blob id (one ``diff-tree --stdin``)."""
+    if not shas:
+        return {}
+    out = repo.git("diff-tree", "--stdin", "-r", "--raw", "--no-abbrev", "--no-renames", input="\n".join(shas) + "\n")
+    changes: dict[str, set[Changed]] = {}
+    current: set[Changed] | None = None
+    for line in out.stdout.split("\n"):
+        if line.startswith(":") and current is not None:
+            meta, _, path = line.partition("\t")
+            _old_mode, new_mode, old, new, _status = meta[1:].split(" ", 4)
+            current.add((path, old, new, new_mode))
+        elif line.strip():
+            current = changes.setdefault(line.strip(), set())
+    return {sha: frozenset(files) for sha, files in changes.items()}
+
+
+def _patch_changes(data: bytes) -> frozenset[Changed] | None:
+    """The files a ``--full-index`` patch changes, by blob id, as :func:`_commit_changes` gives a
+    commit's; None when a file of it carries no full blob ids (then only applying it tells)."""
+    sections = data.decode("utf-8", errors="replace").split("\ndiff --git ")[1:]
+    files = [_file_change(section) for section in sections]
+    return None if any(f is None for f in files) else frozenset(f for f in files if f is not None)
+
+
+def _file_change(section: str) -> Changed | None:
+    """One file's section of a patch (after ``diff --git``): its change, when the header has full ids."""
+    head, *rest = section.split("\n")
+    path = head.rsplit(" b/", 1)[-1]
+    mode = ""
+    for line in rest:
+        if line.startswith(("new file mode ", "new mode ", "deleted file mode ")):
+            mode = line.rsplit(" ", 1)[-1]
+        elif line.startswith("index "):
+            ids, _, tail = line[len("index ") :].partition(" ")
+            old, _, new = ids.partition("..")
+            if len(old) != 40 or len(new) != 40:
+                return None
+            return (path, old, new, "000000" if new == _NULL else tail.strip() or mode)
+        elif line.startswith(("--- ", "+++ ", "@@", "GIT binary patch")):
+            break
+    return None
 
 
 def _differs_from_patch(repo: Repo, sha: str, patch: Path) -> str | None:

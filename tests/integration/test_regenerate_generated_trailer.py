@@ -116,3 +116,35 @@ def test_a_new_commit_with_a_generated_trailer_is_refused_by_name(
         f"- {mine[:12]} Skippy-Patch: generated/0002-family-mine.patch: the generated lane holds no "
         "0002-family-mine.patch"
     )
+
+
+def test_an_untouched_generated_commit_is_known_by_its_blob_ids_without_applying_the_patch(
+    queued_project: Project,
+) -> None:
+    """Regenerate tells the generated commits it keeps from the patch's full-index lines and one
+    diff-tree of all of them: a whitespace edit or a mode change still differs, and a patch without
+    full blob ids (the fixture's, made by a plain format-patch) is left to the apply check."""
+    from skippy.core.git import Repo
+    from skippy.maintain.regenerate import _commit_changes, _patch_changes
+    from skippy.queue.replay import export_commit
+
+    assert prepare_main(queued_project.env, root=queued_project.root) == 0
+    wdir = queued_project.workdir
+    sha = generated_commit(wdir)
+    repo = Repo(wdir, hermetic_git_env(Path(os.environ["HOME"])))
+    patch = export_commit(repo, sha)  # as `invoke generate` writes the lane: full blob ids
+    assert _patch_changes((queued_project.patches / "generated" / "0001-family-llama.patch").read_bytes()) is None
+    declared = _patch_changes(patch)
+    assert declared is not None and declared == _commit_changes(repo, [sha])[sha]
+    assert {path for path, *_ in declared} == {"src/generated/llama.inc"}
+
+    (wdir / "src/generated/llama.inc").write_text("// generated llama \n")  # one trailing space
+    run_git(wdir, "commit", "--quiet", "-a", "-m", "space")
+    spaced = run_git(wdir, "rev-parse", "HEAD").strip()
+    run_git(wdir, "update-index", "--chmod=+x", "src/generated/llama.inc")
+    run_git(wdir, "commit", "--quiet", "-m", "mode")
+    moded = run_git(wdir, "rev-parse", "HEAD").strip()
+    changes = _commit_changes(repo, [sha, spaced, moded])
+    assert changes[spaced] != declared and changes[moded] != declared
+    assert [mode for _p, _o, _n, mode in changes[moded]] == ["100755"]
+
