@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -222,3 +223,33 @@ def test_a_reference_that_already_holds_the_answers_is_not_said_to_be_rewritten(
     assert "rewritten" not in md
     assert f"- `gemma3-270m`: unchanged; reference `{numerics['reference']}` already holds these answers" in md
     assert path.stat().st_mtime_ns == 1_000_000_000, "the reference file was not written again"
+
+
+def test_a_mirror_made_from_the_workdir_serves_the_rehearsal_without_the_upstream(queued_project: Project) -> None:
+    """docs/queue.md's command: a workdir cloned from the upstream holds its history; pushed into
+    a bare repository it is a mirror that prepares the pin and X once the upstream is gone."""
+    pin, x = queued_project.upstream.commits[1], queued_project.upstream.commit("docs: notes", {"d.md": "d\n"})
+    prepare(queued_project.settings(), Target.pinned(), console=QUIET)
+    mirror = queued_project.root.parent / "llama.cpp-mirror.git"
+    run_git(queued_project.root, "init", "--quiet", "--bare", str(mirror))
+    run_git(
+        queued_project.root,
+        "-C",
+        ".deps/llama.cpp",
+        "push",
+        "--quiet",
+        str(mirror),
+        "refs/remotes/origin/master:refs/heads/master",
+        "refs/tags/*:refs/tags/*",
+    )
+    queued_project.upstream.path.rename(queued_project.root.parent / "gone.git")
+    shutil.rmtree(queued_project.workdir)  # a new workdir: cloned from the mirror alone
+    (queued_project.root / "llama.cpp").unlink()
+    settings = queued_project.settings(LLAMA_UPSTREAM_URL=str(mirror))
+
+    assert prepare(settings, Target.pinned(), console=QUIET).action == "cloned"
+    report = prepare(settings, Target.at(x[:12]), console=QUIET)
+
+    assert (report.upstream_sha, report.source) == (x, "git")
+    assert run_git(queued_project.workdir, "remote", "get-url", "origin").strip() == str(mirror)
+    assert pin in run_git(queued_project.workdir, "rev-list", x)
