@@ -3,7 +3,9 @@
 The listing is ``ctest --show-only=json-v1`` (CTest's documented machine format: each
 test's name, command and properties); the verdicts come from ``--output-junit``, whose
 ``status`` attribute says *run*, *fail* or *notrun* for every test CTest ran, including
-the fixture set-ups it adds on its own (llama.cpp's model download is one).
+the fixture set-ups it adds on its own (llama.cpp's model download is one).  While CTest
+runs, each test it finishes is handed on as it is printed (:class:`Finished`), so that a
+run of minutes shows its progress.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import re
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -34,6 +36,43 @@ NETWORK_SIGNS: Final = re.compile(
 )
 
 Verdict = Literal["passed", "failed", "not run"]
+
+#: CTest's line for a test it finished: ``3/38 Test #7: test-tokenizer-0 .....***Failed    0.12 sec``
+_FINISHED: Final = re.compile(
+    r"^\s*(?P<done>\d+)/(?P<total>\d+) Test\s+#\d+: (?P<name>\S+) \.*\s*(?:\*{3})?(?P<said>\S.*?)"
+    r"\s+(?P<seconds>\d+(?:\.\d+)?) sec\s*$"
+)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """One test CTest has just finished, as its progress line says it (not the verdict: see
+    :func:`parse_junit`): ``said`` is CTest's word (Passed, Failed, Not Run, Timeout ...)."""
+
+    done: int
+    total: int
+    name: str
+    said: str
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return self.said == "Passed"
+
+    def render(self) -> str:
+        """``  3/38 ✗ test-tokenizer-0: failed (0.1 s)``"""
+        mark = "✓" if self.passed else "✗" if self.said.startswith(("Failed", "Timeout", "Exception")) else "·"
+        return f"  {self.done}/{self.total} {mark} {self.name}: {self.said.lower()} ({self.seconds:.1f} s)"
+
+
+def finished(line: str) -> Finished | None:
+    """The test a line of CTest's output says it finished, or None (any other line)."""
+    match = _FINISHED.match(line)
+    if match is None:
+        return None
+    return Finished(
+        int(match["done"]), int(match["total"]), match["name"], match["said"].strip(), float(match["seconds"])
+    )
 
 
 @dataclass(frozen=True)
@@ -214,8 +253,10 @@ def run_cases(
     timeout: float = 600.0,
     runner: Sequence[str] = (),
     echo: Any = None,
+    progress: Callable[[Finished], None] | None = None,
 ) -> Run:
-    """Run exactly ``names`` (plus the fixture set-ups they need) and read every verdict."""
+    """Run exactly ``names`` (plus the fixture set-ups they need) and read every verdict;
+    ``progress`` is told of each test as CTest finishes it."""
     junit = build_dir / "skippy-ctest.xml"
     junit.unlink(missing_ok=True)
     argv = (
@@ -233,7 +274,15 @@ def run_cases(
     )
     start = time.monotonic()
     # CTest exits 8 when a test fails: the verdicts are in the JUnit file, read below
-    proc.run(argv, cwd=build_dir, env=env, check=False, echo=echo)
+    on_line = None
+    if progress is not None:
+
+        def on_line(line: str) -> None:
+            done = finished(line)
+            if done is not None:
+                progress(done)
+
+    proc.run(argv, cwd=build_dir, env=env, check=False, echo=echo, on_line=on_line)
     seconds = time.monotonic() - start
     if not junit.is_file():
         raise SkippyError(

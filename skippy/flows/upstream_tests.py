@@ -298,7 +298,14 @@ class _Tree:
 
     def run(self, plan: BuildPlan, names: Sequence[str]) -> ctest.Run:
         """CTest runs ``names`` in ``plan``'s build dir (their programs built)."""
-        return ctest.run_cases(ctest_of(self.subject.toolchain), plan.build_dir, names, plan.env, jobs=self.jobs)
+        return ctest.run_cases(
+            ctest_of(self.subject.toolchain),
+            plan.build_dir,
+            names,
+            plan.env,
+            jobs=self.jobs,
+            progress=lambda test: self.console.info(test.render()),
+        )
 
     def _chosen(self, plan: BuildPlan, names: Sequence[str] | None, own: Sequence[str]) -> tuple[ctest.Case, ...]:
         cases = ctest.list_cases(ctest_of(self.subject.toolchain), plan.build_dir, plan.env)

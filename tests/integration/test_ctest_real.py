@@ -79,3 +79,44 @@ def test_run_of_a_name_that_does_not_exist_says_where(build_dir: Path) -> None:
     assert [r.name for r in run.results] == ["test-ok"]
     with pytest.raises(SkippyError, match="ctest ran no test named no-such-test"):
         ctest.run_cases(_tool("ctest"), build_dir, ["no-such-test"], env)
+
+
+def test_each_test_is_told_as_ctest_finishes_it(build_dir: Path) -> None:
+    env = dict(os.environ)
+    told: list[ctest.Finished] = []
+    names = ["test-ok", "test-bad", "test-needs-net"]
+    run = ctest.run_cases(_tool("ctest"), build_dir, names, env, jobs=2, progress=told.append)
+    # every test CTest ran, the set-up it added included, as it finished: counted out of the whole run
+    assert sorted(t.name for t in told) == sorted(r.name for r in run.results) == sorted([*names, "fetch"])
+    assert sorted(t.done for t in told) == [1, 2, 3, 4] and {t.total for t in told} == {4}
+    said = {t.name: t.said for t in told}
+    assert said == {"test-ok": "Passed", "test-bad": "Failed", "fetch": "Failed", "test-needs-net": "Not Run"}
+    line = next(t for t in told if t.name == "test-bad").render()
+    assert line.startswith("  ") and "✗ test-bad: failed (" in line
+
+
+def test_upstream_tests_show_each_test_as_it_finishes(build_dir: Path) -> None:
+    """What pin-bump and --upstream-tests run: the console gets one line per finished test."""
+    import io
+    from types import SimpleNamespace
+    from typing import Any
+
+    from skippy.build.backends import parse_backend
+    from skippy.build.plan import BuildOptions
+    from skippy.build.tool import Tool
+    from skippy.build.toolchain import Toolchain
+    from skippy.core.settings import Settings
+    from skippy.core.ui import Console
+    from skippy.flows.upstream_tests import Subject, _Tree
+
+    stream = io.StringIO()
+    cmake, ninja = Tool("cmake", _tool("cmake"), ""), Tool("ninja", _tool("ninja"), "")
+    toolchain = Toolchain(parse_backend("cpu"), "Linux", cmake, ninja)
+    subject = Subject(toolchain, BuildOptions(jobs=1), "a" * 40, "b" * 40, None, None)
+    settings = Settings.load(build_dir.parent, dict(os.environ))
+    tree = _Tree("cpu", settings, Console(stream=stream), subject)
+    # the plan's build dir and environment are all the run reads of it
+    plan: Any = SimpleNamespace(build_dir=build_dir, env=dict(os.environ))
+    tree.run(plan, ["test-ok", "test-ok-twice"])
+    lines = stream.getvalue().splitlines()
+    assert [line.split(" ", 4)[2:4] for line in lines] == [["1/2", "✓"], ["2/2", "✓"]]
