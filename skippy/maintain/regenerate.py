@@ -55,6 +55,7 @@ from skippy.queue import leftovers
 from skippy.queue import workdir as wd
 from skippy.queue.model import SERIES_LIMIT, Lane, load_queue, queue_file_bytes, unknown_entries
 from skippy.queue.replay import Replays, Store, applied_once, export_range, pinned_store, sub_queue
+from skippy.queue.session import after_regenerate
 
 #: queue backups kept under ``<cache_dir>/backups`` after a successful regenerate (a failed one keeps all)
 KEEP_BACKUPS: Final = 10
@@ -72,6 +73,8 @@ class RegenerateReport:
     counts: dict[str, int]
     #: the workdir history the lanes were read from (no heads given)
     history: Lanes | None = None
+    #: what to run next: prepare and check at the pin, pin-bump elsewhere
+    next_step: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -93,6 +96,7 @@ class RegenerateReport:
             "lanes": self.counts,
             "range_diff": [e.as_dict() for e in self.entries],
             "range_diff_counts": rangediff.counts(self.entries),
+            "next": self.next_step,
         }
 
     def render(self) -> str:
@@ -376,6 +380,7 @@ def regenerate(
         generated,
         counts,
         history=history,
+        next_step=after_regenerate(settings, store.upstream_sha, store.base),
     )
 
 

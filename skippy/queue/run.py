@@ -101,6 +101,8 @@ class PrepareReport:
     notes: tuple[str, ...] = field(default=())
     #: files whose local content ``--force`` reverted or removed (saved under ``backup_ref``)
     reverted: tuple[str, ...] = field(default=())
+    #: what to run next, when the run leaves something to do (a finished conflict session)
+    next_step: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -115,4 +117,5 @@ class PrepareReport:
             "backup_ref": self.backup_ref,
             "notes": list(self.notes),
             "reverted": list(self.reverted),
+            "next": self.next_step,
         }

@@ -258,38 +258,86 @@ def resume(settings: Settings, action: Action, *, console: Console) -> PrepareRe
         stamp.source,
         time.monotonic() - started,
         notes=(*entry.resolved, *saved, carry),
+        next_step=carry_next(settings, stamp),
     )
 
 
-def carry_note(settings: Settings, repo: Repo, stamp: wd.Stamp, action: Action) -> str:
-    """How a finished session reaches the queue: regenerate, then prepare accepts the tree as it is
-    (at the pin), or pin-bump moves the pin to it (``--allow-non-descendant`` named, with why, when
-    the pin's commit here is not an ancestor: two source-archive imports have no history between)."""
+def after_carry(settings: Settings, upstream_sha: str, base_commit: str) -> tuple[str, str]:
+    """``(command, why)``: what follows ``invoke regenerate`` for lanes made on ``upstream_sha``
+    (its tree's base commit ``base_commit``).  At the pin, ``invoke prepare`` (it takes the tree as
+    prepared); elsewhere ``invoke pin-bump --sha`` moves the pin there, with
+    ``--allow-non-descendant`` (and why) when the pin's commit in the workdir is not an ancestor:
+    two source-archive imports have no history between them."""
     from skippy.queue.imports import archive_ref
     from skippy.queue.target import read_pin
 
-    rel = settings.relative(settings.workdir)
-    done = "the resolution lives" if action == "continue" else "leaving the patch out lives"
     try:
         pin: str | None = read_pin(settings)
     except SettingsError:
         pin = None
-    if pin == stamp.upstream_sha:
-        then = "`invoke prepare` (it takes this tree as prepared)"
-    else:
-        here = repo.rev_parse(f"{archive_ref(pin)}^{{commit}}") or repo.rev_parse(f"{pin}^{{commit}}") if pin else None
-        if here is not None and repo.is_ancestor(here, stamp.base_commit):
-            then = f"`invoke pin-bump --sha {stamp.upstream_sha}` (moves the pin here: this tree is taken as prepared)"
-        else:
-            then = (
-                f"`invoke pin-bump --sha {stamp.upstream_sha} --allow-non-descendant` (moves the pin here: "
-                "this tree is taken as prepared; no history here shows that it descends from the pin "
-                f"{(pin or '?')[:12]}, so check that upstream first)"
-            )
+    if pin == upstream_sha:
+        return "invoke prepare", "it takes this tree as prepared"
+    here = None
+    if pin and wd.git_dir_of(settings.workdir) is not None:
+        repo = Repo(settings.workdir, settings.env)
+        here = repo.rev_parse(f"{archive_ref(pin)}^{{commit}}") or repo.rev_parse(f"{pin}^{{commit}}")
+        if here is not None and not repo.is_ancestor(here, base_commit):
+            here = None
+    if here is not None:
+        return f"invoke pin-bump --sha {upstream_sha}", "moves the pin here: this tree is taken as prepared"
+    return (
+        f"invoke pin-bump --sha {upstream_sha} --allow-non-descendant",
+        "moves the pin here: this tree is taken as prepared; no history here shows that it descends from the "
+        f"pin {(pin or '?')[:12]}, so check that upstream first",
+    )
+
+
+def after_regenerate(settings: Settings, upstream_sha: str, base_commit: str) -> str:
+    """The next step once the lanes are written back (regenerate's success): prepare and check at the
+    pin, pin-bump elsewhere."""
+    command, why = after_carry(settings, upstream_sha, base_commit)
+    if command == "invoke prepare":
+        return f"`invoke prepare` ({why}: no file rewritten), then `invoke check`"
+    return f"`{command}` ({why})"
+
+
+def carry_note(settings: Settings, repo: Repo, stamp: wd.Stamp, action: Action) -> str:
+    """How a finished session reaches the queue: regenerate, then prepare accepts the tree as it is
+    (at the pin), or pin-bump moves the pin to it (:func:`after_carry`)."""
+    rel = settings.relative(settings.workdir)
+    done = "the resolution lives" if action == "continue" else "leaving the patch out lives"
+    command, why = after_carry(settings, stamp.upstream_sha, stamp.base_commit)
     return (
         f"{done} only in {rel} until it is in the queue (`invoke status` calls it local work): "
-        f"`invoke regenerate` writes the lanes back from {rel}'s commits, then {then}"
+        f"`invoke regenerate` writes the lanes back from {rel}'s commits, then `{command}` ({why})"
     )
+
+
+def carry_next(settings: Settings, stamp: wd.Stamp) -> str:
+    """The next step of a finished session: regenerate, then what :func:`after_carry` says."""
+    command, _ = after_carry(settings, stamp.upstream_sha, stamp.base_commit)
+    return f"`invoke regenerate`, then `{command}`" + (" and `invoke check`" if command == "invoke prepare" else "")
+
+
+def after_as_is(settings: Settings) -> str | None:
+    """The next step after a build of the workdir as it stands (``--workdir-as-is``): its work
+    carried into the queue (commit, regenerate), then prepare at the pin or pin-bump elsewhere.
+    None when the workdir holds nothing the queue lacks (or is not a checkout skippy made)."""
+    git_dir = wd.git_dir_of(settings.workdir)
+    stamp = wd.read_stamp(git_dir) if git_dir is not None else None
+    if git_dir is None or stamp is None:
+        return None
+    repo = Repo(settings.workdir, settings.env)
+    work = wd.local_work(repo, git_dir, stamp, settings.tolerated_untracked)
+    if work.empty:
+        return None
+    rel = settings.relative(settings.workdir)
+    then = carry_next(settings, stamp)
+    if work.in_progress:
+        return f"finish the {work.in_progress.removeprefix('a ').removeprefix('an ')} in {rel}, then {then}"
+    if work.modified or work.untracked:
+        return f"commit your edits (`git -C {rel} add -A && git -C {rel} commit`), then {then}"
+    return then
 
 
 def _skip(settings: Settings, repo: Repo, git_dir: Path, current: Patch, *, console: Console) -> list[str]:
