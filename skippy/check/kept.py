@@ -86,6 +86,9 @@ class ProofRecord:
     digests: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: the files whose digests this run used (the others are dropped on save)
     used: set[str] = field(default_factory=set)
+    #: what this run changed: a proof kept or dropped, a digest made
+    kept_changed: bool = False
+    digests_changed: bool = False
 
     @classmethod
     def load(cls, path: Path | None) -> ProofRecord:
@@ -116,6 +119,7 @@ class ProofRecord:
             return str(cached["sha256"])
         sha = _file_sha256(file)
         self.digests[name] = {"identity": identity, "sha256": sha}
+        self.digests_changed = True
         return sha
 
     def kept(self, key: str) -> dict[str, Any] | None:
@@ -130,14 +134,17 @@ class ProofRecord:
     def keep(self, key: str, *, what: str, server: str, result: Mapping[str, Any], when: str) -> None:
         """Keep a passed proof (the caller never hands a failed one)."""
         self.entries[key] = {"what": what, "server": server, "when": when, "result": dict(result)}
+        self.kept_changed = True
 
     def drop(self, key: str) -> None:
-        self.entries.pop(key, None)
+        if self.entries.pop(key, None) is not None:
+            self.kept_changed = True
 
     def save(self, server: str) -> None:
-        """Write the record: the proofs of the binary ``server`` (digest) only, the digests this
-        run used.  Raises OSError when the build dir cannot be written."""
-        if self.path is None:
+        """Write the record, when this run changed it: the proofs of the binary ``server`` (digest)
+        only, the digests this run used (a run that kept nothing and had nothing kept writes
+        nothing).  Raises OSError when the build dir cannot be written."""
+        if self.path is None or not (self.kept_changed or (self.digests_changed and self.entries)):
             return
         proofs = {k: v for k, v in self.entries.items() if isinstance(v, dict) and v.get("server") == server}
         digests = {k: v for k, v in self.digests.items() if k in self.used}
