@@ -438,6 +438,10 @@ def echoing(sink: LineSink) -> Iterator[None]:
         _ECHO.remove(sink)
 
 
+#: the block size in which output no caller reads line by line is taken from the child
+_BLOCK: Final = 1 << 16
+
+
 def run(
     argv: Sequence[str | Path],
     *,
@@ -485,7 +489,9 @@ def run(
     started = time.monotonic()
     # Line callbacks cost sh a polling thread (~0.1 s a call): use them only
     # when the caller wants output as it arrives.
-    streaming: dict[str, Any] = {}
+    # Without them, output is read in blocks: sh's default reads it line by line, which took
+    # 0.6 s for 2.7 MB of output that a plain pipe reads in 0.01 s.
+    streaming: dict[str, Any] = {"_out_bufsize": _BLOCK, "_err_bufsize": _BLOCK}
     if on_line is not None:
         streaming = {"_out": sink(out), "_err": sink(err)}
     running = spawn(

@@ -106,3 +106,12 @@ def test_an_ignored_sigterm_stays_ignored() -> None:
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_output_larger_than_a_block_comes_back_whole() -> None:
+    """Output is read in blocks, not lines: several blocks' worth, with multi-byte characters across
+    the blocks' edges and a long line without a newline, comes back byte for byte."""
+    code = "import sys; sys.stdout.write('é' * 100_000 + '\\n' + 'x' * 70_000 + 'ü' * 3)"
+    result = proc.run(["python3", "-c", code], env=ENV)
+    assert result.stdout == "é" * 100_000 + "\n" + "x" * 70_000 + "ü" * 3
+    assert len(result.stdout.encode()) > 3 * proc._BLOCK
