@@ -3,7 +3,8 @@
 parse (invoke's parser or the nox session's, both made from the option table) ->
 the command's typed options object (:func:`skippy.cli.options.make`, once) ->
 settings -> the command's action -> catch -> report (human, or one JSON report on
-stdout with ``--json``) -> exit code.  Errors are caught here, once: a
+stdout with ``--json``) -> exit code.  A success that leaves something to do ends, as every
+error does, with a ``next:`` line (the report's ``next``).  Errors are caught here, once: a
 SkippyError is rendered and mapped to its exit code, Ctrl-C to 130, SIGTERM (handled as
 Ctrl-C is: the running child's process group is stopped) to 143, an exception skippy did
 not foresee to 70 (its traceback on stderr); with ``--json`` each of them still prints one
@@ -18,7 +19,7 @@ import importlib
 import signal
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -46,6 +47,8 @@ class Report:
     ending: Ending | None = None
     #: set when the command was skipped on request (a nox session shows it as skipped)
     skipped: str | None = None
+    #: what to run next, shown last as ``next: ...`` (as an error's is); else the data's ``next``
+    next_step: str | None = None
 
 
 #: a command's action: its typed options, the settings and the console -> its report
@@ -131,6 +134,9 @@ def _interrupted(exc: BaseException, untouched: str, rerun: str) -> Interrupted:
 def _succeeded(done: Report | dict[str, Any], console: Console, *, as_json: bool) -> Ran:
     report = done if isinstance(done, Report) else Report(done)
     data = {"ok": True, **report.data}
+    next_step = report.next_step or data.get("next") or None
+    if next_step is not None:
+        data["next"] = next_step
     if report.ending is not None:
         data["proofs"] = report.ending.as_dict()["proofs"]
     if as_json:
@@ -139,7 +145,20 @@ def _succeeded(done: Report | dict[str, Any], console: Console, *, as_json: bool
         say(report.text)
     if report.ending is not None:
         report.ending.show(console)
+    if next_step is not None and not report.skipped:
+        console.info(f"next: {next_step}")
     return Ran(OK, report.skipped, data)
+
+
+def then(options: object, settings: Settings, report: Report) -> Report:
+    """A success's next step that its own report cannot know: after a build of the workdir as it
+    stands (``--workdir-as-is``), carrying that work into the queue
+    (:func:`skippy.queue.session.after_as_is`)."""
+    if report.next_step or report.skipped or getattr(options, "workdir_as_is", False) is not True:
+        return report
+    from skippy.queue.session import after_as_is
+
+    return replace(report, next_step=after_as_is(settings))
 
 
 def action_of(c: Command) -> Action:
@@ -171,7 +190,8 @@ def run(
             raise
         # --verbose: every command run is shown (and each step's time, by the console)
         with proc.echoing(console.command) if options.verbose else contextlib.nullcontext():
-            return act(options, load(root, env, console), console)
+            settings = load(root, env, console)
+            return then(options, settings, act(options, settings, console))
 
     return guarded(step, console=console, as_json=as_json, interrupted=c.interrupted, rerun=prog)
 

@@ -14,7 +14,7 @@ from skippy.queue import workdir as wd
 from skippy.queue.apply import apply_aside, changed_paths
 from skippy.queue.model import Queue
 from skippy.queue.run import Run
-from skippy.queue.session import next_commands
+from skippy.queue.session import after_carry, next_commands
 
 
 def remove_aside_worktrees(repo: Repo, git_dir: Path) -> None:
@@ -217,24 +217,33 @@ def recognize(run: Run, queue: Queue, repo: Repo, git_dir: Path) -> wd.Stamp | N
 AS_IS_BUILD = "nox -s build-cpu -- --workdir-as-is"
 
 
-def keep_or_discard(run: Run, work: wd.LocalWork) -> str:
-    """The next commands for local work: carry it into the queue, build it as it is, or discard it."""
+def keep_or_discard(run: Run, work: wd.LocalWork, stamp: wd.Stamp | None = None) -> str:
+    """The next commands for local work: carry it into the queue, build it as it is, or discard it.
+    Work on another upstream than the pin (a finished conflict session on X, its ``stamp``) reaches
+    the queue through ``invoke pin-bump --sha X`` after regenerate, as ``--continue`` said: a plain
+    prepare targets the pin and would refuse again."""
     rel = run.rel(run.workdir)
+    after = f"`{run.rerun}`"
+    if stamp is not None and stamp.resolved:
+        command, why = after_carry(run.settings, stamp.upstream_sha, stamp.base_commit)
+        if command != "invoke prepare":
+            after = f"`{command}` ({why})"
     if work.in_progress:
         keep = (
             f"finish or abort the {work.in_progress.removeprefix('a ').removeprefix('an ')} in {rel} "
             f"(`git -C {rel} status` says how), carry its commits into the queue with `invoke regenerate`, "
-            f"then re-run `{run.rerun}`"
+            f"then {after}"
         )
     elif work.modified or work.untracked:
         keep = (
             f"keep it: commit it (`git -C {rel} add -A && git -C {rel} commit`; a new commit joins the lane "
-            f"of the commit before it), then `invoke regenerate` and `{run.rerun}`"
+            f"of the commit before it), then `invoke regenerate` and {after}"
         )
     else:
         keep = (
             "carry it into the queue: `invoke regenerate` (reads each commit's lane from its Skippy-Patch "
-            f"trailer), then `{run.rerun}` (accepts the workdir when the queue gives its tree)"
+            f"trailer), then {after}"
+            + (" (accepts the workdir when the queue gives its tree)" if after == f"`{run.rerun}`" else "")
         )
     return (
         f"{keep}; build it as it stands: `{AS_IS_BUILD}`; discard it: `{run.rerun} --force` "
@@ -257,7 +266,7 @@ def refuse_or_discard(run: Run, repo: Repo, git_dir: Path, work: wd.LocalWork, *
             untouched=f"{rel}: nothing was changed"
             if run.recovered is None
             else f"{rel}: your work was not changed (this run only {run.recovered})",
-            next_step=keep_or_discard(run, work),
+            next_step=keep_or_discard(run, work, wd.read_stamp(git_dir)),
         )
     run.backup_ref = wd.save_backup(repo, git_dir, work, "invoke prepare --force")
     mine = [*work.modified, *work.untracked]
