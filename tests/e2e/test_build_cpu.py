@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from pathlib import Path
 
 import pytest
 
 from skippy.build.builder import BuildReport, read_stamp
 from skippy.build.configure import parse_cmake_cache
-from skippy.check.report import SpotCheckReport
+from skippy.check.report import Ending, SpotCheckReport, shown_time
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -32,11 +33,13 @@ def test_build_cpu_builds_and_spot_checks_the_pinned_tree(
     project_settings: Settings, cpu_build: BuildReport, default_model: Path
 ) -> None:
     """The whole session, as ``nox -s build-cpu`` runs it: probe, prepare, build, spot check,
-    and the block it ends with."""
+    and the block it ends with; then the same session again keeps every proof the spot check
+    made (the same binaries, model, reference and settings) and starts no server."""
     project = project_settings
     stream = io.StringIO()
     console = Console(env={}, stream=stream)
-    outcome = run_build_session("cpu", project, console)
+    # --recheck: the spot check runs even when an earlier run (nox -s build-cpu) kept its proofs
+    outcome = run_build_session("cpu", project, console, SessionArgs(recheck=True))
     assert outcome.skipped is None
     ending = session_ending(outcome, project)
     ending.show(console)
@@ -86,6 +89,36 @@ def test_build_cpu_builds_and_spot_checks_the_pinned_tree(
     server = project.relative(report.binaries["llama-server"])
     assert f"run: {server} --model {project.relative(default_model)} --port 8080" in block
     assert default_model.is_file()
+    assert not any(p.kept_from for p in ending.proofs), "--recheck made every proof"
+    _again_every_proof_is_kept(project, report.build_dir, ending)
+
+
+def _again_every_proof_is_kept(project: Settings, build_dir: Path, made: Ending) -> None:
+    """The up-to-date session again: the spot check's proofs kept (when they were made said), no
+    server started (no server log written), the build's own gates made again."""
+    logs = {log: log.stat().st_mtime_ns for log in (build_dir / "spot-check").glob("*.log")}
+    assert logs, "the spot check logs each server it starts"
+    stream = io.StringIO()
+    console = Console(env={}, stream=stream)
+    started = time.monotonic()
+    again = run_build_session("cpu", project, console)
+    ending = session_ending(again, project)
+    ending.show(console)
+    seconds = time.monotonic() - started
+    text = stream.getvalue()
+    assert "==> spot check " not in text, "no model was checked again"
+    assert {log: log.stat().st_mtime_ns for log in logs} == logs, "no server was started (none wrote its log)"
+    assert "build-cpu: every proof made holds" in text
+    proofs = {p.name: p for p in ending.proofs}
+    when = proofs["chat answer"].kept_from
+    assert when is not None
+    assert {name for name, p in proofs.items() if p.kept_from} == {"chat answer", "fingerprint", "RPC"}
+    assert {p.name for p in made.proofs} >= {"artifact gate", "provenance"}
+    assert proofs["artifact gate"].kept_from is None and proofs["provenance"].kept_from is None
+    width = max(len(p.name) for p in ending.proofs)
+    assert f"✓ {'chat answer'.ljust(width)}  (kept from {shown_time(when)}) " in text
+    assert ending.as_dict()["proofs"][2] == {**proofs["chat answer"].as_dict(), "kept": True, "kept_from": when}
+    print(f"build-cpu again with every spot-check proof kept: {seconds:.1f} s")
 
 
 def test_up_to_date_build_configures_and_compiles_nothing(project_settings: Settings, cpu_build: BuildReport) -> None:

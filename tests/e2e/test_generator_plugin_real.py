@@ -141,7 +141,12 @@ def test_a_users_generator_on_the_pinned_tree(pinned_sdist: Path) -> None:
     servers = sorted((PLUG / ".deps" / "llama-build").glob("cpu-*/bin/llama-server"))
     assert servers, "the build made llama-server"
     report = spot_check(
-        settings, servers[-1], ["tiny:qwen2"], console=Console(env={}), server_env={"LLAMA_SKIPPY_TRACE": "1"}
+        settings,
+        servers[-1],
+        ["tiny:qwen2"],
+        console=Console(env={}),
+        server_env={"LLAMA_SKIPPY_TRACE": "1"},
+        recheck=True,  # its server's log is read
     )
     (result,) = report.results
     assert result.verdict == "pass", result.reason

@@ -96,7 +96,7 @@ def test_generated_families_run_their_layer_hooks(family: str, hooks: int, cpu_s
     one layer hook per layer (the tiny models have 2), a family outside the lane (phi3) none."""
     assert shape_for(tiny_family(family)).n_layer == 2
     env = {"LLAMA_SKIPPY_TRACE": "1"}
-    report = spot_check(project(), cpu_server, [f"tiny:{family}"], console=quiet(), server_env=env)
+    report = spot_check(project(), cpu_server, [f"tiny:{family}"], console=quiet(), server_env=env, recheck=True)
     (result,) = report.results
     assert result.verdict == "pass", result.reason
     assert result.log_path is not None
@@ -109,7 +109,7 @@ def test_generated_families_run_their_layer_hooks(family: str, hooks: int, cpu_s
 
 def test_trace_point_is_off_by_default(cpu_server: Path) -> None:
     server = cpu_server
-    report = spot_check(project(), server, ["tiny:llama"], console=quiet())
+    report = spot_check(project(), server, ["tiny:llama"], console=quiet(), recheck=True)
     (result,) = report.results
     assert result.log_path is not None
     assert "skippy: graph" not in Path(result.log_path).read_text(encoding="utf-8", errors="replace")
@@ -123,6 +123,7 @@ def test_gemma3_sliding_window_override_and_family_test(cpu_build: BuildReport) 
         ["tiny:gemma3"],
         console=quiet(),
         server_env={"LLAMA_SKIPPY_GEMMA3_SWA": "0"},
+        recheck=True,  # its server's log is read
     )
     (result,) = report.results
     assert result.verdict == "pass", result.reason

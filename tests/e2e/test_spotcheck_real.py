@@ -1,7 +1,8 @@
 """The spot check on the project's own llama-server build: the real Gemma 3 270M and the tiny models.
 
 The build is the session fixture ``cpu_server`` (tests/e2e/conftest.py): made
-here when it does not exist yet, never skipped for want of one.
+here when it does not exist yet, never skipped for want of one.  Each check is made again
+(``recheck``), not kept from an earlier run on the same build.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _assert_stopped(report_port: int | None) -> None:
 
 
 def test_default_model_is_real_gemma_and_answers(project: Settings, server: Path, default_model: Path) -> None:
-    report = spot_check(project, server, console=Console(env={}))
+    report = spot_check(project, server, console=Console(env={}), recheck=True)
     (result,) = report.results
     assert result.model == "gemma3-270m"
     assert result.verdict == "pass", result.reason
@@ -62,7 +63,7 @@ def test_default_model_computes_like_the_committed_reference_directly_and_over_r
 
     rpc = rpc_server_beside(server)
     assert rpc is not None, "GGML_RPC=ON builds the RPC server beside llama-server"
-    report = spot_check(project, server, console=Console(env={}), rpc_server=rpc)
+    report = spot_check(project, server, console=Console(env={}), rpc_server=rpc, recheck=True)
     (result,) = report.results
     assert result.verdict == "pass", result.reason
     assert "built-in 'gemma' template" in result.compute.chat_template
@@ -91,7 +92,7 @@ TINY_QUANTS = ["llama:q4_0", "qwen2:q4_0", "gemma3:q8_0", "mistral:q4_0", "qwen3
 
 @pytest.mark.parametrize("tiny", [*sorted(tinymodels.FAMILIES), *TINY_QUANTS])
 def test_tiny_model_loads_and_answers(project: Settings, server: Path, tiny: str) -> None:
-    report = spot_check(project, server, [f"tiny:{tiny}"], console=Console(env={}))
+    report = spot_check(project, server, [f"tiny:{tiny}"], console=Console(env={}), recheck=True)
     (result,) = report.results
     assert result.verdict == "pass", f"{result.reason}\n" + "\n".join(result.log_lines)
     assert result.tokens >= 1
