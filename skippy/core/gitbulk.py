@@ -30,9 +30,10 @@ NULL_ID = re.compile(r"^0+$")
 _INDEX = re.compile(r"^index ([0-9a-f]+)\.\.([0-9a-f]+)")
 
 
-def read_blobs(repo: Repo, ids: Iterable[str]) -> dict[str, str]:
+def read_blobs(repo: Repo, ids: Iterable[str], *, limit: int | None = None) -> dict[str, str]:
     """The text of each blob in ``ids`` (undecodable bytes replaced), by id; ids git does not have
-    are left out. One ``git cat-file --batch`` whatever the number of blobs."""
+    are left out, and so are blobs over ``limit`` bytes. One ``git cat-file --batch`` whatever the
+    number of blobs."""
     wanted = list(dict.fromkeys(i for i in ids if not NULL_ID.match(i)))
     if not wanted:
         return {}
@@ -40,27 +41,28 @@ def read_blobs(repo: Repo, ids: Iterable[str]) -> dict[str, str]:
     # so the contents split without their sizes: the output is decoded text, whose length is not
     # the byte size git announces
     token = f"skippy-{uuid.uuid4().hex}"
-    out = repo.git("cat-file", f"--batch={token} %(objectname) %(objecttype)", input="\n".join(wanted) + "\n").stdout
+    header = f"--batch={token} %(objectname) %(objecttype) %(objectsize)"
+    out = repo.git("cat-file", header, input="\n".join(wanted) + "\n").stdout
     parts = out.split("\n" + token + " ")
     if len(parts) != len(wanted) or not parts[0].startswith(token + " "):
         # an id git does not have prints a bare "<id> missing" line inside the stream: read one by one
-        return _read_each(repo, wanted)
+        return _read_each(repo, wanted, limit)
     parts[0] = parts[0][len(token) + 1 :]
     parts[-1] = parts[-1].removesuffix("\n")  # cat-file ends each object with a newline
     texts: dict[str, str] = {}
     for part in parts:
-        header, _, body = part.partition("\n")
-        name, _, kind = header.partition(" ")
-        if kind == "blob":
+        head, _, body = part.partition("\n")
+        name, kind, size = [*head.split(" "), "", ""][:3]
+        if kind == "blob" and (limit is None or int(size) <= limit):
             texts[name] = body
     return texts
 
 
-def _read_each(repo: Repo, ids: Sequence[str]) -> dict[str, str]:
+def _read_each(repo: Repo, ids: Sequence[str], limit: int | None) -> dict[str, str]:
     texts: dict[str, str] = {}
     for blob in ids:
         result = repo.git("cat-file", "blob", blob, check=False)
-        if result.ok:
+        if result.ok and (limit is None or len(result.stdout.encode("utf-8", errors="replace")) <= limit):
             texts[blob] = result.stdout
     return texts
 

@@ -40,6 +40,7 @@ from typing import Any, Final
 
 import tree_sitter
 
+from skippy.core import gitbulk
 from skippy.core.annotations import Annotation, patch_line
 from skippy.core.git import Repo
 from skippy.maintain.graphedit import function_name, node_text, parse, walk
@@ -431,13 +432,20 @@ class _Files:
         if blob is None:
             return {}
         if blob not in self.parsed:
-            size = int(self.repo.git("cat-file", "-s", blob).stdout.strip() or 0)
-            text = "" if size > _TEXT_LIMIT else self.repo.git("cat-file", "blob", blob).stdout
-            self.parsed[blob] = entities(text.encode("utf-8"))
+            self.read([blob])
         return self.parsed[blob]
+
+    def read(self, blobs: Iterable[str]) -> None:
+        """Read and parse the blobs not parsed yet, in one git process (a blob over the size limit
+        has no entities)."""
+        unread = [b for b in dict.fromkeys(blobs) if b not in self.parsed]
+        texts = gitbulk.read_blobs(self.repo, unread, limit=_TEXT_LIMIT)
+        for blob in unread:
+            self.parsed[blob] = entities(texts.get(blob, "").encode("utf-8"))
 
     def at(self, tree: str, paths: Iterable[str]) -> dict[str, dict[str, Entity]]:
         blobs = self.blobs(tree, paths)
+        self.read(blobs.values())
         return {path: self.entities(blobs.get(path)) for path in paths}
 
 

@@ -31,6 +31,9 @@ def test_read_blobs_gives_each_blob_as_cat_file_does(upstream: Upstream, git_env
     missing = "1" * 40
     again = gitbulk.read_blobs(repo, [*files.values(), missing])
     assert missing not in again and again == texts
+    # a size limit leaves out the blobs over it, and only those
+    small = gitbulk.read_blobs(repo, files.values(), limit=len("last line without one"))
+    assert files["no-newline.txt"] in small and files["with token.txt"] not in small
 
 
 def test_step_diffs_are_the_diffs_of_each_step(upstream: Upstream, git_env: dict[str, str]) -> None:
