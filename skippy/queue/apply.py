@@ -69,6 +69,25 @@ def apply_lanes(run: Run, queue: Queue, repo: Repo, git_dir: Path, where: str, *
     return head
 
 
+#: ``git am``'s own line for the mail it stopped at, numbered within that ``git am`` run
+_AM_STOPPED = re.compile(r"^Patch failed at (\d+) (.*)$", re.MULTILINE)
+
+
+def am_said(output: str, patches: Sequence[Patch]) -> str:
+    """What a stopped ``git am`` of ``patches`` said, for skippy's messages: git's next-step hints
+    dropped, and its "Patch failed at 0001 <subject>" naming the patch by its label (git counts the
+    mails of its own run, which is not the queue's numbering: a session applies one patch per run,
+    a re-prepare starts after the patches it reuses)."""
+
+    def label(match: re.Match[str]) -> str:
+        index = int(match[1])
+        if not 1 <= index <= len(patches):
+            return f"Patch failed: {match[2]}"
+        return f"Patch failed at {patches[index - 1].label} ({match[2]})"
+
+    return _AM_STOPPED.sub(label, without_am_hints(output))
+
+
 def _first_of(patches: Sequence[Patch], lane: Lane) -> Patch:
     return next(p for p in patches if p.lane is lane)
 
@@ -91,7 +110,7 @@ def failed_lane(run: Run, repo: Repo, git_dir: Path, *, patches: Sequence[Patch]
         where = f" (git could not apply it to {', '.join(failed_here)}; no conflict markers)"
     error = ConflictError(
         f"{name} does not apply" + (f": {failed.subject}" if failed and failed.subject else "") + where,
-        details=without_am_hints(output),
+        details=am_said(output, patches),
         untouched=f"{run.rel(run.workdir)} was left as it was before this run; no stamp was written",
         next_step="refresh that patch against the new upstream (edit it, or carry the fix on a branch and "
         "run `invoke regenerate`), then re-run `invoke prepare`",

@@ -27,8 +27,8 @@ from skippy.queue.am_output import (
     stopped_failures,
     stopped_patch_paths,
     unmerged_paths,
-    without_am_hints,
 )
+from skippy.queue.apply import am_said
 from skippy.queue.guard import guarded
 from skippy.queue.mail import tagged
 from skippy.queue.model import Patch, Queue, load_queue
@@ -96,7 +96,7 @@ class Stop:
     def explain(self, repo: Repo, rel: str) -> tuple[str, str, str]:
         """``(what, details, next step)``: the conflicts, or (none) the failing hunks and why."""
         unmerged = unmerged_paths(repo)
-        said = without_am_hints(self.output)
+        said = am_said(self.output, [self.patch])
         if unmerged:
             return (
                 f"{self.patch.label} does not apply: the conflict is waiting in {rel} "
@@ -377,7 +377,7 @@ def _continue(settings: Settings, repo: Repo, git_dir: Path, current: Patch) -> 
     if not result.ok:
         raise ConflictError(
             f"`git am --continue` did not finish {current.label}",
-            details=without_am_hints(result.tail()),
+            details=am_said(result.tail(), [current]),
             untouched=f"{rel}: the session is as you left it",
             next_step=next_commands(repo, rel),
         )
