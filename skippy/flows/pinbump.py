@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import re
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,41 +34,13 @@ from skippy.maintain.summary import Summary, summarize
 from skippy.queue import workdir as wd
 from skippy.queue.drop import drop_patches, find_patches
 from skippy.queue.imports import upstream_of
+from skippy.queue.indexapply import IndexApplier
 from skippy.queue.model import Patch, Queue, load_queue
 from skippy.queue.prepare import prepare, resolve_target
 from skippy.queue.run import PrepareReport
 from skippy.queue.scratch import owned_scratch
 from skippy.queue.target import Target, read_pin
 from skippy.queue.upstream import Resolved
-
-# --------------------------------------------------------------------------- applying in an index
-
-
-class IndexApplier:
-    """Try the queue on a commit in a temporary index: triage semantics (a patch
-    that fails is left out and the next ones are tried on top of the rest)."""
-
-    def __init__(self, repo: Repo, scratch: Path) -> None:
-        self.repo = repo
-        self.index = scratch / "bisect.index"
-        self.backup = scratch / "bisect.index.bak"
-        self.env = {"GIT_INDEX_FILE": str(self.index)}
-        self.cache: dict[str, tuple[bool, ...]] = {}
-
-    def verdicts(self, commit: str, patches: Sequence[Patch]) -> tuple[bool, ...]:
-        if commit in self.cache:
-            return self.cache[commit]
-        self.repo.git("read-tree", commit, env=self.env)
-        out: list[bool] = []
-        for patch in patches:
-            shutil.copyfile(self.index, self.backup)
-            ok = self.repo.git("apply", "--cached", "--3way", str(patch.path), env=self.env, check=False).ok
-            if not ok:
-                shutil.copyfile(self.backup, self.index)
-            out.append(ok)
-        result = tuple(out)
-        self.cache[commit] = result
-        return result
 
 
 @dataclass(frozen=True)
@@ -186,7 +157,7 @@ def bisect_queue(repo: Repo, queue: Queue, pin: str, target: str, *, scratch: Pa
             untouched="everything",
             next_step="bisect towards a descendant of the pin (`invoke bisect --to <ref>`)",
         )
-    applier = IndexApplier(repo, scratch)
+    applier = IndexApplier(repo, scratch, "bisect")
     patches = queue.patches
     line = [pin, *_first_parent_range(repo, pin, target)]
     at_pin = applier.verdicts(pin, patches)

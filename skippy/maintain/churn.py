@@ -30,7 +30,6 @@ parsed, and each version of a file once.
 from __future__ import annotations
 
 import difflib
-import shutil
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from skippy.core.annotations import Annotation, patch_line
 from skippy.core.git import Repo
 from skippy.maintain.graphedit import function_name, node_text, parse, walk
 from skippy.maintain.upstream_log import UpstreamCommit, upstream_commits
+from skippy.queue.indexapply import IndexApplier
 from skippy.queue.model import Queue
 
 #: the files parsed as C or C++ (CUDA, Metal and Objective-C++ are close enough for tree-sitter-cpp)
@@ -452,22 +452,8 @@ class _Files:
 def _queue_trees(repo: Repo, queue: Queue, old: str, scratch: Path) -> list[tuple[str | None, str | None]]:
     """(tree before, tree after) each patch on ``old`` in a temporary index; (None, None) for a
     patch that does not apply (left out, the next ones tried on the rest)."""
-    index = scratch / "churn.index"
-    backup = scratch / "churn.index.bak"
-    env = {"GIT_INDEX_FILE": str(index)}
-    repo.git("read-tree", old, env=env)
-    tree = repo.git("write-tree", env=env).stdout.strip()
-    out: list[tuple[str | None, str | None]] = []
-    for patch in queue.patches:
-        shutil.copyfile(index, backup)
-        if repo.git("apply", "--cached", "--3way", str(patch.path), env=env, check=False).ok:
-            after = repo.git("write-tree", env=env).stdout.strip()
-            out.append((tree, after))
-            tree = after
-        else:
-            shutil.copyfile(backup, index)
-            out.append((None, None))
-    return out
+    steps = IndexApplier(repo, scratch, "churn").steps(old, queue.patches, trees=True)
+    return [(step.before, step.after) if step.applied else (None, None) for step in steps]
 
 
 def _changed_paths(repo: Repo, a: str, b: str) -> list[str]:
