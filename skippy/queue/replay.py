@@ -181,7 +181,7 @@ def pinned_store(
         repo.git("init", "--quiet")
         repo.git("remote", "add", "origin", settings.upstream_url)
         upstream_sha, base, source = resolve_target(settings, repo, Target.pinned(), console=console, offline=offline)
-        # a detached HEAD (no checkout): some commands (git blame) refuse an unborn HEAD
+        # HEAD at the pin, detached, nothing checked out: a command that reads HEAD finds a commit, not an unborn branch
         repo.git("update-ref", "--no-deref", "HEAD", base)
         yield Store(repo, upstream_sha, base, source, shared=False)
     finally:
