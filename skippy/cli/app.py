@@ -166,14 +166,16 @@ def build_mode_text(build: Mapping[str, Any], settings: Settings) -> str:
 
 def status(options: StatusOptions, settings: Settings, console: Console) -> Report:
     from skippy.build.builder import newest_builds
-    from skippy.queue.status import compute_status
+    from skippy.queue.status import build_moved_on, compute_status
 
     found = compute_status(settings)
     builds = newest_builds(settings.build_root, settings.workdir)
     lines = [found.render()]
     for backend, build in builds.items():
         where = settings.relative(Path(build["build_dir"]))
-        lines.append(f"build {backend}: {where} ({build_mode_text(build, settings)})")
+        moved = build_moved_on(backend, build, found)
+        build["moved_on"] = moved
+        lines.append(f"build {backend}: {where} ({build_mode_text(build, settings)})" + (f"; {moved}" if moved else ""))
         lines += [f"  {name}: {settings.relative(Path(path))}" for name, path in build["binaries"].items()]
     return Report({**found.as_dict(), "builds": builds}, text="\n".join(lines))
 

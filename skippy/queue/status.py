@@ -3,6 +3,7 @@ and what ``invoke prepare --pinned`` would do.  Read-only and offline."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +81,25 @@ class Status:
             lines.extend("               " + f for f in findings[1:])
         lines.append(f"prepare would: {self.would}")
         return "\n".join(lines)
+
+
+def build_moved_on(backend: str, build: Mapping[str, Any], status: Status) -> str | None:
+    """What moved in the workdir since ``build`` (one of ``invoke status``'s newest builds) was
+    made, or None: a ``--workdir-as-is`` build of another HEAD, a build of an earlier prepare."""
+    built = str(build.get("patched_sha") or "")
+    if build.get("mode") == "local":
+        if status.head is None or built == status.head:
+            return None
+        return (
+            f"HEAD has moved since (now {status.head[:12]}): this is not the workdir as it stands; "
+            f"`nox -s build-{backend} -- --workdir-as-is` builds that, `nox -s build-{backend}` the prepared tree"
+        )
+    if status.stamp is None or built == status.stamp.patched_sha:
+        return None
+    return (
+        f"the workdir was prepared again since (patched now {status.stamp.patched_sha[:12]}): "
+        f"`nox -s build-{backend}` builds it"
+    )
 
 
 def compute_status(settings: Settings) -> Status:
