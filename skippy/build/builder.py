@@ -443,7 +443,9 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
     if plan.launcher is not None and plan.launcher.name == "sccache":
         # inside a root the server runs there: stopped when the build ends, before the unmounts
         stop = plan.build_root is not None
-        server = claimed_server(plan.launcher_argv, (plan.env, plan.cache_fallback_env), console, stop_after=stop)
+        if plan.dist is not None:
+            plan.dist.write()  # sccache reads its cluster's client config when its server starts
+        server = claimed_server(plan.launcher_argv, plan.cache_server_envs, console, stop_after=stop)
     with server:
         return _configure_and_build(plan, console, build=build)
 

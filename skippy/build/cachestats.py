@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from skippy.build.cache import CacheStorage, local_fallback_env, reachable
+from skippy.build.dist import DistCounts, DistSetup, dist_counts, parse_dist_status, probe_failure
 from skippy.build.plan import BuildPlan
 from skippy.core import proc
+from skippy.core.errors import CommandError
 from skippy.core.ui import Console
 
 
@@ -27,6 +30,10 @@ class CacheStats:
     languages: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     #: why the configured remote storage was not used (the local directory served instead)
     fallback: str | None = None
+    #: where the compiles ran when the build was sent to an sccache-dist cluster
+    dist: DistCounts | None = None
+    #: why the configured cluster was not used (every compile ran here instead)
+    dist_fallback: str | None = None
 
     @property
     def requests(self) -> int:
@@ -43,6 +50,10 @@ class CacheStats:
         line = f"{self.tool}{where}: {self.hits} hits, {self.misses} misses ({pct} hit rate)"
         if len(self.languages) > 1:
             line += "; " + ", ".join(f"{lang} {h}/{h + m}" for lang, (h, m) in sorted(self.languages.items()))
+        if self.dist is not None:
+            line += f"; cluster: {self.dist.render()}"
+        elif self.dist_fallback is not None:
+            line += "; cluster not used: every compile ran here"
         return line
 
     def as_dict(self) -> dict[str, Any]:
@@ -53,6 +64,8 @@ class CacheStats:
             "storage": self.storage,
             "languages": {lang: {"hits": h, "misses": m} for lang, (h, m) in sorted(self.languages.items())},
             "fallback": self.fallback,
+            "dist": None if self.dist is None else self.dist.as_dict(),
+            "dist_fallback": self.dist_fallback,
         }
 
 
@@ -98,6 +111,8 @@ class CacheProbe:
         #: the environment the build runs with (the plan's, or the local fallback)
         self.env: Mapping[str, str] = plan.env
         self.fallback: str | None = None
+        #: why the cluster (``dist``) was not used, when one is configured
+        self.dist_fallback: str | None = None
         #: sccache may bring the remote's server up after its start timed out: stop it after the build
         self._stray_server = False
 
@@ -132,12 +147,84 @@ class CacheProbe:
                 self.fallback = f"{launcher.name} has no remote storage here"
             else:
                 self._start_remote(storage)
+                self._use_cluster()
                 return self.env
         # sccache starts its server on the first request (a second --start-server
         # would start a rival server on the same socket)
         if launcher.name in ("sccache", "ccache"):
             self._run("--zero-stats")
+        self._use_cluster()
         return self.env
+
+    #: seconds for ``sccache --dist-status`` (the scheduler's answer) and for the probe compile
+    #: (the first one packages the compiler and sends it to a build server)
+    DIST_STATUS_TIMEOUT: Final = 30.0
+    DIST_PROBE_TIMEOUT: Final = 180.0
+
+    def _use_cluster(self) -> None:
+        """With a cluster configured: check it (the scheduler answers, has a build server, and
+        runs a probe compile with our token); else fall back to local compiles, one warning."""
+        dist = self.plan.dist
+        if dist is None:
+            return
+        if self.fallback is not None:
+            self.dist_fallback = "the build fell back to the local cache, compiled here"
+            return
+        why = self._cluster_problem(dist)
+        if why is None:
+            self._run("--zero-stats")
+            return
+        self.dist_fallback = why
+        self.console.warn(
+            f"compile cluster: {dist.cluster.description} ({dist.cluster.source}) cannot be used: {why}; "
+            "compiling on this machine"
+        )
+        self.env = dist.fallback_env
+        self._run("--zero-stats")
+
+    def _cluster_problem(self, dist: DistSetup) -> str | None:
+        try:
+            status = self._run("--dist-status", timeout=self.DIST_STATUS_TIMEOUT)
+        except CommandError as exc:
+            return dist.cluster.scrub(str(exc))
+        if status is None:
+            return "no compiler cache"
+        why = parse_dist_status(status.stdout + status.stderr).unusable()
+        if why is not None:
+            return dist.cluster.scrub(why)
+        return self._probe_compile(dist)
+
+    def _probe_compile(self, dist: DistSetup) -> str | None:
+        """One tiny compile through the cluster (new text each time: never a cache hit)."""
+        folder = self.plan.build_dir / "skippy-dist-probe"
+        folder.mkdir(parents=True, exist_ok=True)
+        source = folder / "probe.c"
+        source.write_text(f"/* {secrets.token_hex(8)} */\nint skippy_dist_probe(int x) {{ return x + 1; }}\n", "utf-8")
+        self._run("--zero-stats")
+        argv = [*self.plan.launcher_argv, self._c_compiler(), "-c", str(source), "-o", str(folder / "probe.o")]
+        try:
+            done = proc.run(argv, env=self.env, cwd=folder, check=False, timeout=self.DIST_PROBE_TIMEOUT)
+        except CommandError as exc:
+            return dist.cluster.scrub(str(exc))
+        stats = self._run("--show-stats", "--stats-format=json")
+        try:
+            counts = dist_counts(stats.stdout) if stats is not None and stats.ok else DistCounts()
+        except ValueError:
+            counts = DistCounts()
+        if done.ok and counts.remote >= 1:
+            return None
+        return probe_failure(dist.cluster, done.tail(5) if not done.ok else "it ran on this machine instead")
+
+    def _c_compiler(self) -> str:
+        """The build's C compiler (CMakeCache.txt after configure), else ``cc``."""
+        with contextlib.suppress(OSError):
+            text = (self.plan.build_dir / "CMakeCache.txt").read_text("utf-8", errors="replace")
+            for name in ("CMAKE_C_COMPILER", "CMAKE_CXX_COMPILER"):
+                for line in text.splitlines():
+                    key, _, value = line.partition("=")
+                    if key.split(":")[0] == name and value.strip():
+                        return value.strip()
+        return "cc"
 
     def _start_remote(self, storage: CacheStorage) -> None:
         why = reachable(storage)
@@ -169,35 +256,55 @@ class CacheProbe:
         served = "local directory"
         if storage is not None and storage.remote and self.fallback is None:
             served = storage.description
-        languages: dict[str, tuple[int, int]] = {}
         try:
-            if launcher.name == "sccache":
-                result = self._run("--show-stats", "--stats-format=json")
-                if result is None or not result.ok:
-                    return None
-                try:
-                    languages = sccache_languages(result.stdout)
-                except ValueError:
-                    text = storage.scrub(result.tail(5)) if storage is not None else result.tail(5)
-                    raise ValueError(f"not JSON: {text!r}") from None
-                hits, misses = sccache_counts(result.stdout)
-            elif launcher.name == "ccache":
-                result = self._run("--print-stats")
-                if result is None or not result.ok:
-                    return None
-                hits, misses = ccache_counts(result.stdout)
-            else:
-                return None
+            read = self._read_sccache(storage) if launcher.name == "sccache" else self._read_ccache()
         except (ValueError, KeyError, AttributeError) as exc:
             self.console.warn(f"could not read {launcher.name} statistics: {exc}")
             return None
-        return CacheStats(launcher.name, hits, misses, storage=served, languages=languages, fallback=self.fallback)
+        if read is None:
+            return None
+        hits, misses, languages, dist = read
+        return CacheStats(
+            launcher.name,
+            hits,
+            misses,
+            storage=served,
+            languages=languages,
+            fallback=self.fallback,
+            dist=dist,
+            dist_fallback=self.dist_fallback,
+        )
+
+    def _read_sccache(self, storage: CacheStorage | None) -> _Read | None:
+        result = self._run("--show-stats", "--stats-format=json")
+        if result is None or not result.ok:
+            return None
+        try:
+            languages = sccache_languages(result.stdout)
+        except ValueError:
+            text = storage.scrub(result.tail(5)) if storage is not None else result.tail(5)
+            raise ValueError(f"not JSON: {text!r}") from None
+        hits, misses = sccache_counts(result.stdout)
+        used = self.plan.dist is not None and self.dist_fallback is None
+        return hits, misses, languages, dist_counts(result.stdout) if used else None
+
+    def _read_ccache(self) -> _Read | None:
+        if self.plan.launcher is None or self.plan.launcher.name != "ccache":
+            return None
+        result = self._run("--print-stats")
+        if result is None or not result.ok:
+            return None
+        hits, misses = ccache_counts(result.stdout)
+        return hits, misses, {}, None
+
+
+_Read = tuple[int, int, dict[str, tuple[int, int]], DistCounts | None]
 
 
 def stop_cache_server(plan: BuildPlan) -> None:
     """Stop the sccache server(s) a build of ``plan`` started (tests, benchmarks); inside its
     root when it has one (the root's mounts must still be up)."""
     if plan.launcher is not None and plan.launcher.name == "sccache":
-        for env in (plan.env, plan.cache_fallback_env):
+        for env in plan.cache_server_envs:
             if env:
                 proc.run([*plan.launcher_argv, "--stop-server"], env=env, check=False, timeout=60)

@@ -22,14 +22,21 @@ from typing import Any, Final
 from skippy.build.backends import registry, spec, switches
 from skippy.build.backends.base import COMMON_DEFINES, RPC_TARGETS, TREE_OPTIONAL_DEFINES, Backend, BackendSpec
 from skippy.build.cache import (
+    UNCACHED_LANGUAGES,
     CacheStorage,
     basedirs_env,
+    github_event,
+    host_cpu_tag,
     launcher_env,
     local_fallback_env,
     local_storage,
+    native_namespace,
+    read_only,
+    read_only_reason,
     root_launcher_env,
     select_storage,
 )
+from skippy.build.dist import DistSetup, client_config, config_path, dist_env, select_dist
 from skippy.build.localtree import MODE_LOCAL, WorkdirState, local_dir_name
 from skippy.build.roots import BuildRoot
 from skippy.build.tool import Tool
@@ -101,6 +108,8 @@ class BuildPlan:
     #: the backend's toolkit when it has a choice of them (``cuda wheels 13.0.88 <pins>``,
     #: ``vulkan headers debian 1.4.309``): in the build report; it also names the build dir
     toolkit: str | None = None
+    #: the sccache-dist cluster the compiles are sent to, when one is set (``dist``)
+    dist: DistSetup | None = field(default=None, repr=False)
     #: set when configure and build run inside a root file system (their argv start with
     #: ``runner``; :func:`skippy.build.roots.mounted` binds the work folders in around them
     #: for chroot, a namespace runner's binds are in ``runner`` itself)
@@ -109,6 +118,13 @@ class BuildPlan:
     @property
     def stamp_path(self) -> Path:
         return self.build_dir / STAMP_NAME
+
+    @property
+    def cache_server_envs(self) -> tuple[Mapping[str, str], ...]:
+        """The environments of the sccache servers this build may use: its own, then the local
+        fallback of a remote storage and the local compiles of a cluster that cannot be used."""
+        fallbacks = (self.cache_fallback_env, self.dist.fallback_env if self.dist is not None else {})
+        return (self.env, *(env for env in fallbacks if env))
 
     @property
     def runner(self) -> tuple[str, ...]:
@@ -162,7 +178,7 @@ def split_cmake_args(args: Sequence[str]) -> tuple[dict[str, str], tuple[str, ..
 
 
 #: [tool.skippy.build] keys of every build, besides those each backend reads
-COMMON_TABLE_KEYS: Final = frozenset({"native", "jobs", "compiler_cache", "cache_storage"})
+COMMON_TABLE_KEYS: Final = frozenset({"native", "jobs", "compiler_cache", "cache_storage", "dist"})
 
 
 def build_table_keys() -> frozenset[str]:
@@ -253,6 +269,7 @@ class _LauncherSetup:
     env_overrides: dict[str, str]
     storage: CacheStorage | None = None
     fallback_env: dict[str, str] = field(default_factory=dict)
+    dist: DistSetup | None = None
 
 
 def _launcher_setup(
@@ -268,7 +285,8 @@ def _launcher_setup(
     launcher = toolchain.launcher
     if launcher is None:
         return setup
-    for lang in (lang for lang in s.languages if lang in tree.languages or lang in ("C", "CXX")):
+    wanted = (lang for lang in s.languages if lang in tree.languages or lang in ("C", "CXX"))
+    for lang in (lang for lang in wanted if lang not in UNCACHED_LANGUAGES):
         out.put(f"CMAKE_{lang}_COMPILER_LAUNCHER", launcher.path, path=True, source=launcher.name)
     if toolchain.build_root is not None:
         # inside a root: a server of the root's own, with the local directory (bound in); a
@@ -277,14 +295,34 @@ def _launcher_setup(
         tagged = toolchain.build_root.with_binds((tree.source_dir, settings.build_root))
         setup.env_overrides.update(root_launcher_env(settings.cache_dir, tagged.server_tag))
         return setup
-    storage = select_storage(_build_table(settings).get("cache_storage"), settings.env)
+    storage = _shared_storage(settings)
     setup.storage = storage
-    setup.env_overrides.update(launcher_env(launcher.name, settings.cache_dir, storage))
+    cluster = select_dist(_build_table(settings).get("dist"), settings.env) if launcher.name == "sccache" else None
+    tag = cluster.tag() if cluster is not None else ""
+    setup.env_overrides.update(launcher_env(launcher.name, settings.cache_dir, storage, dist_tag=tag))
     if storage.remote and launcher.name == "sccache":
         # a remote that cannot be reached: the same build with the local directory
         local = launcher_env(launcher.name, settings.cache_dir)
         setup.fallback_env = {**local_fallback_env(settings.env), **backend_env, **local}
+    if cluster is not None:
+        conf = config_path(settings.cache_dir, cluster)
+        setup.env_overrides.update(dist_env(settings.cache_dir, cluster))
+        # a cluster that cannot be used: the same build (and storage) compiled here
+        here = {**settings.env, **backend_env, **launcher_env(launcher.name, settings.cache_dir, storage)}
+        text = client_config(cluster, conf.parent / "toolchains")
+        setup.dist = DistSetup(cluster=cluster, config=conf, config_text=text, fallback_env=here)
     return setup
+
+
+def _shared_storage(settings: Settings) -> CacheStorage:
+    """The storage, made safe to share: a ``-march=native`` build's objects in a namespace of
+    this host's CPU (or the remote refused), a pull-request job's reads only (GitHub Actions)."""
+    storage = select_storage(_build_table(settings).get("cache_storage"), settings.env)
+    if not storage.remote:
+        return storage
+    if _native(settings) and not settings.on_ci:
+        storage = native_namespace(storage, host_cpu_tag(settings.env), settings.env)
+    return read_only(storage, read_only_reason(settings.env, github_event(settings.env)))
 
 
 def workdir_key(settings: Settings, source_dir: Path) -> str | None:
@@ -446,6 +484,7 @@ def plan_build(
         provenance=MappingProxyType(values.provenance),
         cache_storage=setup.storage,
         cache_fallback_env=MappingProxyType(setup.fallback_env),
+        dist=setup.dist,
         toolkit=toolchain.facts.get("toolkit"),
         build_root=inside,
     )

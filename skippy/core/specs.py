@@ -220,6 +220,13 @@ BUILD: Final[tuple[Spec, ...]] = (
         choices=("auto", "sccache", "ccache", "none"),
     ),
     Spec("cache_storage", "str", "", "the compiler cache's storage (local, or a URL)", env="SKIPPY_CACHE_STORAGE"),
+    Spec(
+        "dist",
+        "str",
+        "",
+        "an sccache-dist scheduler to send compiles to (its token: SKIPPY_DIST_TOKEN)",
+        env="SKIPPY_DIST",
+    ),
 )
 
 #: ``[tool.skippy.spot_check]`` (:class:`skippy.check.report.Options` has the same defaults)

@@ -264,6 +264,8 @@ def test_the_report_names_the_storage_and_the_languages(tmp_path: Path) -> None:
         "storage": "redis redis://***@h:6379",
         "languages": {"C/C++": {"hits": 7, "misses": 2}, "CUDA": {"hits": 3, "misses": 0}},
         "fallback": None,
+        "dist": None,
+        "dist_fallback": None,
     }
 
 

@@ -173,7 +173,7 @@ def test_the_defaults_did_not_change(tmp_path: Path) -> None:
     assert s.compat_link == root / "llama.cpp" and s.pin_mirror is None
     # the spot check's declared defaults are its Options' defaults
     assert {spec.key: spec.default for spec in specs.SPOT_CHECK} == dataclasses.asdict(Options())
-    assert {spec.key for spec in specs.BUILD} <= {"native", "jobs", "compiler_cache", "cache_storage"}
+    assert {spec.key for spec in specs.BUILD} <= {"native", "jobs", "compiler_cache", "cache_storage", "dist"}
 
 
 # --- items 1 and 2: a workdir skippy must never replace -------------------------------------
