@@ -129,3 +129,13 @@ def bench(session: nox.Session) -> None:
     code = main(os.environ, root=ROOT, args=session.posargs)
     if code:
         session.error(f"bench failed (exit code {code})")
+
+
+@nox.session(name="dist-cluster", tags=["dist"])
+def dist_cluster(session: nox.Session) -> None:
+    """An sccache-dist scheduler and N build servers (root, bwrap), fresh tokens; Ctrl-C stops them."""
+    from skippy.build.distcluster import run
+
+    code = run(session.posargs, os.environ, root=ROOT)
+    if code:
+        session.error(f"dist-cluster failed (exit code {code})")

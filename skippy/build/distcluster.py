@@ -288,6 +288,15 @@ def find_sccache_dist(env: Mapping[str, str]) -> str | None:
     return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
 
 
+def run(args: Sequence[str], env: Mapping[str, str], *, root: Path) -> int:
+    """:func:`main`, its errors printed as skippy prints them (the exit code returned)."""
+    try:
+        return main(args, env, root=root)
+    except SkippyError as exc:
+        print(exc.render(), file=sys.stderr)
+        return exc.exit_code
+
+
 def main(args: Sequence[str], env: Mapping[str, str], *, root: Path) -> int:
     """``nox -s dist-cluster -- [--servers N] [--hosts h1,h2:port] [--scheduler HOST[:PORT]]
     [--folder DIR]``: write the configs, start this machine's part, wait for Ctrl-C."""
@@ -332,6 +341,7 @@ __all__ = [
     "find_sccache_dist",
     "main",
     "plan_cluster",
+    "run",
     "running_cluster",
     "scheduler_toml",
     "server_toml",
