@@ -1,132 +1,168 @@
-"""A success that leaves something to do says what comes next, as every error does (issue 43,
-item 4): after a `--workdir-as-is` build, regenerate; after regenerate, prepare and check; after
-`--continue` on another upstream X, regenerate then pin-bump.  And a build refused after that
-resolution points to the pin-bump, not to a prepare of the old pin that refuses again."""
+"""A failure's next step fits its cause: a port another process holds is not a patch to fix,
+nor is a -D path that does not exist (a real socket, a real CMake on tests/integration/cmake_probe)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from skippy.build.builder import execute_plan
+from skippy.build.cachestats import stop_cache_server
+from skippy.build.plan import BuildOptions, plan_build
+from skippy.build.toolchain import inspect_tree, probe_toolchain
+from skippy.check import spotcheck
+from skippy.check.report import ModelCheckFailed
 from skippy.cli.build import build_main
-from skippy.cli.options import command
-from skippy.cli.run import Report, run
-from skippy.core.errors import DirtyWorkdirError
+from skippy.cli.spot import main as spot_main
+from skippy.core.errors import BuildError, SettingsError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain.regenerate import regenerate
-from skippy.queue.prepare import Target, prepare
-from skippy.queue.session import resume
-from tests.conftest import Project
-from tests.integration.test_change_loop import QUIET, conflict_session, run_git
+from skippy.flows.build_session import SessionArgs, SessionOutcome
+from tests.integration.test_spotcheck import FAST, Rig
+from tests.outside import tree_state, written_outside
 
 pytestmark = pytest.mark.integration
 
-
-def resolve(project: Project) -> None:
-    """The conflict of :func:`conflict_session`, resolved and staged."""
-    path = project.workdir / "src/llama-model.cpp"
-    text = path.read_text()
-    path.write_text(text.split("<<<<<<<")[0] + "// upstream 5 + core 5\n" + text.split(">>>>>>>")[1].split("\n", 1)[1])
-    run_git(project.workdir, "add", "src/llama-model.cpp")
+PROBE = Path(__file__).parent / "cmake_probe"
 
 
-def last_line(err: str) -> str:
-    return err.rstrip("\n").splitlines()[-1]
+@pytest.fixture
+def holder() -> Iterator[int]:
+    """A port on 127.0.0.1 that another process (here: this one) listens on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
 
 
-def test_continue_on_another_upstream_ends_with_regenerate_then_pin_bump(
-    project: Project, capsys: pytest.CaptureFixture[str]
+def _spot_project(tmp_path: Path) -> tuple[Rig, dict[str, str]]:
+    rig = Rig(tmp_path / "proj")
+    fast = "\n".join(f"{k} = {v}" for k, v in FAST.items())
+    (rig.root / "pyproject.toml").write_text(
+        f'[project]\nname = "x"\nversion = "0"\n\n[tool.skippy]\nbuild_root = "build"\ncache_dir = "cache"\n\n'
+        f"[tool.skippy.spot_check]\n{fast}\n",
+        encoding="utf-8",
+    )
+    return rig, {"PATH": os.defpath, **rig.env()}
+
+
+def _spot(
+    rig: Rig, env: dict[str, str], capsys: pytest.CaptureFixture[str], *extra: str
+) -> tuple[int, dict[str, object]]:
+    argv = ["--server", str(rig.server), "--model", str(rig.model), "--no-provenance", "--no-rpc", "--json", *extra]
+    code = spot_main(argv, env=env, root=rig.root)
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_a_port_taken_between_the_probe_and_the_bind_is_named_not_the_patch(
+    tmp_path: Path, holder: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _pin, target = conflict_session(project)
-    resolve(project)
-    capsys.readouterr()
-    ran = run(command("prepare"), {"continue_": True}, project.env, root=project.root, prog="invoke prepare")
-    assert ran.code == 0
-    err = capsys.readouterr().err
-    expected = f"`invoke regenerate`, then `invoke pin-bump --sha {target}`"
-    assert last_line(err) == f"next: {expected}"
-    assert ran.report["next"] == expected
+    rig, env = _spot_project(tmp_path)
+    # every free port the check picks is taken before the server binds it (the race, every time)
+    monkeypatch.setattr(spotcheck, "free_port", lambda *_a: holder)
+    allowed = (rig.root / "build", rig.root / "cache", rig.state)
+    before = tree_state([tmp_path, Path(os.environ["HOME"])], allowed)
 
-    # the build that --continue warned about refuses, and points to the same pin-bump
-    code, _ = build_main("cpu", project.env, root=project.root)
-    err = capsys.readouterr().err
-    assert code != 0
-    step = next(line for line in err.splitlines() if line.startswith("next: "))
-    assert f"`invoke pin-bump --sha {target}`" in step, err
-    assert "then `invoke prepare`" not in step
-    assert "nox -s build-cpu -- --workdir-as-is" in step, step
+    code, report = _spot(rig, env, capsys)
 
-    # regenerate's success then names that pin-bump too
-    report = regenerate(project.settings(), console=QUIET)
-    assert report.next_step is not None and report.next_step.startswith(f"`invoke pin-bump --sha {target}`")
-
-
-def test_prepare_refusing_the_resolution_names_pin_bump(project: Project) -> None:
-    _pin, target = conflict_session(project)
-    resolve(project)
-    resume(project.settings(), "continue", console=QUIET)
-    with pytest.raises(DirtyWorkdirError) as info:
-        prepare(project.settings(), Target.pinned(), console=QUIET)
-    assert f"then `invoke pin-bump --sha {target}` (moves the pin here" in (info.value.next_step or "")
+    assert code == ModelCheckFailed.exit_code
+    assert report["ok"] is False and report["what"] == f"spot check failed for 1 of 1 model(s): {rig.model}"
+    assert report["untouched"] == "the build and the model cache; the server was stopped"
+    assert report["next"] == (
+        f"find what holds 127.0.0.1:{holder} (`ss -ltnp 'sport = :{holder}'`), stop it, and rerun nox -s spot-check"
+    )
+    assert "fix the patch" not in str(report["next"])
+    (result,) = report["report"]["results"]  # type: ignore[index]
+    assert (
+        result["reason"] == f"port {holder} on 127.0.0.1 is in use by another process: llama-server could not "
+        "bind it (3 attempt(s))"
+    )
+    assert any("Address already in use" in line for line in result["log_lines"])
+    assert written_outside(before, tree_state([tmp_path, Path(os.environ["HOME"])], allowed)) == []
 
 
-def test_plain_local_work_still_names_prepare(queued_project: Project) -> None:
-    settings = queued_project.settings()
-    prepare(settings, Target.pinned(), console=QUIET)
-    (queued_project.workdir / "notes.txt").write_text("mine\n")
-    run_git(queued_project.workdir, "add", "notes.txt")
-    run_git(queued_project.workdir, "commit", "-q", "-m", "mine")
-    with pytest.raises(DirtyWorkdirError) as info:
-        prepare(settings, Target.pinned(), console=QUIET)
-    assert "then `invoke prepare` (accepts the workdir" in (info.value.next_step or "")
-    assert "pin-bump" not in (info.value.next_step or "")
-
-
-def test_regenerate_at_the_pin_ends_with_prepare_and_check(
-    queued_project: Project, capsys: pytest.CaptureFixture[str]
+def test_a_port_given_with_server_arg_is_refused_before_the_server_starts(
+    tmp_path: Path, holder: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    settings = queued_project.settings()
-    prepare(settings, Target.pinned(), console=QUIET)
-    wdir = queued_project.workdir
-    (wdir / "src" / "provenance.h").write_text("#define SKIPPY 2\n")
-    run_git(wdir, "commit", "-q", "-a", "-m", "core: provenance 2")
-    capsys.readouterr()
-    ran = run(command("regenerate"), {"json": True}, queued_project.env, root=queued_project.root, prog="r")
-    out, err = capsys.readouterr()
-    assert ran.code == 0
-    expected = "`invoke prepare` (it takes this tree as prepared: no file rewritten), then `invoke check`"
-    assert json.loads(out)["next"] == expected
-    assert last_line(err) == f"next: {expected}"
+    """The check sets --port itself: a --server-arg one (taken or free) is refused up front, by name
+    (tests/integration/test_blamed_flags.py runs it through nox and invoke)."""
+    rig, env = _spot_project(tmp_path)
+    code, report = _spot(rig, env, capsys, "--server-arg=--port", f"--server-arg={holder}")
+    assert code == SettingsError.exit_code
+    assert report["next"] == "rerun without `--server-arg --port` and its value: the check picks a free port itself"
+    assert not rig.state.exists()
 
 
-def _built(options: object, settings: Settings, console: Console) -> Report:
-    """The build action, replaced: the next step depends on the workdir, not on the build."""
-    return Report({"mode": "local"})
+def test_a_model_that_is_not_there_gives_its_own_next_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rig, env = _spot_project(tmp_path)
+    rig.model.unlink()
+    code, report = _spot(rig, env, capsys)
+    assert code == ModelCheckFailed.exit_code
+    assert "fix the patch" not in str(report["next"]) and "rebuild" not in str(report["next"])
+    assert report["next"] == report["report"]["results"][0]["next_step"]  # type: ignore[index]
+    assert report["next"]
 
 
-def test_a_workdir_as_is_build_ends_with_regenerate(
-    queued_project: Project, capsys: pytest.CaptureFixture[str]
+def test_a_failing_build_still_points_at_the_patch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rig, env = _spot_project(tmp_path)
+    code, report = _spot(rig, {**env, "FAKE_LLAMA_MODE": "crashing"}, capsys)
+    assert code == ModelCheckFailed.exit_code
+    assert (
+        report["next"] == "read the log(s) above, fix the patch, rebuild (nox -s build-cpu) and rerun nox -s spot-check"
+    )
+
+
+def test_a_configure_failing_on_a_missing_define_path_names_the_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    settings = queued_project.settings()
-    prepare(settings, Target.pinned(), console=QUIET)
-    values = {"backend": "cpu", "workdir_as_is": True}
-    build = command("build")
-    # the workdir as prepared: nothing to carry, no next step
-    ran = run(build, values, queued_project.env, root=queued_project.root, prog="nox -s build-cpu", action=_built)
-    assert ran.code == 0 and "next" not in ran.report
-    assert "next:" not in capsys.readouterr().err
-    # a commit the queue lacks: regenerate, then prepare and check
-    wdir = queued_project.workdir
-    (wdir / "src" / "provenance.h").write_text("#define SKIPPY 2\n")
-    run_git(wdir, "commit", "-q", "-a", "-m", "core: provenance 2")
-    ran = run(build, values, queued_project.env, root=queued_project.root, prog="nox -s build-cpu", action=_built)
-    expected = "`invoke regenerate`, then `invoke prepare` and `invoke check`"
-    assert ran.report["next"] == expected
-    assert last_line(capsys.readouterr().err) == f"next: {expected}"
-    # an edit not committed yet: commit it first
-    (wdir / "src" / "provenance.h").write_text("#define SKIPPY 3\n")
-    ran = run(build, values, queued_project.env, root=queued_project.root, prog="nox -s build-cpu", action=_built)
-    assert str(ran.report["next"]).startswith("commit your edits (`git -C .deps/llama.cpp add -A && git -C ")
-    assert str(ran.report["next"]).endswith(f", then {expected}")
+    src = tmp_path / "src"
+    shutil.copytree(PROBE, src)
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "0"\n\n[tool.skippy]\n', encoding="utf-8")
+    missing = tmp_path / "nowhere" / "toolchain.cmake"
+    home = tmp_path / "home"
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home)}
+    plans = []
+
+    def session(backend: str, settings: Settings, console: Console, args: SessionArgs | None = None) -> SessionOutcome:
+        """The session's configure and build on the probe tree (no llama.cpp, no prepare)."""
+        assert args is not None
+        plan = plan_build(
+            "cpu",
+            settings,
+            tree=inspect_tree(src),
+            toolchain=probe_toolchain("cpu", settings),
+            patched_sha="1" * 40,
+            options=BuildOptions(cmake_args=args.cmake_args),
+        )
+        plans.append(plan)
+        return SessionOutcome(backend="cpu", build=execute_plan(plan, console))
+
+    allowed = (root / "build", root / ".deps", src, home)
+    before = tree_state([tmp_path], allowed)
+    try:
+        code, _skip = build_main(
+            "cpu", env, root=root, args=["--json", f"-DCMAKE_TOOLCHAIN_FILE={missing}"], session_fn=session
+        )
+    finally:
+        for plan in plans:
+            stop_cache_server(plan)
+    report = json.loads(capsys.readouterr().out)
+    assert code == BuildError.exit_code
+    assert report["what"] == (
+        f"CMake configure failed (cpu): exit code 1: -DCMAKE_TOOLCHAIN_FILE={missing} names a path that does not exist"
+    )
+    assert report["untouched"] == f"the source tree; the build dir {plans[0].build_dir} is kept for inspection"
+    assert report["next"] == (
+        "give -DCMAKE_TOOLCHAIN_FILE a path that exists (or drop it: it was given on the command line, in "
+        "[tool.skippy.build] or the environment), then rerun `nox -s build-cpu`"
+    )
+    assert written_outside(before, tree_state([tmp_path], allowed)) == []
+    assert not missing.parent.exists()
