@@ -449,7 +449,7 @@ SECTIONS = (
     "scale",
 )
 #: sections run only when asked for with --only (long: the whole CUDA and ROCm builds)
-ON_REQUEST = ("cuda", "cuda-profile", "rocm", "upstream-tests")
+ON_REQUEST = ("cuda", "cuda-profile", "rocm", "upstream-tests", "dist")
 
 
 def _bench_tests(settings: Settings, console: Console) -> dict[str, Any]:
@@ -476,6 +476,12 @@ def _bench_parse(settings: Settings, console: Console) -> dict[str, Any]:
     return bench_parse(settings, console)
 
 
+def _bench_dist(settings: Settings, console: Console) -> dict[str, Any]:
+    from benchmarks.bench_dist import bench_dist
+
+    return bench_dist(settings, console)
+
+
 def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: dict[str, Any]) -> None:
     """The sections of :mod:`benchmarks.bench_proofs` (spot check, remote cache, CUDA), pin moves,
     the C++ parsers on the family files, and the parity audit's C++ reading."""
@@ -491,6 +497,7 @@ def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: 
         "pin-move": ("pin_move", "pin moves: skippy's build vs raw, commit held fixed", bench_pinmove.bench_pin_move),
         "graph-parse": ("graph_parse", "C++ parsers on the family files: tree-sitter vs libclang", _bench_graph_parse),
         "parse": ("parse", "the parity audit's C++ reading: tree-sitter vs the old text scanner", _bench_parse),
+        "dist": ("dist", "the CPU build sent to a local sccache-dist cluster, beside a local one", _bench_dist),
     }
     for name, (key, title, bench) in sections.items():
         if name in wanted:
