@@ -458,12 +458,19 @@ def split_by_family(
 # --------------------------------------------------------------------------- execution
 
 
+#: what the built-in generator reads and edits: the sandbox writes only this folder of the tree
+#: (its 213 files, 3.5 MB, of the pinned tree's 3,429 files and 169 MB); a command of the user's
+#: gets the whole tree, since it may read anything (or configure the build)
+BUILTIN_READS = ("src",)
+
+
 @contextlib.contextmanager
-def sandbox(settings: Settings, repo: Repo, commit: str) -> Iterator[Sandbox]:
-    """A sandbox of this run with a detached worktree of ``commit`` in ``tree/``."""
+def sandbox(settings: Settings, repo: Repo, commit: str, *, only: Sequence[str] | None = None) -> Iterator[Sandbox]:
+    """A sandbox of this run with a detached worktree of ``commit`` in ``tree/`` (with ``only``,
+    just those folders written: the rest stays in the index, so commits there hold it)."""
     with (
         owned_scratch(settings.cache_dir / "tmp", "generate-") as root,
-        aside_worktree(repo, None, commit, path=root / "tree") as tree,
+        aside_worktree(repo, None, commit, path=root / "tree", only=only) as tree,
     ):
         yield Sandbox(root, tree, commit)
 
@@ -526,7 +533,7 @@ def generate_lane(
         return GeneratedLane({SERIES_NAME: b""}, manifest(inputs, {}, command=command))
     lower = sub_queue(queue, (Lane.CORE, Lane.MODEL_SUPPORT))
     tip = replay(settings, repo, base, lower, console=console).patched
-    with sandbox(settings, repo, tip) as box:
+    with sandbox(settings, repo, tip, only=BUILTIN_READS if generator.builtin else None) as box:
         tree = box.tree.path
         facts = arch_facts(
             spec.families,

@@ -199,7 +199,7 @@ def _apply_in_worktree(
             with run.console.step(f"check out the files the patches touch of {shown} in a temporary worktree"):
                 repo.git("worktree", "add", "--detach", "--no-checkout", "--quiet", str(aside), start)
                 aside_repo = run.repo(aside)
-                aside_git = _linked_git_dir(aside)
+                aside_git = linked_git_dir(aside)
                 sparse_checkout(aside_repo, aside_git, start, touched_paths(queue.patches[first:]))
         else:
             with run.console.step(f"check out {shown} in a temporary worktree"):
@@ -213,7 +213,7 @@ def _apply_in_worktree(
         repo.git("worktree", "prune", check=False)
 
 
-def _linked_git_dir(worktree: Path) -> Path:
+def linked_git_dir(worktree: Path) -> Path:
     """The git dir of a linked worktree, as its ``.git`` file names it (``gitdir: <path>``)."""
     named = (worktree / ".git").read_text(encoding="utf-8").strip().removeprefix("gitdir:").strip()
     return (worktree / named).resolve()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -27,6 +27,7 @@ from typing import Any, Final
 from skippy.core.git import AM_ARGS, AM_ENV, Repo
 from skippy.queue import workdir as wd
 from skippy.queue.am_output import failed_paths, unmerged_paths
+from skippy.queue.apply import linked_git_dir, sparse_checkout
 from skippy.queue.imports import shown_sha, upstream_of
 from skippy.queue.model import Patch, Queue
 
@@ -103,17 +104,27 @@ class TriageReport:
 
 
 @contextlib.contextmanager
-def aside_worktree(repo: Repo, git_dir: Path | None, commit: str, *, path: Path | None = None) -> Iterator[Repo]:
+def aside_worktree(
+    repo: Repo, git_dir: Path | None, commit: str, *, path: Path | None = None, only: Collection[str] | None = None
+) -> Iterator[Repo]:
     """A temporary detached worktree at ``commit`` (at ``path``, else under the workdir's skippy
-    folder in ``git_dir``), removed afterwards whatever happens."""
+    folder in ``git_dir``), removed afterwards whatever happens. With ``only``, just those paths
+    (files or folders) are written; the rest of the tree stays in the index, marked
+    skip-worktree, so a commit made there still holds it (:func:`sparse_checkout`)."""
     if path is None:
         assert git_dir is not None, "an aside worktree needs a place: git_dir or path"
         root = wd.skippy_dir(git_dir) / "aside"
         root.mkdir(parents=True, exist_ok=True)
         path = root / uuid.uuid4().hex[:8]
-    repo.git("worktree", "add", "--detach", "--quiet", str(path), commit)
+    if only is None:
+        repo.git("worktree", "add", "--detach", "--quiet", str(path), commit)
+    else:
+        repo.git("worktree", "add", "--detach", "--no-checkout", "--quiet", str(path), commit)
     try:
-        yield Repo(path, repo.env, echo=repo.echo)
+        aside = Repo(path, repo.env, echo=repo.echo)
+        if only is not None:
+            sparse_checkout(aside, linked_git_dir(path), commit, set(only))
+        yield aside
     finally:
         repo.git("worktree", "remove", "--force", str(path), check=False)
         shutil.rmtree(path, ignore_errors=True)

@@ -147,4 +147,3 @@ def test_an_untouched_generated_commit_is_known_by_its_blob_ids_without_applying
     changes = _commit_changes(repo, [sha, spaced, moded])
     assert changes[spaced] != declared and changes[moded] != declared
     assert [mode for _p, _o, _n, mode in changes[moded]] == ["100755"]
-
