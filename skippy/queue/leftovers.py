@@ -169,8 +169,8 @@ def remove_aside_worktrees(repo: Repo, git_dir: Path) -> int:
     go first (a half-made one has no ``.git`` file for git to check).  Nothing else is pruned: a
     worktree of the user's is never touched."""
     aside = wd.skippy_dir(git_dir) / "aside"
-    if not aside.exists() and not _entries_left(git_dir):
-        return 0
+    if not _entries_left(git_dir) and not (aside.is_dir() and any(aside.iterdir())):
+        return 0  # nothing left: the folder a finished run leaves empty asks git nothing
     entries = aside_entries(repo, aside)
     folders = sorted(aside.iterdir()) if aside.is_dir() else []
     names = {p.name for p in [*folders, *entries]}
