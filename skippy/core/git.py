@@ -172,6 +172,10 @@ class Repo:
         argv += map(str, args)
         return proc.run(argv, env=env, check=check, echo=self.echo, what=what or f"git {args[0]}", timeout=timeout)
 
+    def config_audit(self) -> gitconfig.Audit:
+        """The audit of this repository's own config (read once while its files are unchanged)."""
+        return gitconfig.audit(self.path, self._env(None))
+
     def out(self, *args: str | Path) -> str:
         return self.git(*args).stdout.strip()
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, Literal
 
@@ -134,6 +134,9 @@ class Audit:
 
     overrides: tuple[tuple[str, str], ...]
     refused: tuple[Entry, ...]
+    #: a partial clone (a promisor remote ``origin`` or ``extensions.partialClone``): read with the
+    #: rest, so asking it costs no git process of its own
+    partial: bool = False
 
 
 _Signature = tuple[tuple[str, tuple[int, int, int] | None], ...]
@@ -149,8 +152,8 @@ def audit(path: Path, env: Mapping[str, str]) -> Audit:
     if known is not None and _signature(known[0]) == known[0]:
         found = known[1]
     else:
-        entries = _read(path, env)
-        found = _judge(entries)
+        entries, partial = _read(path, env)
+        found = replace(_judge(entries), partial=partial)
         files = sorted({e.origin for e in entries} | {str(p) for p in _base_files(path)})
         _AUDITS[path] = (tuple((f, _stat(Path(f))) for f in files), found)
     if found.refused:
@@ -180,10 +183,11 @@ def _signature(previous: _Signature) -> _Signature:
     return tuple((name, _stat(Path(name))) for name, _ in previous)
 
 
-def _read(path: Path, env: Mapping[str, str]) -> list[Entry]:
-    """Every key of the repository's own config (includes followed) with its file; none outside a repository."""
+def _read(path: Path, env: Mapping[str, str]) -> tuple[list[Entry], bool]:
+    """Every key of the repository's own config (includes followed) with its file, none outside a
+    repository; and whether that config makes it a partial clone."""
     if not path.is_dir():
-        return []
+        return [], False
     result = proc.run(
         ["git", "--no-pager", "-C", str(path), "config", "--null", "--list", "--show-origin"],
         env=env,
@@ -191,16 +195,22 @@ def _read(path: Path, env: Mapping[str, str]) -> list[Entry]:
         what="git config --list",
     )
     if not result.ok:
-        return []  # not a repository (yet): nothing of its own to read
+        return [], False  # not a repository (yet): nothing of its own to read
     fields = result.stdout.split("\0")
     entries: list[Entry] = []
+    partial = False
     for origin, item in zip(fields[0::2], fields[1::2], strict=False):
         if not origin:
             continue
-        key = item.partition("\n")[0]
+        key, _, value = item.partition("\n")
         # git names the repository's own files relative to it (`file:.git/config`)
         entries.append(Entry(key=key, origin=str(path / origin.removeprefix("file:"))))
-    return entries
+        lowered = key.lower()
+        if (lowered == "remote.origin.promisor" and value.strip().lower() == "true") or (
+            lowered == "extensions.partialclone" and value.strip()
+        ):
+            partial = True
+    return entries, partial
 
 
 def _judge(entries: list[Entry]) -> Audit:

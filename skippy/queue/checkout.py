@@ -75,19 +75,9 @@ def check_is_our_repo(run: Run, repo: Repo) -> Path:
 
 def is_shallow_or_partial(repo: Repo, git_dir: Path) -> bool:
     """A shallow clone (git's ``shallow`` file: what ``rev-parse --is-shallow-repository`` reads)
-    or a partial one (a promisor remote, ``extensions.partialClone``): one git command."""
-    if (git_dir / "shallow").is_file():
-        return True
-    found = repo.git(
-        "config", "--get-regexp", r"^(remote\.origin\.promisor|extensions\.partialclone)$", check=False
-    ).stdout
-    for line in found.splitlines():
-        key, _, value = line.partition(" ")
-        if (key == "remote.origin.promisor" and value.strip() == "true") or (
-            key == "extensions.partialclone" and value.strip()
-        ):
-            return True
-    return False
+    or a partial one (a promisor remote, ``extensions.partialClone``: read with the config's audit,
+    no git command of its own)."""
+    return (git_dir / "shallow").is_file() or repo.config_audit().partial
 
 
 def cold(run: Run, queue: Queue, target: Target, pin: str | None) -> PrepareReport:

@@ -194,7 +194,7 @@ def test_the_config_is_read_again_when_it_changes_not_when_git_writes_refs(
     reads: list[Path] = []
     real_read = gitconfig._read
 
-    def counted(path: Path, env: Mapping[str, str]) -> list[gitconfig.Entry]:
+    def counted(path: Path, env: Mapping[str, str]) -> tuple[list[gitconfig.Entry], bool]:
         reads.append(path)
         return real_read(path, env)
 
@@ -208,5 +208,8 @@ def test_the_config_is_read_again_when_it_changes_not_when_git_writes_refs(
     gitconfig.audit(repo, git_env)
     assert len(reads) == 1, "refs, objects and the index are not the config"
     git(repo, "config", "core.abbrev", "12", env=git_env)
-    gitconfig.audit(repo, git_env)
+    assert not gitconfig.audit(repo, git_env).partial
     assert len(reads) == 2, "a change to the config is read at once"
+    # the same read tells a partial clone (prepare asks it with no git command of its own)
+    git(repo, "config", "remote.origin.promisor", "true", env=git_env)
+    assert gitconfig.audit(repo, git_env).partial and len(reads) == 3
