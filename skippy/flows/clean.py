@@ -16,6 +16,9 @@ Removed:
   the test-bed (:mod:`skippy.queue.testbed`) names any more, and downloads a fetch
   quarantined because their digest was wrong.
 
+Listed and kept: the shared store of archive imports (``<cache_dir>/git/llama.cpp.git``),
+with its size and the command that deletes it (safe: the next cold prepare imports again).
+
 Kept, whatever their age: the newest build of each backend of every other workdir
 that still exists (several workdirs may share one build root), anything a running
 process uses (its working directory or an open file inside it), anything under the
@@ -42,6 +45,7 @@ from skippy.core.errors import SkippyError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, human_size, tree_size
 from skippy.queue.archive_specs import load_archive_specs
+from skippy.queue.archives import shared_store
 from skippy.queue.testbed import LLAMA_CPP_PYTHON
 
 #: a build dir without a stamp changed more recently than this (seconds) may be a configure under way
@@ -233,6 +237,17 @@ class _Planner:
             for path in sorted(quarantine.iterdir()):
                 self.add(path, "a download that did not match its sha256, moved aside by a fetch", removable=True)
 
+    def store(self) -> None:
+        """The shared store of archive imports: kept (the next cold prepare clones from it), named
+        with its size so a user short of space knows it may go."""
+        store = shared_store(self.settings)
+        if store.is_dir():
+            why = (
+                "the imports of source archives, cloned into each new workdir; safe to delete "
+                f"(`rm -rf {self.settings.relative(store)}`): the next cold prepare imports again"
+            )
+            self.add(store, why, removable=False)
+
 
 def _built_at(build_dir: Path) -> float:
     """When a build dir was last built: its llama-server, else its stamp (as the builds read it)."""
@@ -277,6 +292,7 @@ def plan_clean(settings: Settings, *, in_use: Mapping[Path, int] | None = None, 
     )
     planner.builds()
     planner.archives()
+    planner.store()
     return CleanPlan(tuple(planner.remove), tuple(planner.keep))
 
 

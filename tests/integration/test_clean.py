@@ -236,3 +236,24 @@ def test_only_dirs_a_build_made_go_never_the_workdir_even_with_a_cmake_cache(tmp
     assert kept["mine"] == "a CMake build dir no build made (a build names its dir <backend>-<digest>)"
     clean(settings, Console(quiet=True), dry_run=False)
     assert sorted(p.name for p in settings.build_root.iterdir()) == ["cache", "llama.cpp", "mine"]
+
+
+def test_the_shared_store_of_archive_imports_is_listed_kept_with_its_size_and_how_to_delete_it(
+    tmp_path: Path,
+) -> None:
+    from skippy.queue.archives import shared_store
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "pyproject.toml").write_text("[tool.skippy]\n", encoding="utf-8")
+    settings = Settings.load(root, {"PATH": os.defpath})
+    assert all(e.path != shared_store(settings) for e in plan_clean(settings, in_use={}).keep)
+    store = shared_store(settings)
+    (store / "objects").mkdir(parents=True)
+    (store / "objects" / "pack").write_bytes(b"x" * 4096)
+    plan = plan_clean(settings, in_use={})
+    kept = {e.path: e for e in plan.keep}
+    assert store in kept and kept[store].size >= 4096
+    assert f"rm -rf {settings.relative(store)}" in kept[store].why
+    clean(settings, Console(quiet=True), dry_run=False)
+    assert (store / "objects" / "pack").is_file(), "listed, never removed"
