@@ -223,6 +223,11 @@ class Proof:
             "kept_from": self.kept_from,
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Proof:
+        """What :meth:`as_dict` wrote (a recorded run's ending, docs/figures/build-cpu.json)."""
+        return cls(data["name"], data["verdict"], data["detail"], kept_from=data.get("kept_from"))
+
     @property
     def shown(self) -> str:
         """The detail as the ending shows it: a kept proof says so first."""
@@ -252,6 +257,11 @@ class Ending:
 
     def as_dict(self) -> dict[str, Any]:
         return {"title": self.title, "proofs": [p.as_dict() for p in self.proofs], "tail": list(self.tail)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Ending:
+        """What :meth:`as_dict` wrote: shown again by :meth:`show`, the same lines as the run's."""
+        return cls(data["title"], tuple(Proof.from_dict(p) for p in data["proofs"]), tuple(data["tail"]))
 
     def show(self, console: Console) -> None:
         console.block(self.title, [(p.verdict, p.name, p.shown) for p in self.proofs], self.tail)

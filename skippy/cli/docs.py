@@ -7,17 +7,25 @@ A generated block sits between two markers, anywhere in a Markdown file::
     <!-- NAME: end -->
 
 ``NAME`` picks a renderer of :data:`RENDERERS` (``options``, ``settings``, ``backends``,
-``bench``).  ``python -m skippy.cli.docs`` rewrites every block of README.md and every
+``bench``, ``build-ending``...).  ``python -m skippy.cli.docs`` rewrites every block of README.md and every
 ``docs/**/*.md``; ``--check`` changes nothing and names the stale blocks (exit code 1).
 A unit test runs the check, so a table the code no longer produces fails the suite.
+
+``--record-build`` runs ``nox -s build-cpu`` twice, on the path the nox session takes (proofs made
+with ``--recheck``, then kept), stores each run's ``--json`` report and ending in
+``docs/figures/build-cpu.json``, then makes the blocks again: the sample endings of
+docs/building.md are shown by the ending's own code (:meth:`skippy.check.report.Ending.show`).
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import json
+import os
 import re
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +33,11 @@ from typing import Any, Final
 
 from skippy.build.backends import registry
 from skippy.build.backends.base import COMMON_DEFINES, TREE_OPTIONAL_DEFINES, BackendSpec
+from skippy.check.report import Ending, shown_time
 from skippy.cli.options import README_BEGIN, README_END, readme_block
 from skippy.core import specs
 from skippy.core.specs import Spec
+from skippy.core.ui import Console
 
 #: the command every marker names
 COMMAND: Final = "python -m skippy.cli.docs"
@@ -651,6 +661,97 @@ def _bench_from_file(root: Path) -> str:
     return render_bench(report)
 
 
+# --- how a build ends ------------------------------------------------------------------------
+
+#: the committed record of real ``nox -s build-cpu`` runs: each one's ``--json`` report and ending
+BUILD_JSON: Final = "docs/figures/build-cpu.json"
+#: the command that records them again (it builds the CPU backend: quick in a warm build dir)
+RECORD: Final = f"{COMMAND} --record-build"
+#: the runs recorded, in order, with the session's arguments: the proofs made, then the same
+#: binaries again (the spot check's proofs kept)
+BUILD_RUNS: Final[Mapping[str, tuple[str, ...]]] = {"fresh": ("--recheck",), "kept": ()}
+
+#: one run of the session: its arguments -> (exit code, its ``--json`` report, its ending or None)
+SessionRun = Callable[[Sequence[str]], tuple[int, Mapping[str, Any], Ending | None]]
+
+
+def build_cpu_runner(root: Path, env: Mapping[str, str]) -> SessionRun:
+    """``nox -s build-cpu -- ARGS`` as the nox session runs it (:func:`skippy.cli.run.nox_main`),
+    the ending the session showed kept beside its report."""
+    from skippy.cli.build import build
+    from skippy.cli.run import Report, nox_main
+    from skippy.core.settings import Settings
+
+    def one(args: Sequence[str]) -> tuple[int, Mapping[str, Any], Ending | None]:
+        endings: list[Ending | None] = []
+
+        def action(options: Any, settings: Settings, console: Console) -> Report:
+            report = build(options, settings, console)
+            endings.append(report.ending)
+            return report
+
+        ran = nox_main("build", args, env, root=root, backend="cpu", action=action)
+        return ran.code, ran.report, endings[-1] if endings else None
+
+    return one
+
+
+def _relative(value: Any, root: Path, home: str | None) -> Any:
+    """``value`` with the project's paths relative to it (as the ending shows them), the home folder ``~``."""
+    if isinstance(value, str):
+        text = value.replace(f"{root}/", "").replace(str(root), ".")
+        return text.replace(f"{home}/", "~/") if home else text
+    if isinstance(value, Mapping):
+        return {k: _relative(v, root, home) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relative(v, root, home) for v in value]
+    return value
+
+
+def record_build(root: Path, run: SessionRun, *, now: str, home: str | None = None) -> dict[str, Any]:
+    """The recording of :data:`BUILD_RUNS`, paths relative; DocsError when a run failed or the
+    second one kept no proof (nothing is written then)."""
+    runs: dict[str, Any] = {}
+    for name, args in BUILD_RUNS.items():
+        shown = " ".join(("nox -s build-cpu", *(("--", *args) if args else ())))
+        code, report, ending = run(args)
+        if code != 0 or ending is None or not report.get("ok") or not ending.ok:
+            raise DocsError(
+                f"`{shown}` failed (exit code {code}); {BUILD_JSON} was left as it was: make the build pass, "
+                f"then run `{RECORD}` again"
+            )
+        kept = [p.name for p in ending.proofs if p.kept_from is not None]
+        if (name == "kept") != bool(kept):
+            said = "kept no proof" if not kept else f"kept {', '.join(kept)}"
+            raise DocsError(f"`{shown}` {said}; {BUILD_JSON} was left as it was: run `{RECORD}` again")
+        runs[name] = {"command": shown, "report": report, "ending": ending.as_dict()}
+    recording = {"schema": 1, "recorded_by": RECORD, "recorded_at": now, "runs": runs}
+    relative: dict[str, Any] = _relative(recording, root, home)
+    return relative
+
+
+def _recording(root: Path) -> Mapping[str, Any]:
+    path = root / BUILD_JSON
+    try:
+        recording: Mapping[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DocsError(f"{BUILD_JSON}: cannot read the recorded build ({exc}); record it: `{RECORD}`") from exc
+    return recording
+
+
+def render_build_ending(recording: Mapping[str, Any], run: str) -> str:
+    """One recorded run's ending as the session showed it (:meth:`Ending.show`, without colour),
+    then which run it was and when."""
+    recorded = recording["runs"][run]
+    stream = io.StringIO()
+    Ending.from_dict(recorded["ending"]).show(Console(env={}, stream=stream))
+    when = shown_time(str(recording["recorded_at"]))
+    return (
+        f"```text\n{stream.getvalue().rstrip()}\n```\n\n"
+        f"(`{recorded['command']}`, recorded {when} by `{recording['recorded_by']}`)"
+    )
+
+
 # --- the modules of each layer --------------------------------------------------------------
 
 #: the package's layers, top first (pyproject.toml [tool.importlinter])
@@ -696,6 +797,8 @@ RENDERERS: Final[Mapping[str, Renderer]] = {
         Renderer("settings", "skippy/core/specs.py", render_settings),
         Renderer("backends", "skippy.build.backends.registry()", lambda _root: render_backends(registry())),
         Renderer("bench", BENCH_JSON, _bench_from_file),
+        Renderer("build-ending", BUILD_JSON, lambda root: render_build_ending(_recording(root), "fresh")),
+        Renderer("build-ending-kept", BUILD_JSON, lambda root: render_build_ending(_recording(root), "kept")),
         Renderer("modules", "the docstrings of skippy/*/", render_modules),
         Renderer("blocks", "skippy/cli/docs.py", render_blocks),
     )
@@ -757,9 +860,21 @@ def write_all(root: Path) -> list[str]:
     return [str(path.relative_to(root)) for path in made]
 
 
-def main(argv: Sequence[str], root: Path) -> int:
+def record(root: Path, run: SessionRun, *, now: str, home: str | None = None) -> None:
+    """``--record-build``: the runs recorded into :data:`BUILD_JSON`, then every block made again."""
+    recording = record_build(root, run, now=now, home=home)
+    (root / BUILD_JSON).write_text(json.dumps(recording, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"recorded {BUILD_JSON}", file=sys.stderr)
+
+
+def main(argv: Sequence[str], root: Path, *, run: SessionRun | None = None) -> int:
+    """``--check``, ``--record-build`` (``run`` replaces the real session in tests), or every block made again."""
     check = "--check" in argv
     try:
+        if "--record-build" in argv:
+            env = dict(os.environ)
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            record(root, run or build_cpu_runner(root, env), now=now, home=env.get("HOME"))
         if check:
             found = stale(root)
             for line in found:
