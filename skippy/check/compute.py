@@ -5,13 +5,11 @@ the device the layers went to).  The server's life is :mod:`skippy.check.spotche
 
 from __future__ import annotations
 
-import hashlib
 import json
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from skippy.check.evidence import device_evidence, parse_offload, template_leak
@@ -56,14 +54,6 @@ def fingerprint_runs(host: str, port: int, timeout: float, prompts: Sequence[str
         except ResponseError as exc:
             raise ComputeFailure(str(exc)) from None
     return runs
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass

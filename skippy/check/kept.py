@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from skippy.core.files import write_text_atomic
+from skippy.core.files import sha256_of, write_text_atomic
 
 #: the proof record's file name, in the build dir beside the build stamp
 PROOFS_NAME: Final = "skippy-proofs.json"
@@ -47,14 +47,6 @@ def proof_key(parts: Mapping[str, object]) -> str:
     """The digest of everything a proof depends on (canonical JSON of ``parts``)."""
     blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _identity(st: os.stat_result) -> list[int]:
@@ -117,7 +109,7 @@ class ProofRecord:
         cached = self.digests.get(name)
         if isinstance(cached, dict) and cached.get("identity") == identity and isinstance(cached.get("sha256"), str):
             return str(cached["sha256"])
-        sha = _file_sha256(file)
+        sha = sha256_of(file)
         self.digests[name] = {"identity": identity, "sha256": sha}
         self.digests_changed = True
         return sha

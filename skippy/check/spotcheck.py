@@ -38,7 +38,6 @@ from skippy.check.chat import _BIND_FAILURE, Answer, ask, judge, plan_server_arg
 from skippy.check.compute import (
     ComputeFailure,
     device_reason,
-    file_sha256,
     fingerprint_runs,
     leak_reason,
 )
@@ -71,7 +70,7 @@ from skippy.check.server import (
     wait_for_port,
 )
 from skippy.core.errors import SkippyError, SpotCheckFailed
-from skippy.core.files import write_text_atomic
+from skippy.core.files import sha256_of, write_text_atomic
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 
@@ -420,7 +419,7 @@ def _model_digest(record: ProofRecord, ref: ModelRef, path: Path) -> str:
 def _reference(settings: Settings, ref: ModelRef) -> dict[str, str | None]:
     """The committed reference fingerprint of ``ref`` (its file's digest; None: there is none)."""
     path = reference_path(reference_dir(settings), ref.label)
-    return {"reference_sha256": file_sha256(path) if path.is_file() else None}
+    return {"reference_sha256": sha256_of(path) if path.is_file() else None}
 
 
 def _save(record: ProofRecord, server: str, settings: Settings, console: Console) -> None:
@@ -471,7 +470,7 @@ def _check_resolved(
     result.compute.chat_template = facts.describe()
     if not result.ok or not result.runs:
         return result
-    sha = model_sha256 or file_sha256(model)
+    sha = model_sha256 or sha256_of(model)
     fp = Fingerprint(model=ref.label, model_sha256=sha, runs=tuple(result.runs), recorded=_recorded(env))
     result.compute.fingerprint = fp
     refs_dir = reference_dir(settings)

@@ -21,7 +21,6 @@ server's chat output parser rejects).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -556,11 +555,3 @@ def tiny_model(name: str, cache_dir: Path, quant: str = "f32") -> Path:
     if path.is_file():
         return path
     return write_tiny_model(name, path, quant)
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

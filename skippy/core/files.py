@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import stat
 import tempfile
@@ -88,3 +89,9 @@ def made_once(home: Path, *, done: Callable[[], T | None], make: Callable[[], T]
             untouched="everything: nothing was built",
             next_step="wait for it to finish and run the build again",
         ) from None
+
+
+def sha256_of(path: Path) -> str:
+    """The sha256 of a file's bytes (read in blocks: a model or a wheel is never held whole)."""
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()

@@ -11,7 +11,6 @@ project or the cache.  Fetchers (``file:``, ``https://``,
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import re
@@ -30,6 +29,7 @@ import filelock
 
 from skippy.core import pip, proc
 from skippy.core.errors import ArchiveError, CommandError, LockBusyError, NetworkError, SkippyError
+from skippy.core.files import sha256_of
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, human_size
 from skippy.queue.archive_specs import UrlKind, file_url_path, file_url_problem, pypi_requirement, url_kind
@@ -211,11 +211,6 @@ def fetch_pypi_sdist(requirement: str, into: Path, ctx: FetchContext) -> Path:
     size = files[0].stat().st_size
     ctx.console.info(f"fetched {files[0].name} ({human_size(size)}) in {time.monotonic() - started:.1f} s")
     return files[0]
-
-
-def sha256_of(path: Path) -> str:
-    with path.open("rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def cache_path(cache: Path, sha256: str) -> Path:

@@ -23,13 +23,13 @@ WHEN = "2026-12-06T04:03:12Z"
 def _hashes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every file the record hashes, in order."""
     hashed: list[Path] = []
-    real = kept._file_sha256
+    real = kept.sha256_of
 
     def counting(path: Path) -> str:
         hashed.append(path)
         return real(path)
 
-    monkeypatch.setattr(kept, "_file_sha256", counting)
+    monkeypatch.setattr(kept, "sha256_of", counting)
     return hashed
 
 

@@ -30,6 +30,7 @@ from skippy.check.models import (
     resolve_model,
 )
 from skippy.core.errors import NetworkError, SpotCheckFailed
+from skippy.core.files import sha256_of
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 
@@ -420,7 +421,7 @@ def test_tiny_chat_template_markers_are_control_tokens(family: str) -> None:
 def test_tiny_model_file_is_deterministic_and_readable(family: str, tmp_path: Path) -> None:
     a = tinymodels.write_tiny_model(family, tmp_path / "a.gguf")
     b = tinymodels.write_tiny_model(family, tmp_path / "b.gguf")
-    assert tinymodels.sha256(a) == tinymodels.sha256(b)
+    assert sha256_of(a) == sha256_of(b)
     assert a.stat().st_size < 2_000_000
     reader = gguf.GGUFReader(str(a))
     arch = reader.fields["general.architecture"]
@@ -459,7 +460,7 @@ def test_tiny_refs_take_a_weight_type(tmp_path: Path) -> None:
 def test_quantized_tiny_model_quantizes_matrices_only(quant: str, tmp_path: Path) -> None:
     a = tinymodels.write_tiny_model("gemma3", tmp_path / "a.gguf", quant)
     b = tinymodels.write_tiny_model("gemma3", tmp_path / "b.gguf", quant)
-    assert tinymodels.sha256(a) == tinymodels.sha256(b)
+    assert sha256_of(a) == sha256_of(b)
     types_by_name = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(a)).tensors}
     assert types_by_name["blk.0.ffn_up.weight"] == quant.upper()
     assert types_by_name["token_embd.weight"] == quant.upper()

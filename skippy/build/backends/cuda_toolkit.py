@@ -44,6 +44,7 @@ from skippy.build.backends.base import resolve_choice
 from skippy.build.fetched import fetch_once
 from skippy.core import pip, proc
 from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
+from skippy.core.files import sha256_of
 
 #: the wheels that make a toolkit able to build ggml-cuda (compiler, front ends, runtime, cuBLAS, CCCL)
 REQUIRED_WHEELS: Final = (
@@ -290,11 +291,6 @@ def wheels_home(cache_dir: Path) -> Path:
     """Where the downloaded wheels are kept (each checked against its pin before use): outside
     the toolkit's folder, so an interrupted assembly never downloads them again."""
     return cache_dir / "cuda" / "wheels"
-
-
-def sha256_of(path: Path) -> str:
-    with path.open("rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _record(pins: Iterable[WheelPin]) -> dict[str, object]:
