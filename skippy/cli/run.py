@@ -21,14 +21,16 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from skippy.check.report import Ending
 from skippy.cli.options import BUILD_SESSION, COMMANDS, INTERRUPTED, JSON_FLAG, Command, Common, Option, command, make
 from skippy.core import proc
 from skippy.core.errors import InternalError, Interrupted, SettingsError, SkippyError
 from skippy.core.settings import Settings, find_root
 from skippy.core.ui import Console, OptionParser, print_json, say
+
+if TYPE_CHECKING:  # the build sessions' ending: imported where a failure carries one (a prepare never loads it)
+    from skippy.check.report import Ending
 
 #: the exit code of a run that finished
 OK: Final = 0
@@ -76,10 +78,15 @@ def load(root: Path | None, env: Mapping[str, str], console: Console | None = No
 def failed(exc: SkippyError, console: Console, *, as_json: bool) -> Ran:
     """A failure, reported once: its ending (when it carries one), the error, its JSON report."""
     ending = getattr(exc, "ending", None)
-    if isinstance(ending, Ending):
+    if ending is not None:
+        from skippy.check.report import Ending
+
+        if not isinstance(ending, Ending):
+            ending = None
+    if ending is not None:
         ending.show(console)
     report = {"ok": False, **exc.as_dict()}
-    if isinstance(ending, Ending):
+    if ending is not None:
         report["proofs"] = ending.as_dict()["proofs"]
     if as_json:
         print_json(report)
