@@ -81,7 +81,8 @@ def tree_blobs(repo: Repo, commit: str) -> dict[str, str]:
 
 def step_diffs(repo: Repo, steps: Sequence[tuple[str, str]], *args: str) -> list[str]:
     """The diff of each step ``(old, new)`` (``git diff-tree -p --full-index <args> old new``), in
-    order, in one process; ``new`` must be a commit. An empty step gives an empty string."""
+    order, in one process; ``new`` must be a commit's full id (git prints it before the step's diff,
+    which is how the output is split). An empty step gives an empty string."""
     if not steps:
         return []
     # one commit per line followed by the commit to compare it with: git reads that as the commit's
