@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from skippy.core.errors import ConflictError, SettingsError
+from skippy.core.errors import CommandError, ConflictError, SettingsError
 from skippy.core.git import AM_ARGS, AM_ENV, FALLBACK_DATE, Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -328,7 +328,10 @@ def after_as_is(settings: Settings) -> str | None:
     if git_dir is None or stamp is None:
         return None
     repo = Repo(settings.workdir, settings.env)
-    work = wd.local_work(repo, git_dir, stamp, settings.tolerated_untracked)
+    try:
+        work = wd.local_work(repo, git_dir, stamp, settings.tolerated_untracked)
+    except CommandError:
+        return None  # a stamp without a checkout git can read: the build stands, there is no work to carry
     if work.empty:
         return None
     rel = settings.relative(settings.workdir)

@@ -21,8 +21,9 @@ The bounds, and why each is the least the command genuinely needs:
   which a tree-level apply of the same files would not show).  The generated lane, made again on
   those lanes when its inputs changed, is then applied once on top of their commit (the whole
   queue must apply); it used to cost two more applications of the lanes.  When the workdir's
-  history names the lanes, each generated commit's patch is applied once more, in a temporary
-  index, to prove the commit is that patch: no patch is applied more than twice.  A history out
+  history names the lanes, each generated commit is proved to be its patch by the blob ids of the
+  patch's full-index lines (one ``diff-tree`` for all of them), not by applying it again: no
+  patch is applied more than once.  A history out
   of lane order cherry-picks only the commits from the first one out of order on, tree-level
   (``git merge-tree``, no worktree), each once.  Three worktrees: the lanes', the generated
   lane's on top of them, and the generator's sandbox (it was four, and five out of lane order).
@@ -220,8 +221,8 @@ def test_regenerate_applies_each_lane_patch_once_and_the_generated_lane_on_top(c
     lanes = counted.queue_names(Lane.CORE, Lane.MODEL_SUPPORT)
     generated = counted.queue_names(Lane.GENERATED)
     assert {name: calls.applied[name] for name in lanes} == dict.fromkeys(lanes, 1)
-    # once in a temporary index (the workdir's generated commits are those patches), once by git am
-    assert {name: calls.applied[name] for name in generated} == dict.fromkeys(generated, 2)
+    # once, by git am: the workdir's generated commits are known to be those patches by their blob ids
+    assert {name: calls.applied[name] for name in generated} == dict.fromkeys(generated, 1)
     assert set(calls.applied) == set(lanes + generated)
     assert calls.am_runs <= 3, "at most one git am per lane: the lanes, then the generated lane on top"
     assert calls.worktrees == 3, "the lanes', the generated lane's on their commit, the generator's sandbox"
@@ -261,7 +262,7 @@ def test_a_history_out_of_lane_order_picks_only_what_is_out_of_order(counted: Co
     assert report.history is not None and report.history.reordered
     assert report.generated == "regenerated"  # a new model_support patch is one of its inputs
     assert calls.picked == Counter([new]), "the 40 commits already in lane order are kept as they are"
-    assert max(calls.applied.values()) == 2
+    assert max(calls.applied.values()) == 1
     assert calls.applied["0011-qwen-model-support.patch"] == 1
     assert calls.am_runs <= 3
     assert calls.worktrees == 3, "the picks made no worktree"
