@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from skippy.core.errors import ConflictError, SettingsError
+from skippy.core.files import sha256_of
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.pinbump import pin_bump, run_summary
 from skippy.maintain.summary import summarize
-from skippy.queue import archive_fetch
 from skippy.queue.model import load_queue
 from skippy.queue.prepare import PrepareReport, Target, prepare, triage_target
 from tests.conftest import Project
@@ -63,7 +63,7 @@ def archived(queued_project: Project) -> Archived:
     mappings = {}
     for sha in (pin, clean, breaking):
         archive = archive_of(queued_project, sha)
-        mappings[sha] = (archive, archive_fetch.sha256_of(archive))
+        mappings[sha] = (archive, sha256_of(archive))
     configure(queued_project, (queued_project.root / "missing.git").as_uri(), mappings)
     report = prepare(queued_project.settings(), Target.pinned(), console=QUIET, sleep=lambda _s: None)
     assert report.source == "archive"
@@ -154,7 +154,7 @@ def test_summary_from_an_upstream_commit_to_an_archive_import_lists_no_import(qu
     configure(
         queued_project,
         (queued_project.root / "missing.git").as_uri(),
-        {target: (archive, archive_fetch.sha256_of(archive))},
+        {target: (archive, sha256_of(archive))},
     )
     prepare(queued_project.settings(), Target.at(target), console=QUIET, sleep=lambda _s: None)
     repo = Repo(queued_project.workdir, queued_project.env)
@@ -247,7 +247,7 @@ def test_pin_bump_offline_never_contacts_the_upstream(archived: Archived) -> Non
     mappings = {}
     for sha in (archived.pin, archived.clean, archived.breaking):
         archive = project.root / "archives" / f"{sha[:12]}.tar.gz"
-        mappings[sha] = (archive, archive_fetch.sha256_of(archive))
+        mappings[sha] = (archive, sha256_of(archive))
     configure(project, str(project.upstream.path), mappings)
     upstream_before = snapshot(project.upstream.path)
     rec = Recorder()

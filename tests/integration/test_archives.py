@@ -16,6 +16,7 @@ from typing import ClassVar
 import pytest
 
 from skippy.core.errors import ArchiveError, NetworkError
+from skippy.core.files import sha256_of
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -122,7 +123,7 @@ def work_repo(tmp_path: Path, git_env: dict[str, str]) -> Repo:
 
 def test_fixture_archive_is_reproducible(tiny: Path, tmp_path: Path) -> None:
     again = make_tar_gz(tmp_path / "again.tar.gz", TINY_FILES, {f"{FOLDER}/docs/model.cpp": "../src/llama-model.cpp"})
-    assert archive_fetch.sha256_of(tiny) == archive_fetch.sha256_of(again) == TINY_SHA256
+    assert sha256_of(tiny) == sha256_of(again) == TINY_SHA256
 
 
 def test_import_makes_the_exact_deterministic_commit(
@@ -200,7 +201,7 @@ def test_changed_mapping_imports_again(tiny: Path, tmp_path: Path, work_repo: Re
     changed = dict(TINY_FILES)
     changed[f"{FOLDER}/src/llama-model.cpp"] = (0o644, b"// model v2\n")
     newer = make_tar_gz(tmp_path / "tiny-1.1.tar.gz", changed)
-    settings = settings_for(tmp_path, git_env, "file:tiny-1.1.tar.gz", archive_fetch.sha256_of(newer))
+    settings = settings_for(tmp_path, git_env, "file:tiny-1.1.tar.gz", sha256_of(newer))
     new = archives.import_archive(settings, work_repo, UPSTREAM, console())
     assert new != old
     assert work_repo.rev_parse(f"refs/skippy/archive/{UPSTREAM}") == new
@@ -246,7 +247,7 @@ def test_bytes_are_committed_as_they_are_whatever_the_attributes_and_config(
         "t/run.sh": (0o755, b"#!/bin/sh\n"),
     }
     archive = make_tar_gz(tmp_path / "attrs.tar.gz", files)
-    settings = settings_for(tmp_path, git_env, "file:attrs.tar.gz", archive_fetch.sha256_of(archive), folder="t")
+    settings = settings_for(tmp_path, git_env, "file:attrs.tar.gz", sha256_of(archive), folder="t")
     clean = new_repo(tmp_path / "clean", git_env)
     hostile = new_repo(tmp_path / "hostile", git_env)
     for key, value in (
@@ -348,7 +349,7 @@ def test_http_fetch_retries_transient_errors(server: str, tmp_path: Path) -> Non
     into.mkdir()
     got = archive_fetch.fetch_http(f"{server}/files/tiny-1.0.tar.gz", into, http_ctx(tmp_path, stream, sleeps))
     assert got == into / "tiny-1.0.tar.gz"
-    assert archive_fetch.sha256_of(got) == TINY_SHA256
+    assert sha256_of(got) == TINY_SHA256
     assert len(_Handler.hits) == 3
     assert sleeps == [0.5, 1.0]
     out = stream.getvalue()

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from skippy.core.errors import ArchiveError, SettingsError
+from skippy.core.files import sha256_of
 from skippy.core.ui import Console
-from skippy.queue import archive_fetch, archives
+from skippy.queue import archives
 from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env, pyproject
@@ -68,7 +69,7 @@ def test_unreachable_upstream_falls_back_to_the_archive(queued_project: Project)
     expected_tree = reference_tree(queued_project)
     archive = archive_of(queued_project, pin)
     missing = (queued_project.root / "missing.git").as_uri()
-    configure(queued_project, missing, {pin: (archive, archive_fetch.sha256_of(archive))})
+    configure(queued_project, missing, {pin: (archive, sha256_of(archive))})
 
     report = prepare(queued_project.settings(), Target.pinned(), console=QUIET, sleep=lambda _s: None)
 
@@ -97,7 +98,7 @@ def test_offline_never_touches_the_upstream(queued_project: Project) -> None:
     pin = queued_project.upstream.commits[1]
     archive = archive_of(queued_project, pin)
     # a reachable upstream: offline must still not clone or fetch from it
-    configure(queued_project, str(queued_project.upstream.path), {pin: (archive, archive_fetch.sha256_of(archive))})
+    configure(queued_project, str(queued_project.upstream.path), {pin: (archive, sha256_of(archive))})
     upstream_before = snapshot(queued_project.upstream.path)
 
     report = prepare(queued_project.settings(), Target.pinned(), console=QUIET, offline=True)
@@ -142,7 +143,7 @@ def test_digest_mismatch_through_prepare_changes_nothing(queued_project: Project
     with pytest.raises(ArchiveError) as info:
         prepare(queued_project.settings(), Target.pinned(), console=QUIET, sleep=lambda _s: None)
     assert "does not match its sha256" in info.value.what
-    assert f"actual   {archive_fetch.sha256_of(archive)}" in (info.value.details or "")
+    assert f"actual   {sha256_of(archive)}" in (info.value.details or "")
     after = snapshot(wdir)
     # the failed fetch attempt rewrites FETCH_HEAD and prepare re-points origin at the configured URL:
     # that is prepare's network side; work tree, index, refs, objects and stamp are untouched
@@ -155,7 +156,7 @@ def test_digest_mismatch_through_prepare_changes_nothing(queued_project: Project
 def test_an_abbreviated_sha_of_a_configured_archive_prepares_offline(queued_project: Project) -> None:
     pin = queued_project.upstream.commits[1]
     archive = archive_of(queued_project, pin)
-    configure(queued_project, str(queued_project.upstream.path), {pin: (archive, archive_fetch.sha256_of(archive))})
+    configure(queued_project, str(queued_project.upstream.path), {pin: (archive, sha256_of(archive))})
 
     report = prepare(queued_project.settings(), Target.at(pin[:12]), console=QUIET, offline=True)
 

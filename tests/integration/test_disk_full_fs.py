@@ -15,7 +15,7 @@ import pytest
 
 from skippy.cli.app import prepare_main
 from skippy.core.errors import WorkdirError
-from skippy.queue import archive_fetch
+from skippy.core.files import sha256_of
 from tests.conftest import Project
 from tests.e2e.needs import cannot_run
 from tests.integration.test_archives_prepare import archive_of, configure
@@ -89,7 +89,7 @@ def test_a_full_scratch_folder_during_an_archive_import_names_its_file_system(
 ) -> None:
     pin = _big(queued_project)
     archive = archive_of(queued_project, pin)
-    configure(queued_project, str(queued_project.upstream.path), {pin: (archive, archive_fetch.sha256_of(archive))})
+    configure(queued_project, str(queued_project.upstream.path), {pin: (archive, sha256_of(archive))})
     queued_project.pin(pin)
     scratch = queued_project.root / ".deps" / "cache" / "tmp"
     assert callable(tmpfs)

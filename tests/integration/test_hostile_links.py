@@ -25,7 +25,7 @@ import pytest
 from skippy.cli.app import prepare_main, status_main
 from skippy.cli.maintain import check_main, parity_main
 from skippy.core.errors import ArchiveError, QueueError, SettingsError
-from skippy.queue import archive_fetch
+from skippy.core.files import sha256_of
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env, pyproject
 from tests.integration.test_archives_prepare import FOLDER, archive_of
@@ -284,7 +284,7 @@ def test_a_quarantined_archive_is_readable_by_its_owner_only(
     report = ran.report
     assert report["error"] == "ArchiveError" and report["what"] == f"archive {url} does not match its sha256"
     quarantine = queued_project.root / ".deps" / "cache" / "archives" / "quarantine"
-    kept = [quarantine / f"{archive_fetch.sha256_of(archive)}-{archive.name}"]
+    kept = [quarantine / f"{sha256_of(archive)}-{archive.name}"]
     assert sorted(quarantine.iterdir()) == kept
     assert oct(quarantine.stat().st_mode & 0o777) == oct(0o700)
     assert oct(kept[0].stat().st_mode & 0o777) == oct(0o600)

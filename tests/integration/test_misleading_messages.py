@@ -12,8 +12,8 @@ import pytest
 
 from skippy.cli.app import prepare_main, status_main
 from skippy.core.errors import NetworkError, WorkdirError
+from skippy.core.files import sha256_of
 from skippy.core.ui import Console
-from skippy.queue import archive_fetch
 from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project
 from tests.integration.test_archives_prepare import archive_of, configure
@@ -35,7 +35,7 @@ def test_latest_with_the_upstream_unreachable_does_not_blame_offline(
     pin = queued_project.upstream.commits[1]
     archive = archive_of(queued_project, pin)
     missing = (queued_project.root / "missing.git").as_uri()
-    configure(queued_project, missing, {pin: (archive, archive_fetch.sha256_of(archive))})
+    configure(queued_project, missing, {pin: (archive, sha256_of(archive))})
     home = Path(os.environ["HOME"])
     allowed = (queued_project.root / ".deps", queued_project.patches)
     before = tree_state([tmp_path, home], allowed)
@@ -67,7 +67,7 @@ def test_latest_with_offline_given_still_says_offline(
 ) -> None:
     pin = queued_project.upstream.commits[1]
     archive = archive_of(queued_project, pin)
-    configure(queued_project, str(queued_project.upstream.path), {pin: (archive, archive_fetch.sha256_of(archive))})
+    configure(queued_project, str(queued_project.upstream.path), {pin: (archive, sha256_of(archive))})
     code, report, _err = _run(
         prepare_main, capsys, env=queued_project.env, root=queued_project.root, latest=True, offline=True, json=True
     )

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from skippy.core.errors import ArchiveError, SettingsError
+from skippy.core.files import sha256_of
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.pinbump import pin_bump
-from skippy.queue import archive_fetch
 from skippy.queue.prepare import PrepareReport, Target, prepare
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env
@@ -56,7 +56,7 @@ def mirrored(project: Project) -> tuple[str, str]:
     pin = project.upstream.commits[1]
     x = project.upstream.commit("docs: notes", {"docs/notes.md": "notes\n"})
     archive = archive_of(project, pin)
-    configure(project, str(project.upstream.path), {pin: (archive, archive_fetch.sha256_of(archive))})
+    configure(project, str(project.upstream.path), {pin: (archive, sha256_of(archive))})
     return pin, x
 
 
@@ -107,9 +107,7 @@ def test_an_archive_key_its_own_content_contradicts_is_refused_before_anything_i
     pin = queued_project.upstream.commits[1]
     archive = archive_of(queued_project, pin)
     wrong = typo(pin)
-    configure(
-        queued_project, str(queued_project.root / "missing.git"), {wrong: (archive, archive_fetch.sha256_of(archive))}
-    )
+    configure(queued_project, str(queued_project.root / "missing.git"), {wrong: (archive, sha256_of(archive))})
     pin_file = queued_project.root / "queue" / "upstream.txt"
     before = pin_file.read_text(encoding="utf-8")
 
@@ -132,9 +130,7 @@ def test_an_archive_key_its_own_content_contradicts_is_refused_before_anything_i
     store = queued_project.root / ".deps" / "cache" / "git" / "llama.cpp.git"
     assert not store.exists() or run_git(store, "for-each-ref", "refs/skippy/archive") == ""
     # the next step, done: the right key prepares it
-    configure(
-        queued_project, str(queued_project.root / "missing.git"), {pin: (archive, archive_fetch.sha256_of(archive))}
-    )
+    configure(queued_project, str(queued_project.root / "missing.git"), {pin: (archive, sha256_of(archive))})
     assert prepare(queued_project.settings(), Target.at(pin), console=QUIET, offline=True).source == "archive"
 
 
@@ -145,7 +141,7 @@ def test_a_pin_from_a_source_archive_alone_is_marked_unverified(queued_project: 
     mappings = {}
     for sha in (pin, x):
         archive = archive_of(queued_project, sha)
-        mappings[sha] = (archive, archive_fetch.sha256_of(archive))
+        mappings[sha] = (archive, sha256_of(archive))
     configure(queued_project, str(up.path), mappings)
     rec = Recorder()
 

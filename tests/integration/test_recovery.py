@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from skippy.core.errors import ConflictError, DirtyWorkdirError
+from skippy.core.files import sha256_of
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
 from skippy.queue.prepare import Target, prepare
@@ -411,7 +412,6 @@ def test_foreign_changes_sees_ignored_files_in_the_way(tmp_path: Path) -> None:
 
 
 def test_archive_based_patched_commit_is_recognized_without_a_stamp(queued_project: Project) -> None:
-    from skippy.queue import archive_fetch
     from tests.integration.test_archives_prepare import archive_of, configure
 
     pin = queued_project.upstream.commits[1]
@@ -419,7 +419,7 @@ def test_archive_based_patched_commit_is_recognized_without_a_stamp(queued_proje
     configure(
         queued_project,
         (queued_project.root / "missing.git").as_uri(),
-        {pin: (archive, archive_fetch.sha256_of(archive))},
+        {pin: (archive, sha256_of(archive))},
     )
     settings = queued_project.settings()
     first = prepare(settings, Target.pinned(), console=QUIET, offline=True)

@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from skippy.core.files import sha256_of
 from skippy.core.ui import Console
-from skippy.queue import archive_fetch, archives
+from skippy.queue import archives
 from skippy.queue.prepare import Target, prepare
 from skippy.queue.replay import pinned_store
 from tests.conftest import Project
@@ -54,7 +55,7 @@ def archived(queued_project: Project) -> Project:
     pin = queued_project.upstream.commits[1]
     archive = archive_of(queued_project, pin)
     missing = (queued_project.root / "missing.git").as_uri()
-    configure(queued_project, missing, {pin: (archive, archive_fetch.sha256_of(archive))})
+    configure(queued_project, missing, {pin: (archive, sha256_of(archive))})
     return queued_project
 
 

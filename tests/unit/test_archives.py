@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from skippy.core.errors import ArchiveError, SettingsError
+from skippy.core.files import sha256_of
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -410,20 +411,20 @@ class CountingFetcher:
 
 def test_fetch_verified_caches_by_digest(tmp_path: Path) -> None:
     source = make_tar(tmp_path / "src.tar.gz", [regular("top/a")])
-    digest = archive_fetch.sha256_of(source)
+    digest = sha256_of(source)
     counting = CountingFetcher()
     cache = tmp_path / "cache"
     first = archive_fetch.fetch_verified("file:src.tar.gz", digest, cache, ctx_for(tmp_path), fetcher=counting)
     second = archive_fetch.fetch_verified("file:src.tar.gz", digest, cache, ctx_for(tmp_path), fetcher=counting)
     assert first == second == cache / f"{digest}.archive"
     assert counting.calls == ["file:src.tar.gz"]
-    assert archive_fetch.sha256_of(first) == digest
+    assert sha256_of(first) == digest
     assert not [p for p in cache.iterdir() if p.name.startswith(".fetch-")]
 
 
 def test_fetch_verified_refetches_a_corrupted_cache_entry(tmp_path: Path) -> None:
     source = make_tar(tmp_path / "src.tar.gz", [regular("top/a")])
-    digest = archive_fetch.sha256_of(source)
+    digest = sha256_of(source)
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / f"{digest}.archive").write_bytes(b"truncated")
@@ -435,7 +436,7 @@ def test_fetch_verified_refetches_a_corrupted_cache_entry(tmp_path: Path) -> Non
 
 def test_digest_mismatch_quarantines_and_caches_nothing(tmp_path: Path) -> None:
     source = make_tar(tmp_path / "src.tar.gz", [regular("top/a")])
-    actual = archive_fetch.sha256_of(source)
+    actual = sha256_of(source)
     wanted = "0" * 64
     cache = tmp_path / "cache"
     with pytest.raises(ArchiveError) as info:
