@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from skippy.core.git import IDENTITY_EMAIL, IDENTITY_NAME, Repo
 
@@ -100,19 +101,56 @@ def step_diffs(repo: Repo, steps: Sequence[tuple[str, str]], *args: str) -> list
     return ["\n".join(by_commit.get(new, [])) for _old, new in steps]
 
 
-def diff_blobs(diff: str) -> dict[str, tuple[str, str]]:
-    """The old and new blob ids of each file of a ``--full-index`` diff, by its path (the new one)."""
-    found: dict[str, tuple[str, str]] = {}
-    path = ""
+class FileChange(NamedTuple):
+    """What a diff says of one file: its blob ids before and after (a null id where the file is
+    not; abbreviated unless the diff was made with ``--full-index``) and its mode after
+    (``000000`` once deleted; empty when the diff names none)."""
+
+    old: str
+    new: str
+    mode: str
+
+
+def diff_files(diff: str) -> dict[str, FileChange]:
+    """Each file of a diff in git's patch format that has an ``index`` line, by its path (the new
+    one); a patch file's mail around the diff is passed over."""
+    found: dict[str, FileChange] = {}
+    path: str | None = None  # inside this file's header
+    mode = ""
     for line in diff.split("\n"):
         if line.startswith("diff --git "):
             m = re.match(r"^diff --git a/(.*) b/(.*)$", line)
-            path = m.group(2) if m else ""
-        else:
-            m = _INDEX.match(line)
-            if m and path:
-                found[path] = (m.group(1), m.group(2))
+            path, mode = (m.group(2) if m else None), ""
+        elif path is None:
+            continue
+        elif line.startswith(("new file mode ", "new mode ", "deleted file mode ")):
+            mode = line.rsplit(" ", 1)[-1]
+        elif (m := _INDEX.match(line)) is not None:
+            old, new, tail = m.group(1), m.group(2), line[m.end() :].strip()
+            found[path] = FileChange(old, new, "000000" if NULL_ID.match(new) else tail or mode)
+            path = None
+        elif line.startswith(("--- ", "+++ ", "@@", "GIT binary patch")):
+            path = None  # a header without an index line (a mode change alone)
     return found
+
+
+def commit_changes(repo: Repo, commits: Sequence[str]) -> dict[str, dict[str, FileChange]]:
+    """The files each commit changes against its parent, by full blob id, in one
+    ``diff-tree --stdin``; a commit that changes nothing is left out."""
+    if not commits:
+        return {}
+    raw = ("diff-tree", "--stdin", "-r", "--raw", "--no-abbrev", "--no-renames")
+    out = repo.git(*raw, input="\n".join(commits) + "\n").stdout
+    changes: dict[str, dict[str, FileChange]] = {}
+    current: dict[str, FileChange] | None = None
+    for line in out.split("\n"):
+        if line.startswith(":") and current is not None:
+            meta, _, path = line.partition("\t")
+            _old_mode, new_mode, old, new, _status = meta[1:].split(" ", 4)
+            current[path] = FileChange(old, new, new_mode)
+        elif line.strip():
+            current = changes.setdefault(line.strip(), {})
+    return changes
 
 
 @dataclass(frozen=True)

@@ -619,18 +619,18 @@ def audit(
     for _patch, commit in replayed.steps:
         chain.append((chain[-1][1] if chain else replayed.base, commit))
     diffs = step_diffs(repo, chain)
-    blobs = [gitbulk.diff_blobs(diff) for diff in diffs]
+    blobs = [gitbulk.diff_files(diff) for diff in diffs]
     met: set[str] = set()  # the files whose upstream text the line map has been given
     texts: dict[str, str] = {}
     for at, ((patch, commit), (prev, _), diff) in enumerate(zip(replayed.steps, chain, diffs, strict=True)):
         if at % _READ_AHEAD == 0:
             texts = gitbulk.read_blobs(repo, _wanted(blobs[at : at + _READ_AHEAD], config, met))
-        for path, (old, new) in blobs[at].items():
+        for path, change in blobs[at].items():
             if path not in met:
                 met.add(path)
-                lines.prime(path, texts.get(old))
+                lines.prime(path, texts.get(change.old))
             if config.matches(path):
-                _rescan(state, blame, path, texts.get(new), label=patch.label)
+                _rescan(state, blame, path, texts.get(change.new), label=patch.label)
         found, warning = analyse_step(repo, prev, commit, label=patch.label, order=order, lines=lines, diff=diff)
         deletions += found
         if warning is not None:
@@ -672,18 +672,18 @@ def _rescan(
         state[path] = after
 
 
-def _wanted(steps: Sequence[Mapping[str, tuple[str, str]]], config: ParityConfig, met: set[str]) -> list[str]:
+def _wanted(steps: Sequence[Mapping[str, gitbulk.FileChange]], config: ParityConfig, met: set[str]) -> list[str]:
     """The blobs a run of steps reads: each audited file's new version, and the upstream version of
     each file the line map meets for the first time."""
     wanted: list[str] = []
     seen = set(met)
     for step in steps:
-        for path, (old, new) in step.items():
+        for path, change in step.items():
             if path not in seen:
                 seen.add(path)
-                wanted.append(old)
+                wanted.append(change.old)
             if config.matches(path):
-                wanted.append(new)
+                wanted.append(change.new)
     return wanted
 
 

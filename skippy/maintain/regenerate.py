@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from skippy.core import gitbulk
 from skippy.core.errors import CommandError, DirtyWorkdirError, QueueError, SettingsError, SkippyError, WorkdirError
 from skippy.core.files import same_folder, write_bytes_atomic
 from skippy.core.git import Repo
@@ -503,51 +504,23 @@ def refuse_generated_changes(settings: Settings, store: Store, history: Lanes, r
 #: one file a change makes: (path, old blob, new blob, new mode); a null blob where the file is not
 Changed = tuple[str, str, str, str]
 
-_NULL = "0" * 40
-
 
 def _commit_changes(repo: Repo, shas: list[str]) -> dict[str, frozenset[Changed]]:
     """The files each commit changes against its parent, by blob id (one ``diff-tree --stdin``)."""
-    if not shas:
-        return {}
-    out = repo.git("diff-tree", "--stdin", "-r", "--raw", "--no-abbrev", "--no-renames", input="\n".join(shas) + "\n")
-    changes: dict[str, set[Changed]] = {}
-    current: set[Changed] | None = None
-    for line in out.stdout.split("\n"):
-        if line.startswith(":") and current is not None:
-            meta, _, path = line.partition("\t")
-            _old_mode, new_mode, old, new, _status = meta[1:].split(" ", 4)
-            current.add((path, old, new, new_mode))
-        elif line.strip():
-            current = changes.setdefault(line.strip(), set())
-    return {sha: frozenset(files) for sha, files in changes.items()}
+    return {
+        sha: frozenset((path, *change) for path, change in files.items())
+        for sha, files in gitbulk.commit_changes(repo, shas).items()
+    }
 
 
 def _patch_changes(data: bytes) -> frozenset[Changed] | None:
     """The files a ``--full-index`` patch changes, by blob id, as :func:`_commit_changes` gives a
     commit's; None when a file of it carries no full blob ids (then only applying it tells)."""
-    sections = data.decode("utf-8", errors="replace").split("\ndiff --git ")[1:]
-    files = [_file_change(section) for section in sections]
-    return None if any(f is None for f in files) else frozenset(f for f in files if f is not None)
-
-
-def _file_change(section: str) -> Changed | None:
-    """One file's section of a patch (after ``diff --git``): its change, when the header has full ids."""
-    head, *rest = section.split("\n")
-    path = head.rsplit(" b/", 1)[-1]
-    mode = ""
-    for line in rest:
-        if line.startswith(("new file mode ", "new mode ", "deleted file mode ")):
-            mode = line.rsplit(" ", 1)[-1]
-        elif line.startswith("index "):
-            ids, _, tail = line[len("index ") :].partition(" ")
-            old, _, new = ids.partition("..")
-            if len(old) != 40 or len(new) != 40:
-                return None
-            return (path, old, new, "000000" if new == _NULL else tail.strip() or mode)
-        elif line.startswith(("--- ", "+++ ", "@@", "GIT binary patch")):
-            break
-    return None
+    text = data.decode("utf-8", errors="replace")
+    files = gitbulk.diff_files(text)
+    if len(files) != text.count("\ndiff --git ") or any(len(c.old) != 40 or len(c.new) != 40 for c in files.values()):
+        return None
+    return frozenset((path, *change) for path, change in files.items())
 
 
 def _differs_from_patch(repo: Repo, sha: str, patch: Path) -> str | None:

@@ -50,7 +50,7 @@ def test_step_diffs_are_the_diffs_of_each_step(upstream: Upstream, git_env: dict
         want = git(upstream.path, "diff", "--full-index", "-U0", old, new, env=git_env)
         assert diff.strip("\n") == want.strip("\n")
     assert diffs[2] == ""
-    blobs = gitbulk.diff_blobs(diffs[3])
+    blobs = gitbulk.diff_files(diffs[3])
     assert list(blobs) == ["a.txt"] and gitbulk.NULL_ID.match(blobs["a.txt"][1])
 
 
