@@ -197,10 +197,8 @@ def _apply_in_worktree(
     try:
         if sparse:
             with run.console.step(f"check out the files the patches touch of {shown} in a temporary worktree"):
-                repo.git("worktree", "add", "--detach", "--no-checkout", "--quiet", str(aside), start)
                 aside_repo = run.repo(aside)
-                aside_git = linked_git_dir(aside)
-                sparse_checkout(aside_repo, aside_git, start, touched_paths(queue.patches[first:]))
+                aside_git = add_sparse_worktree(repo, aside_repo, start, touched_paths(queue.patches[first:]))
         else:
             with run.console.step(f"check out {shown} in a temporary worktree"):
                 repo.git("worktree", "add", "--detach", "--quiet", str(aside), start)
@@ -244,6 +242,15 @@ def touched_paths(patches: Sequence[Patch]) -> set[str]:
 
 
 _PATTERN_SPECIAL = re.compile(r"([\\*?\[\]!# ])")
+
+
+def add_sparse_worktree(repo: Repo, aside: Repo, commit: str, wanted: set[str]) -> Path:
+    """A linked worktree of ``repo`` at ``aside.path``, detached at ``commit``, with only the
+    ``wanted`` paths written (:func:`sparse_checkout`); its git dir."""
+    repo.git("worktree", "add", "--detach", "--no-checkout", "--quiet", str(aside.path), commit)
+    aside_git = linked_git_dir(aside.path)
+    sparse_checkout(aside, aside_git, commit, wanted)
+    return aside_git
 
 
 def sparse_checkout(aside: Repo, aside_git: Path, commit: str, wanted: set[str]) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Final
 from skippy.core.git import AM_ARGS, AM_ENV, Repo
 from skippy.queue import workdir as wd
 from skippy.queue.am_output import failed_paths, unmerged_paths
-from skippy.queue.apply import linked_git_dir, sparse_checkout
+from skippy.queue.apply import add_sparse_worktree
 from skippy.queue.imports import shown_sha, upstream_of
 from skippy.queue.model import Patch, Queue
 
@@ -110,20 +110,18 @@ def aside_worktree(
     """A temporary detached worktree at ``commit`` (at ``path``, else under the workdir's skippy
     folder in ``git_dir``), removed afterwards whatever happens. With ``only``, just those paths
     (files or folders) are written; the rest of the tree stays in the index, marked
-    skip-worktree, so a commit made there still holds it (:func:`sparse_checkout`)."""
+    skip-worktree, so a commit made there still holds it (:func:`add_sparse_worktree`)."""
     if path is None:
         assert git_dir is not None, "an aside worktree needs a place: git_dir or path"
         root = wd.skippy_dir(git_dir) / "aside"
         root.mkdir(parents=True, exist_ok=True)
         path = root / uuid.uuid4().hex[:8]
+    aside = Repo(path, repo.env, echo=repo.echo)
     if only is None:
         repo.git("worktree", "add", "--detach", "--quiet", str(path), commit)
-    else:
-        repo.git("worktree", "add", "--detach", "--no-checkout", "--quiet", str(path), commit)
     try:
-        aside = Repo(path, repo.env, echo=repo.echo)
-        if only is not None:
-            sparse_checkout(aside, linked_git_dir(path), commit, set(only))
+        if only is not None:  # added here: a failed sparse checkout is removed with the rest
+            add_sparse_worktree(repo, aside, commit, set(only))
         yield aside
     finally:
         repo.git("worktree", "remove", "--force", str(path), check=False)
