@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from benchmarks.bench_builds import build_backend
 from benchmarks.bench_proofs import _quiet, machine_settings, share_downloads
+from skippy.build.builder import BuildReport
 from skippy.build.distcluster import find_sccache_dist, plan_cluster, running_cluster, write_cluster
 from skippy.build.plan import BuildOptions
 from skippy.core import proc
@@ -73,6 +74,26 @@ def count_compiles(settings: Settings, backend: str, source: Path, sha: str) -> 
     return sum(1 for line in out.splitlines() if " -c " in f" {line} ")
 
 
+def _timed_cpu_build(
+    settings: Settings, root: Path, name: str, sha: str, jobs: int, **env: str
+) -> tuple[BuildReport, float]:
+    """A CPU build of the workdir through sccache in a machine of its own under ``root`` (``env``:
+    its settings), and its wall seconds."""
+    machine = machine_settings(settings, root, name, SKIPPY_COMPILER_CACHE="sccache", **env)
+    share_downloads(settings, machine)
+    started = time.monotonic()
+    report = build_backend(
+        "cpu",
+        machine,
+        _quiet(),
+        source_dir=settings.workdir,
+        patched_sha=sha,
+        options=BuildOptions(jobs=jobs),
+        stop=True,
+    )
+    return report, time.monotonic() - started
+
+
 def bench_dist(settings: Settings, console: Console) -> dict[str, Any]:
     exe = find_sccache_dist(settings.env)
     if exe is None or proc.which("bwrap", settings.env) is None or os.geteuid() != 0:
@@ -85,19 +106,7 @@ def bench_dist(settings: Settings, console: Console) -> dict[str, Any]:
     jobs = os.cpu_count() or 2
     figures: dict[str, Any] = {"servers": SERVERS, "cores": jobs}
 
-    local = machine_settings(settings, root, "local", SKIPPY_COMPILER_CACHE="sccache")
-    share_downloads(settings, local)
-    started = time.monotonic()
-    here = build_backend(
-        "cpu",
-        local,
-        _quiet(),
-        source_dir=settings.workdir,
-        patched_sha=stamp.patched_sha,
-        options=BuildOptions(jobs=jobs),
-        stop=True,
-    )
-    local_wall = time.monotonic() - started
+    here, local_wall = _timed_cpu_build(settings, root, "local", stamp.patched_sha, jobs)
     steps = ninja_steps(here.build_dir)
     compile_s = sum(s for out, s in steps.items() if out.endswith(".o"))
     other_s = sum(s for out, s in steps.items() if not out.endswith(".o"))
@@ -114,26 +123,8 @@ def bench_dist(settings: Settings, console: Console) -> dict[str, Any]:
     write_cluster(plan, exe, settings.env)
     dist_jobs = jobs * SERVERS
     with running_cluster(plan, exe, settings.env):
-        sent = machine_settings(
-            settings,
-            root,
-            "dist",
-            SKIPPY_COMPILER_CACHE="sccache",
-            SKIPPY_DIST=plan.scheduler_url,
-            SKIPPY_DIST_TOKEN=plan.client_token,
-        )
-        share_downloads(settings, sent)
-        started = time.monotonic()
-        there = build_backend(
-            "cpu",
-            sent,
-            _quiet(),
-            source_dir=settings.workdir,
-            patched_sha=stamp.patched_sha,
-            options=BuildOptions(jobs=dist_jobs),
-            stop=True,
-        )
-        dist_wall = time.monotonic() - started
+        cluster = {"SKIPPY_DIST": plan.scheduler_url, "SKIPPY_DIST_TOKEN": plan.client_token}
+        there, dist_wall = _timed_cpu_build(settings, root, "dist", stamp.patched_sha, dist_jobs, **cluster)
     counts = there.cache.dist if there.cache is not None else None
     overhead = (there.build_seconds - here.build_seconds) * jobs / max(there.compiled, 1)
     figures["dist"] = {
