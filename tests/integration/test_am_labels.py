@@ -8,7 +8,7 @@ import pytest
 from skippy.core.errors import ConflictError
 from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project
-from tests.integration.test_change_loop import QUIET
+from tests.integration.test_change_loop import QUIET, two_core_patches_prepared
 
 pytestmark = pytest.mark.integration
 
@@ -16,14 +16,7 @@ pytestmark = pytest.mark.integration
 def two_core_patches(project: Project) -> tuple[str, str]:
     """core/0001 adds a file, core/0002 edits line 5; the next upstream commit edits line 5 too."""
     up = project.upstream
-    pin = up.commits[1]
-    model = up.read("src/llama-model.cpp", pin)
-    project.add_patch("core", "0001-core-a.patch", project.patch(pin, "core: a", {"src/a.h": "a\n"}))
-    edited = model.replace("// model line 5\n", "// core 5\n")
-    project.add_patch(
-        "core", "0002-core-line-5.patch", project.patch(pin, "core: line 5", {"src/llama-model.cpp": edited})
-    )
-    prepare(project.settings(), Target.pinned(), console=QUIET)
+    pin = two_core_patches_prepared(project)
     target = up.commit(
         "upstream: rework line 5", {"src/llama-model.cpp": up.read("src/llama-model.cpp").replace("line 5\n", "u5\n")}
     )

@@ -151,8 +151,8 @@ def test_a_workdir_prepared_without_trailers_is_re_marked_without_rewriting_a_fi
 # ------------------------------------------------------------------ conflict sessions
 
 
-def conflict_session(project: Project) -> tuple[str, str]:
-    """A queue whose core/0002 conflicts with an upstream commit; prepare --sha it (stopped)."""
+def two_core_patches_prepared(project: Project) -> str:
+    """core/0001 adds a file, core/0002 edits line 5 of the model file; prepared on the pin (returned)."""
     up = project.upstream
     pin = up.commits[1]
     model = up.read("src/llama-model.cpp", pin)
@@ -162,6 +162,13 @@ def conflict_session(project: Project) -> tuple[str, str]:
         "core", "0002-core-line-5.patch", project.patch(pin, "core: line 5", {"src/llama-model.cpp": edited})
     )
     prepare(project.settings(), Target.pinned(), console=QUIET)
+    return pin
+
+
+def conflict_session(project: Project) -> tuple[str, str]:
+    """A queue whose core/0002 conflicts with an upstream commit; prepare --sha it (stopped)."""
+    up = project.upstream
+    pin = two_core_patches_prepared(project)
     later = up.read("src/llama-model.cpp")
     readme = up.read("README.md")
     target = up.commit(
