@@ -439,6 +439,8 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
     """
     build_dir = plan.build_dir
     build_dir.mkdir(parents=True, exist_ok=True)
+    if plan.launcher_script is not None:
+        plan.launcher_script.write()  # CMake's launcher for every compile: there before configure
     server: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if plan.launcher is not None and plan.launcher.name == "sccache":
         # inside a root the server runs there: stopped when the build ends, before the unmounts

@@ -41,6 +41,7 @@ from skippy.build.localtree import MODE_LOCAL, WorkdirState, local_dir_name
 from skippy.build.roots import BuildRoot
 from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, TreeInfo
+from skippy.build.uncached import LauncherScript, uncached_launcher
 from skippy.core import specs
 from skippy.core.errors import BuildError
 from skippy.core.settings import Settings
@@ -110,6 +111,9 @@ class BuildPlan:
     toolkit: str | None = None
     #: the sccache-dist cluster the compiles are sent to, when one is set (``dist``)
     dist: DistSetup | None = field(default=None, repr=False)
+    #: the compiler launcher that keeps sources embedding files out of the cache (written before
+    #: configure; :mod:`skippy.build.uncached`), None when the tree has none
+    launcher_script: LauncherScript | None = field(default=None, repr=False)
     #: set when configure and build run inside a root file system (their argv start with
     #: ``runner``; :func:`skippy.build.roots.mounted` binds the work folders in around them
     #: for chroot, a namespace runner's binds are in ``runner`` itself)
@@ -270,6 +274,7 @@ class _LauncherSetup:
     storage: CacheStorage | None = None
     fallback_env: dict[str, str] = field(default_factory=dict)
     dist: DistSetup | None = None
+    script: LauncherScript | None = None
 
 
 def _launcher_setup(
@@ -285,9 +290,14 @@ def _launcher_setup(
     launcher = toolchain.launcher
     if launcher is None:
         return setup
+    # the sources whose embedded files no cache sees go around it, through a script of their own
+    setup.script = uncached_launcher(settings.build_root, launcher.path, tree.uncached_sources)
+    command, source = launcher.path, launcher.name
+    if setup.script is not None:
+        command, source = str(setup.script.path), f"{launcher.name}, {len(setup.script.sources)} source(s) uncached"
     wanted = (lang for lang in s.languages if lang in tree.languages or lang in ("C", "CXX"))
     for lang in (lang for lang in wanted if lang not in UNCACHED_LANGUAGES):
-        out.put(f"CMAKE_{lang}_COMPILER_LAUNCHER", launcher.path, path=True, source=launcher.name)
+        out.put(f"CMAKE_{lang}_COMPILER_LAUNCHER", command, path=True, source=source)
     if toolchain.build_root is not None:
         # inside a root: a server of the root's own, with the local directory (bound in); a
         # namespace runner's server sees only the folders bound when it started: they name it
@@ -485,6 +495,7 @@ def plan_build(
         cache_storage=setup.storage,
         cache_fallback_env=MappingProxyType(setup.fallback_env),
         dist=setup.dist,
+        launcher_script=setup.script,
         toolkit=toolchain.facts.get("toolkit"),
         build_root=inside,
     )

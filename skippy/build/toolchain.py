@@ -24,6 +24,7 @@ from skippy.build.backends import languages, spec
 from skippy.build.backends.base import RPC_TARGETS, Backend, BackendSpec, PlanFacts, Platform
 from skippy.build.roots import BuildRoot, install_launcher
 from skippy.build.tool import Tool
+from skippy.build.uncached import find_uncached_sources
 from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings
@@ -57,6 +58,9 @@ class TreeInfo:
     #: the top-level CMakeLists.txt takes LLAMA_BUILD_COMMIT/LLAMA_BUILD_NUMBER from -D when given
     #: (else it asks git for HEAD, so every new patched commit recompiles all of libllama)
     build_info_overridable: bool = False
+    #: sources whose objects depend on files no compiler cache sees (``.incbin``, ``#embed``):
+    #: compiled outside the cache (:mod:`skippy.build.uncached`)
+    uncached_sources: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,8 @@ def _cmake_files(source_dir: Path) -> Iterable[Path]:
 
 
 def inspect_tree(source_dir: Path) -> TreeInfo:
-    """Read the CMake files of ``source_dir`` (no CMake run)."""
+    """Read the CMake files of ``source_dir`` (no CMake run), and find the sources a compiler
+    cache must not serve."""
     if not (source_dir / "CMakeLists.txt").is_file():
         raise ToolchainMissing(
             f"{source_dir} has no CMakeLists.txt: not a llama.cpp tree",
@@ -213,6 +218,7 @@ def inspect_tree(source_dir: Path) -> TreeInfo:
         build_info_overridable=all(
             re.search(rf"if\s*\(\s*NOT\s+DEFINED\s+{name}\s*\)", top) for name in BUILD_INFO_DEFINES
         ),
+        uncached_sources=find_uncached_sources(source_dir),
     )
 
 
