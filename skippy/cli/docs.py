@@ -285,6 +285,7 @@ def _bench_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     rows += _parse_rows(report)
     rows += _generate_all_rows(report)
     rows += _scale_rows(report)
+    rows += _dist_rows(report)
     return rows
 
 
@@ -607,6 +608,46 @@ def _proof_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def _dist_side(name: str, side: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """One part of the dist section (the CPU build, CUDA's sampled objects): local beside sent."""
+    local, there = side["local"], side["dist"]
+    counts = there.get("counts") or {}
+    estimate = " / ".join(
+        f"{n}: {_s(s)}" for n, s in sorted(side["estimate_build_s"].items(), key=lambda kv: int(kv[0]))
+    )
+    return (
+        f"{name}, {local['compiles']} compiles: a local build / sent to {side['servers']} build servers on the same "
+        f"{side['cores']} cores (`--only dist`); estimate with N real servers",
+        f"{_s(local['build_s'])} / {_s(there['build_s'])}: {counts.get('remote', '?')} ran remotely, "
+        f"{counts.get('local', '?')} locally, {counts.get('failed_over', '?')} failed over; overhead "
+        f"{there['overhead_per_compile_s']:g} core-s per compile; estimate (an upper bound) {estimate}",
+        "-",
+        "-",
+    )
+
+
+def _dist_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The dist section: the CPU build (and CUDA's sampled objects, when measured) sent to a cluster."""
+    dist = report.get("dist")
+    if not dist:
+        return []
+    rows = [_dist_side("the CPU build (llama-server and the RPC server)", dist)]
+    cuda = dist.get("cuda")
+    if cuda and "dist" in cuda:
+        rows.append(_dist_side(f"a sample of CUDA's objects ({cuda.get('objects_total', '?')} in all)", cuda))
+    steps = dist.get("compile_steps") or {}
+    if steps:
+        rows.append(
+            (
+                "compile steps of each backend's build (one remote-cache entry each at least; configure only)",
+                ", ".join(f"{name} {n}" for name, n in sorted(steps.items()) if n is not None),
+                "-",
+                "-",
+            )
+        )
+    return rows
+
+
 #: the bench report's keys the table reads (the others are named under it)
 _BENCH_KEYS: Final = frozenset(
     {
@@ -628,6 +669,7 @@ _BENCH_KEYS: Final = frozenset(
         "parse",
         "generate_all",
         "scale",
+        "dist",
     }
 )
 

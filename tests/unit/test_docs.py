@@ -136,6 +136,27 @@ def test_the_bench_table_shows_upstream_tests_figures() -> None:
     assert "does not show" not in table
 
 
+def test_the_bench_table_shows_the_dist_figures() -> None:
+    counts = {"remote": 300, "local": 3, "failed_over": 2}
+    side = {
+        "servers": 2,
+        "cores": 2,
+        "local": {"build_s": 500.0, "compiles": 305},
+        "dist": {"build_s": 510.5, "counts": counts, "overhead_per_compile_s": 0.066},
+        "estimate_build_s": {"8": 66.0, "1": 510.0},
+    }
+    cuda = {**side, "objects_total": 491, "local": {"build_s": 200.0, "compiles": 20}}
+    section = {**side, "compile_steps": {"cpu": 305, "cuda": 491, "vulkan": None}, "cuda": cuda}
+    table = docs.render_bench({"machine": {"cpus": 2}, "dist": section})
+    cpu = next(line for line in table.splitlines() if line.startswith("| the CPU build"))
+    assert "| 500.0 s / 510.5 s: 300 ran remotely, 3 locally, 2 failed over; overhead 0.066 core-s" in cpu
+    assert cpu.endswith("estimate (an upper bound) 1: 510.0 s / 8: 66.0 s | - | - |")
+    sample = next(line for line in table.splitlines() if line.startswith("| a sample of CUDA's objects"))
+    assert "(491 in all), 20 compiles" in sample and "| 200.0 s / 510.5 s" in sample
+    assert "| cpu 305, cuda 491 |" in table
+    assert "does not show" not in table
+
+
 # --- what the pages name exists ------------------------------------------------------------------
 
 #: a dotted name of the package in backticks: `skippy.cli.build.parse_session_args`
