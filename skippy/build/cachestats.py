@@ -166,6 +166,9 @@ class CacheProbe:
         runs a probe compile with our token); else fall back to local compiles, one warning."""
         dist = self.plan.dist
         if dist is None:
+            if self.plan.dist_unused is not None:
+                self.dist_fallback = self.plan.dist_unused
+                self.console.warn(f"compile cluster: {self.plan.dist_unused}; compiling on this machine")
             return
         if self.fallback is not None:
             self.dist_fallback = "the build fell back to the local cache, compiled here"

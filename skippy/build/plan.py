@@ -36,7 +36,7 @@ from skippy.build.cache import (
     root_launcher_env,
     select_storage,
 )
-from skippy.build.dist import DistSetup, client_config, config_path, dist_env, select_dist
+from skippy.build.dist import DistCluster, DistSetup, client_config, config_path, dist_env, select_dist
 from skippy.build.localtree import MODE_LOCAL, WorkdirState, local_dir_name
 from skippy.build.roots import BuildRoot
 from skippy.build.tool import Tool
@@ -114,6 +114,8 @@ class BuildPlan:
     #: the compiler launcher that keeps sources embedding files out of the cache (written before
     #: configure; :mod:`skippy.build.uncached`), None when the tree has none
     launcher_script: LauncherScript | None = field(default=None, repr=False)
+    #: why the configured compile cluster is not used by this build (a root's, ccache's)
+    dist_unused: str | None = None
     #: set when configure and build run inside a root file system (their argv start with
     #: ``runner``; :func:`skippy.build.roots.mounted` binds the work folders in around them
     #: for chroot, a namespace runner's binds are in ``runner`` itself)
@@ -275,6 +277,8 @@ class _LauncherSetup:
     fallback_env: dict[str, str] = field(default_factory=dict)
     dist: DistSetup | None = None
     script: LauncherScript | None = None
+    #: why a configured cluster is not used by this build (warned once when it starts)
+    dist_unused: str | None = None
 
 
 def _launcher_setup(
@@ -298,16 +302,20 @@ def _launcher_setup(
     wanted = (lang for lang in s.languages if lang in tree.languages or lang in ("C", "CXX"))
     for lang in (lang for lang in wanted if lang not in UNCACHED_LANGUAGES):
         out.put(f"CMAKE_{lang}_COMPILER_LAUNCHER", command, path=True, source=source)
+    cluster = select_dist(_build_table(settings).get("dist"), settings.env)
     if toolchain.build_root is not None:
         # inside a root: a server of the root's own, with the local directory (bound in); a
         # namespace runner's server sees only the folders bound when it started: they name it
         setup.storage = local_storage("inside the root: local directory only")
         tagged = toolchain.build_root.with_binds((tree.source_dir, settings.build_root))
         setup.env_overrides.update(root_launcher_env(settings.cache_dir, tagged.server_tag))
+        setup.dist_unused = _unused(cluster, "the build runs inside a root file system, whose compiler it cannot send")
         return setup
     storage = _shared_storage(settings)
     setup.storage = storage
-    cluster = select_dist(_build_table(settings).get("dist"), settings.env) if launcher.name == "sccache" else None
+    if launcher.name != "sccache":
+        setup.dist_unused = _unused(cluster, f"{launcher.name} does not send compiles to sccache-dist")
+        cluster = None
     tag = cluster.tag() if cluster is not None else ""
     setup.env_overrides.update(launcher_env(launcher.name, settings.cache_dir, storage, dist_tag=tag))
     if storage.remote and launcher.name == "sccache":
@@ -322,6 +330,11 @@ def _launcher_setup(
         text = client_config(cluster, conf.parent / "toolchains")
         setup.dist = DistSetup(cluster=cluster, config=conf, config_text=text, fallback_env=here)
     return setup
+
+
+def _unused(cluster: DistCluster | None, why: str) -> str | None:
+    """Why a configured cluster is left out of this build (None when none is configured)."""
+    return f"{cluster.description} ({cluster.source}) is not used: {why}" if cluster is not None else None
 
 
 def _shared_storage(settings: Settings) -> CacheStorage:
@@ -496,6 +509,7 @@ def plan_build(
         cache_fallback_env=MappingProxyType(setup.fallback_env),
         dist=setup.dist,
         launcher_script=setup.script,
+        dist_unused=setup.dist_unused,
         toolkit=toolchain.facts.get("toolkit"),
         build_root=inside,
     )

@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 
 from skippy.build.cache import native_cpu_tag, native_namespace, read_only, read_only_reason, select_storage
-from skippy.build.cachestats import CacheStats
+from skippy.build.cachestats import CacheProbe, CacheStats
 from skippy.build.dist import (
     DistCounts,
     client_config,
@@ -21,7 +22,9 @@ from skippy.build.dist import (
     write_client_config,
 )
 from skippy.build.distcluster import plan_cluster, scheduler_toml, server_toml
+from skippy.build.tool import Tool
 from skippy.core.errors import SettingsError
+from skippy.core.ui import Console
 from tests.unit.test_build_plan import plan
 
 TOKEN = "tok-3f9a-not-a-real-one"  # noqa: S105 - a fake token the tests check is never shown
@@ -112,6 +115,19 @@ def test_a_plan_with_a_cluster_has_its_own_server_and_a_local_fallback(tmp_path:
     assert plan(tmp_path, "cpu").dist is None
     # no compiler cache, no cluster (sccache sends the compiles)
     assert plan(tmp_path, "cpu", env={**env, "SKIPPY_COMPILER_CACHE": "none"}, tc={"launcher": None}).dist is None
+
+
+def test_a_cluster_ccache_cannot_use_is_named_once_as_the_build_starts(tmp_path: Path) -> None:
+    env = {"SKIPPY_DIST": "http://127.0.0.1:10600", "SKIPPY_DIST_TOKEN": TOKEN}
+    p = plan(tmp_path, "cpu", env=env, tc={"launcher": Tool("ccache", "/usr/bin/ccache", "ccache 4.8")})
+    assert p.dist is None
+    assert p.dist_unused is not None and "ccache does not send compiles to sccache-dist" in p.dist_unused
+    assert TOKEN not in p.dist_unused
+    out = io.StringIO()
+    probe = CacheProbe(p, Console(env={}, stream=out))
+    probe._use_cluster()
+    assert probe.dist_fallback == p.dist_unused
+    assert out.getvalue().count("compile cluster:") == 1 and "compiling on this machine" in out.getvalue()
 
 
 # --- a shared cache that cannot serve a wrong object ----------------------------------

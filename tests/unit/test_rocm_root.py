@@ -112,7 +112,9 @@ def _root(path: Path, versions: dict[str, str] = VERSIONS) -> DebianRoot:
     return DebianRoot(path, pin(), MappingProxyType(dict(versions)))
 
 
-def _plan(tmp_path: Path, root: DebianRoot | None, args: tuple[str, ...] = ()) -> BuildPlan:
+def _plan(
+    tmp_path: Path, root: DebianRoot | None, args: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> BuildPlan:
     base = Toolchain(
         backend="rocm",
         system="Linux",
@@ -127,13 +129,13 @@ def _plan(tmp_path: Path, root: DebianRoot | None, args: tuple[str, ...] = ()) -
             base,
             cmake=inside.cmake,
             ninja=inside.ninja,
-            launcher=None,
+            launcher=Tool("sccache", "/usr/bin/sccache", "sccache 0.16.0") if env else None,
             facts={"rocm_toolkit": "debian-root", "toolkit": root.toolkit},
             tools=(*base.tools, *root.pinned_tools()),
             build_root=inside,
         )
     tree = TreeInfo(tmp_path / "src", frozenset({"GGML_RPC"}), frozenset({"C", "CXX", "HIP"}), "ggml-rpc-server")
-    settings = Settings.from_table(tmp_path / "proj", {}, {})
+    settings = Settings.from_table(tmp_path / "proj", {}, env or {})
     return plan_build(
         "rocm", settings, tree=tree, toolchain=base, patched_sha="a" * 40, options=BuildOptions(cmake_args=args)
     )
@@ -253,3 +255,14 @@ def test_the_build_root_wraps_and_maps_paths() -> None:
         "--version",
     )
     assert inside.host_path("/usr/lib/llvm-21/bin/clang++") == Path("/c/root/usr/lib/llvm-21/bin/clang++")
+
+
+def test_a_configured_cluster_is_not_used_inside_the_root_and_the_plan_says_why(tmp_path: Path) -> None:
+    env = {"SKIPPY_DIST": "http://10.0.0.1:10600", "SKIPPY_DIST_TOKEN": "secret-client-token"}
+    p = _plan(tmp_path, _root(tmp_path / "rootfs"), env=env)
+    assert p.dist is None and p.launcher is not None
+    assert p.dist_unused == (
+        "sccache-dist scheduler http://10.0.0.1:10600 (SKIPPY_DIST) is not used: the build runs inside a root "
+        "file system, whose compiler it cannot send"
+    )
+    assert _plan(tmp_path, _root(tmp_path / "rootfs"), env={"PATH": "/usr/bin"}).dist_unused is None
