@@ -22,26 +22,21 @@ from typing import Any, Final
 from skippy.build.backends import registry, spec, switches
 from skippy.build.backends.base import COMMON_DEFINES, RPC_TARGETS, TREE_OPTIONAL_DEFINES, Backend, BackendSpec
 from skippy.build.cache import (
-    UNCACHED_LANGUAGES,
     CacheStorage,
     basedirs_env,
-    github_event,
-    host_cpu_tag,
     launcher_env,
     local_fallback_env,
     local_storage,
-    native_namespace,
-    read_only,
-    read_only_reason,
     root_launcher_env,
     select_storage,
 )
 from skippy.build.dist import DistCluster, DistSetup, client_config, config_path, dist_env, select_dist
 from skippy.build.localtree import MODE_LOCAL, WorkdirState, local_dir_name
 from skippy.build.roots import BuildRoot
+from skippy.build.sharedcache import github_event, host_cpu_tag, native_namespace, read_only, read_only_reason
 from skippy.build.tool import Tool
 from skippy.build.toolchain import Toolchain, TreeInfo
-from skippy.build.uncached import LauncherScript, uncached_launcher
+from skippy.build.uncached import UNCACHED_LANGUAGES, LauncherScript, uncached_launcher
 from skippy.core import specs
 from skippy.core.errors import BuildError
 from skippy.core.settings import Settings

@@ -6,7 +6,7 @@ or in inline ``asm``) or C23/C++26 ``#embed`` is in none of those: change that f
 shared with another build dir or machine serves the object made from the old one. skippy keeps
 such compiles out of the cache:
 
-* assembler sources never go through the cache (:data:`skippy.build.cache.UNCACHED_LANGUAGES`:
+* assembler sources never go through the cache (:data:`UNCACHED_LANGUAGES`:
   the Metal backend embeds its shader library with a generated ``.incbin`` source);
 * a C-family source that contains ``.incbin`` or ``#embed``, or includes a header that does
   (directly or through other headers, matched by file name), is found in the tree when the build
@@ -31,6 +31,9 @@ from typing import Final
 
 from skippy.core.files import write_text_atomic
 
+#: languages whose compiles never go through the compiler cache: an assembler source may
+#: ``.incbin`` a file (the embedded Metal library does) that no cache sees among its inputs
+UNCACHED_LANGUAGES: Final = frozenset({"ASM", "ASM-ATT", "ASM_NASM", "ASM_MASM"})
 #: the C-family sources a launcher is asked to compile
 SOURCE_SUFFIXES: Final = frozenset({".c", ".cc", ".cpp", ".cxx", ".cu", ".m", ".mm"})
 #: the files those include

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.cache import native_cpu_tag, native_namespace, read_only, read_only_reason, select_storage
+from skippy.build.cache import select_storage
 from skippy.build.cachestats import CacheProbe, CacheStats
 from skippy.build.dist import (
     DistCounts,
@@ -22,6 +22,7 @@ from skippy.build.dist import (
     write_client_config,
 )
 from skippy.build.distcluster import plan_cluster, scheduler_toml, server_toml
+from skippy.build.sharedcache import native_cpu_tag, native_namespace, read_only, read_only_reason
 from skippy.build.tool import Tool
 from skippy.core.errors import SettingsError
 from skippy.core.ui import Console
