@@ -8,7 +8,7 @@ from pathlib import Path
 
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.queue import workdir as wd
+from skippy.queue.disk import oserror_problem
 
 #: the workdir when neither [tool.skippy] workdir nor LLAMA_WORKDIR says otherwise
 DEFAULT_WORKDIR = ".deps/llama.cpp"
@@ -30,7 +30,7 @@ def ensure_compat_link(settings: Settings, console: Console) -> tuple[str, ...]:
     try:
         return _update_compat_link(settings, link, console)
     except OSError as exc:
-        problem = wd.oserror_problem(exc)
+        problem = oserror_problem(exc)
         note = f"compat link {settings.relative(link)} not updated: {problem.cause} ({problem.path or link})"
         console.warn(note)
         return (note,)

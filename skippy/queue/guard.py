@@ -11,6 +11,7 @@ from skippy.core.errors import CommandError, LockBusyError, WorkdirError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
+from skippy.queue.disk import DiskProblem, disk_problem, file_system_of, oserror_problem
 
 
 def lock_path(settings: Settings) -> Path:
@@ -54,7 +55,7 @@ def locked(settings: Settings, console: Console) -> Iterator[None]:
 
 
 def disk_error(
-    settings: Settings, problem: wd.DiskProblem, *, untouched: str, rerun: str, doing: str | None = None
+    settings: Settings, problem: DiskProblem, *, untouched: str, rerun: str, doing: str | None = None
 ) -> WorkdirError:
     """The real cause of a refused write (no space, read-only, permission), where, and what next."""
     rel = settings.relative(settings.workdir)
@@ -63,7 +64,7 @@ def disk_error(
         path = settings.workdir / path
     inside = path == settings.workdir or settings.workdir in path.parents
     fix = settings.workdir if inside else path.parent
-    fs = wd.file_system_of(path) if problem.full else None
+    fs = file_system_of(path) if problem.full else None
     if fs is not None:
         # the file system that is full, named by its mount point (the workdir, the cache's scratch
         # folder or a path git names may each sit on another one; the path may be gone by now)
@@ -101,9 +102,9 @@ def disk_errors(settings: Settings, *, rerun: str, untouched: str) -> Iterator[N
     try:
         yield
     except OSError as exc:
-        raise disk_error(settings, wd.oserror_problem(exc), untouched=untouched, rerun=rerun) from exc
+        raise disk_error(settings, oserror_problem(exc), untouched=untouched, rerun=rerun) from exc
     except CommandError as exc:
-        problem = wd.disk_problem(exc.output_tail)
+        problem = disk_problem(exc.output_tail)
         if problem is None:
             raise
         doing = exc.what.split(" failed", 1)[0].split(" timed out", 1)[0]

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from skippy.core.errors import CommandError, NetworkError, SettingsError
 from skippy.core.git import Repo
-from skippy.queue import workdir as wd
+from skippy.queue.disk import disk_problem
 from skippy.queue.run import Run
 from skippy.queue.target import Target, expand_known_sha
 
@@ -46,7 +46,7 @@ def retry(run: Run, action: Callable[[], object], what: str, cleanup: Callable[[
             last = exc
             if cleanup is not None:
                 cleanup()
-            if wd.disk_problem(exc.output_tail) is not None:
+            if disk_problem(exc.output_tail) is not None:
                 raise
             if attempt < attempts:
                 delay = run.settings.network_backoff * (2 ** (attempt - 1))
@@ -299,7 +299,7 @@ def _fetch_commit(run: Run, repo: Repo, wanted: str) -> Resolved | None:
         try:
             repo.network("fetch", "--quiet", "origin", wanted, what="git fetch")
         except CommandError as exc:
-            if wd.disk_problem(exc.output_tail) is not None:
+            if disk_problem(exc.output_tail) is not None:
                 raise
         local = lookup(run, repo, wanted)
     return local

@@ -20,7 +20,7 @@ import pytest
 
 from skippy.core.errors import WorkdirError
 from skippy.core.ui import Console
-from skippy.queue import workdir as wd
+from skippy.queue.disk import DiskProblem, disk_problem, oserror_problem
 from skippy.queue.guard import lock_path
 from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project
@@ -176,15 +176,15 @@ def test_full_disk_during_fetch_is_named_not_a_network_failure(prepared: Project
 
 def test_disk_problem_reads_git_and_os_messages() -> None:
     line = "fatal: Unable to create '/w/.git/index.lock': Read-only file system"
-    assert wd.disk_problem("warning: x\n" + line) == wd.DiskProblem("Read-only file system", "/w/.git/index.lock", line)
-    assert wd.disk_problem("fatal: unable to write loose object file: No space left on device") == wd.DiskProblem(
+    assert disk_problem("warning: x\n" + line) == DiskProblem("Read-only file system", "/w/.git/index.lock", line)
+    assert disk_problem("fatal: unable to write loose object file: No space left on device") == DiskProblem(
         "No space left on device", None, "fatal: unable to write loose object file: No space left on device"
     )
     # an ssh remote refusing the key is the network's problem, not the disk's
-    assert wd.disk_problem("git@example.invalid: Permission denied (publickey).") is None
-    assert wd.disk_problem("fatal: could not read from remote repository") is None
-    assert wd.disk_problem("Applying: model: say No space left on device when the cache is full") is None
-    problem = wd.oserror_problem(PermissionError(13, "Permission denied", "/w/x"))
+    assert disk_problem("git@example.invalid: Permission denied (publickey).") is None
+    assert disk_problem("fatal: could not read from remote repository") is None
+    assert disk_problem("Applying: model: say No space left on device when the cache is full") is None
+    problem = oserror_problem(PermissionError(13, "Permission denied", "/w/x"))
     assert (problem.cause, problem.path, problem.full) == ("Permission denied", "/w/x", False)
 
 
@@ -233,7 +233,7 @@ def test_unreachable_upstream_for_an_unmapped_sha_names_the_network(prepared: Pr
 def test_disk_problem_reads_a_checkout_that_filled_the_disk() -> None:
     """git checkout says only "unable to write file" and its own words for ENOSPC."""
     out = "error: unable to write file big.bin\nfatal: sha1 file '/w/.git/index.lock' write error. Out of diskspace"
-    problem = wd.disk_problem(out)
+    problem = disk_problem(out)
     assert problem is not None and problem.full
     assert (problem.cause, problem.path) == ("No space left on device", "/w/.git/index.lock")
-    assert wd.disk_problem("Applying: say write error. Out of diskspace here") is None
+    assert disk_problem("Applying: say write error. Out of diskspace here") is None
