@@ -360,48 +360,31 @@ def probe_toolchain(
     the host; tests pass their own to probe fake toolchains.
     """
     s = spec(backend)
-    given = dict(given or {})
-    env = settings.env
-    system = system or _platform.system()
-    if os_release is None:
-        release = Path("/etc/os-release")
-        os_release = release.read_text(encoding="utf-8") if release.is_file() else ""
-    plat = host_platform(system, os_release)
-    if s.host_systems and system not in s.host_systems:
-        raise _wrong_host(s, system)
-
-    wheel_dirs = (_interpreter_bin(),)
-    cmake = _require("cmake", env, backend_spec=s, platform=plat, extra_dirs=wheel_dirs)
-    ninja = _require("ninja", env, backend_spec=s, platform=plat, extra_dirs=wheel_dirs)
-    found = s.probe(
-        _Context(
-            env=env,
-            given=given,
-            backend_spec=s,
-            platform=plat,
-            library_dirs=tuple(library_dirs),
-            well_known_dirs=well_known_dirs,
-            cache_dir=settings.cache_dir,
-            build_table=_build_table(settings),
-            system=system,
-            machine=machine or _platform.machine(),
-        )
+    system, plat = _host(s, system, os_release)
+    context = _Context(
+        env=settings.env,
+        given=dict(given or {}),
+        backend_spec=s,
+        platform=plat,
+        library_dirs=tuple(library_dirs),
+        well_known_dirs=well_known_dirs,
+        cache_dir=settings.cache_dir,
+        build_table=_build_table(settings),
+        system=system,
+        machine=machine or _platform.machine(),
     )
-    tools = list(found.tools)
-    if found.build_root is None:
-        # the host's compilers (inside a root the root's own compile: its versions are its packages')
-        tools[:0] = [
-            _require(env.get("CC") or "cc", env, backend_spec=s, platform=plat, label="cc"),
-            _require(env.get("CXX") or "c++", env, backend_spec=s, platform=plat, label="c++"),
-        ]
-
+    wheel_dirs = (_interpreter_bin(),)
+    cmake = context.require("cmake", extra_dirs=wheel_dirs)
+    ninja = context.require("ninja", extra_dirs=wheel_dirs)
+    found = s.probe(context)
+    tools = found.tools if found.build_root is not None else (*_host_compilers(context), *found.tools)
+    choice = compiler_cache_choice(settings)
+    launcher = _launcher(choice, settings.env, found.build_root, s, plat)
     notes = found.notes
-    launcher = _launcher(compiler_cache_choice(settings), env, found.build_root, s, plat)
     if found.build_root is not None:
         # cmake, ninja, the compilers and the compiler cache (a copy, with a server of its own) run inside
         cmake, ninja = found.build_root.cmake, found.build_root.ninja
-        notes = (*notes, _root_cache_note(launcher, compiler_cache_choice(settings)))
-
+        notes = (*notes, _root_cache_note(launcher, choice))
     return Toolchain(
         backend=s.name,
         system=system,
@@ -414,6 +397,28 @@ def probe_toolchain(
         facts=dict(found.facts),
         features=found.features,
         build_root=found.build_root,
+    )
+
+
+def _host(s: BackendSpec, system: str | None, os_release: str | None) -> tuple[str, Platform | None]:
+    """This host's system and platform (from ``/etc/os-release`` unless given); a backend this kind
+    of host cannot build at all (Metal off macOS) is refused here, before any tool is looked for."""
+    system = system or _platform.system()
+    if os_release is None:
+        release = Path("/etc/os-release")
+        os_release = release.read_text(encoding="utf-8") if release.is_file() else ""
+    plat = host_platform(system, os_release)
+    if s.host_systems and system not in s.host_systems:
+        raise _wrong_host(s, system)
+    return system, plat
+
+
+def _host_compilers(context: _Context) -> tuple[Tool, ...]:
+    """The host's C and C++ compilers (``CC``/``CXX``, else ``cc``/``c++``); a build inside a
+    root uses the root's own, whose versions are its packages'."""
+    return (
+        context.require(context.env.get("CC") or "cc", label="cc"),
+        context.require(context.env.get("CXX") or "c++", label="c++"),
     )
 
 
