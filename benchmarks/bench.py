@@ -497,7 +497,11 @@ def _run_proofs(settings: Settings, console: Console, wanted: set[str], report: 
         "pin-move": ("pin_move", "pin moves: skippy's build vs raw, commit held fixed", bench_pinmove.bench_pin_move),
         "graph-parse": ("graph_parse", "C++ parsers on the family files: tree-sitter vs libclang", _bench_graph_parse),
         "parse": ("parse", "the parity audit's C++ reading: tree-sitter vs the old text scanner", _bench_parse),
-        "dist": ("dist", "the CPU build sent to a local sccache-dist cluster, beside a local one", _bench_dist),
+        "dist": (
+            "dist",
+            "the CPU build and a sample of CUDA's objects sent to a local sccache-dist cluster, beside local builds",
+            _bench_dist,
+        ),
     }
     for name, (key, title, bench) in sections.items():
         if name in wanted:

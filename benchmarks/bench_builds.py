@@ -149,10 +149,12 @@ def build_backend(
     patched_sha: str,
     options: BuildOptions | None = None,
     build: bool = True,
+    targets: tuple[str, ...] = (),
     stop: bool = False,
 ) -> BuildReport:
     """Probe, plan and execute a build of ``source_dir`` (no prepare, no spot check); with
-    ``build=False`` configure only; with ``stop`` the compiler cache server is stopped after."""
+    ``build=False`` configure only; ``targets``: those Ninja targets instead of the backend's;
+    with ``stop`` the compiler cache server is stopped after."""
     from skippy.build.builder import execute_plan
     from skippy.build.cachestats import stop_cache_server
     from skippy.build.plan import BuildOptions, plan_build, requested_defines
@@ -164,7 +166,7 @@ def build_backend(
     check_tree_needs(tree, toolchain)
     plan = plan_build(backend, settings, tree=tree, toolchain=toolchain, patched_sha=patched_sha, options=options)
     try:
-        return execute_plan(plan, console, build=build)
+        return execute_plan(plan, console, build=build, targets=targets)
     finally:
         if stop:
             stop_cache_server(plan)

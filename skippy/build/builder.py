@@ -432,10 +432,13 @@ def _binaries(plan: BuildPlan, targets: tuple[str, ...]) -> dict[str, Path]:
     return binaries
 
 
-def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> BuildReport:
+def execute_plan(
+    plan: BuildPlan, console: Console, *, build: bool = True, targets: tuple[str, ...] = ()
+) -> BuildReport:
     """Configure (when the stamp says so) and build; returns timings and cache figures.
 
-    ``build=False`` stops after configure and its checks (no binaries).
+    ``build=False`` stops after configure and its checks (no binaries).  ``targets`` builds
+    those Ninja targets instead of the plan's (objects, say: no binaries are looked for).
     """
     build_dir = plan.build_dir
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -449,10 +452,10 @@ def execute_plan(plan: BuildPlan, console: Console, *, build: bool = True) -> Bu
             plan.dist.write()  # sccache reads its cluster's client config when its server starts
         server = claimed_server(plan.launcher_argv, plan.cache_server_envs, console, stop_after=stop)
     with server:
-        return _configure_and_build(plan, console, build=build)
+        return _configure_and_build(plan, console, build=build, chosen=targets)
 
 
-def _configure_and_build(plan: BuildPlan, console: Console, *, build: bool) -> BuildReport:
+def _configure_and_build(plan: BuildPlan, console: Console, *, build: bool, chosen: tuple[str, ...]) -> BuildReport:
     build_dir = plan.build_dir
     decision = decide_configure(
         plan,
@@ -467,7 +470,7 @@ def _configure_and_build(plan: BuildPlan, console: Console, *, build: bool) -> B
         _configure(plan, decision, console, configure_time)
     else:
         console.info(f"{build_dir.name}: configure up to date (stamp matches)")
-    targets = plan.targets if plan.rpc_target_known else _resolve_rpc_target(plan, console)
+    targets = chosen or (plan.targets if plan.rpc_target_known else _resolve_rpc_target(plan, console))
     if decision.needed:
         _write_stamp(plan)
     report = BuildReport(
@@ -492,7 +495,7 @@ def _configure_and_build(plan: BuildPlan, console: Console, *, build: bool) -> B
         build_seconds=sum(build_time),
         compiled=counter.compiled,
         steps=counter.steps,
-        binaries=MappingProxyType(_binaries(plan, targets)),
+        binaries=MappingProxyType({} if chosen else _binaries(plan, targets)),
         cache=stats,
     )
 

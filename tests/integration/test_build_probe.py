@@ -20,7 +20,7 @@ from skippy.build.cachestats import stop_cache_server
 from skippy.build.configure import parse_cmake_cache
 from skippy.build.plan import TESTS_DEFINE, BuildOptions, BuildPlan, plan_build
 from skippy.build.tool import Tool
-from skippy.build.toolchain import Toolchain, inspect_tree, probe_toolchain, tool_version
+from skippy.build.toolchain import Toolchain, inspect_tree, parse_ninja_targets, probe_toolchain, tool_version
 from skippy.core import proc
 from skippy.core.errors import BuildError
 from skippy.core.settings import Settings
@@ -279,6 +279,20 @@ def test_configure_only_checks_without_building(env: Env) -> None:
     full = env.run(env.plan())
     assert not full.configured
     assert full.compiled == 3
+
+
+def test_given_targets_are_built_alone_and_no_binaries_are_looked_for(env: Env) -> None:
+    plan = env.plan()
+    execute_plan(plan, env.console, build=False)
+    listed = proc.run([env.toolchain.ninja.path, "-C", str(plan.build_dir), "-t", "targets", "all"], env=plan.env)
+    objects = sorted(t for t in parse_ninja_targets(listed.stdout) if t.endswith(".o"))
+    report = execute_plan(env.plan(), env.console, targets=(objects[0],))
+    assert not report.configured
+    assert report.compiled == 1
+    assert report.binaries == {}
+    assert (plan.build_dir / objects[0]).is_file()
+    assert not (plan.build_dir / objects[1]).exists()
+    assert not (plan.build_dir / "bin" / "llama-server").exists()
 
 
 def test_ccache_launcher_and_hit_rate(tmp_path: Path) -> None:
