@@ -152,34 +152,15 @@ def summarize(
     counted after the runtime's and GGUF's.  With ``scratch`` (a private directory for a temporary
     index), the summary holds the map by function too (:func:`skippy.maintain.churn.churn_map`)."""
     old_up, new_up = upstream_of(repo, old), upstream_of(repo, new)
-    no_history = None
-    if old_up is not None or new_up is not None:
-        only = [sha[:12] for sha in (old_up, new_up) if sha is not None]
-        no_history = (
-            f"{' and '.join(only)} {'is' if len(only) == 1 else 'are'} known here only from "
-            f"{'its' if len(only) == 1 else 'their'} source archive{'s' if len(only) > 1 else ''}, without upstream "
-            "history (run where the upstream answers, or point LLAMA_UPSTREAM_URL at a mirror, for the commit list)"
-        )
+    no_history = _archive_only(old_up, new_up)
     commits = [] if no_history else upstream_commits(repo, old, new)
     shortstat = repo.git("diff", "--shortstat", old, new).stdout.strip()
-    numstat = repo.git("diff", "--numstat", "--no-renames", old, new).stdout
-    sizes: list[tuple[str, int]] = []
-    for line in numstat.splitlines():
-        added, _, rest = line.partition("\t")
-        deleted, _, path = rest.partition("\t")
-        lines = (int(added) if added.isdigit() else 0) + (int(deleted) if deleted.isdigit() else 0)
-        sizes.append((path, lines))
-    sizes.sort(key=lambda item: (-item[1], item[0]))
+    sizes = _lines_changed(repo, old, new)
     every = {**CORE_AREAS, **(backend_areas or {}), **AREAS}
     areas = {area: sum(1 for c in commits if any(in_area(p, pats) for p in c.paths)) for area, pats in every.items()}
     # without history, the files that differ between the two trees are what upstream changed
     changed = {p for p, _n in sizes} if no_history else {p for c in commits for p in c.paths}
-    exposures: list[Exposure] = []
-    for patch in queue.patches:
-        files = tuple(sorted(set(touched_paths(patch)) & changed))
-        if files:
-            by = tuple(c for c in commits if set(c.paths) & set(files))
-            exposures.append(Exposure(patch.label, files, by))
+    exposures = _exposures(queue, commits, changed)
     churn = None if scratch is None else churn_map(repo, queue, old, new, scratch=scratch, history=not no_history)
     return Summary(
         old=old_up or old,
@@ -188,8 +169,45 @@ def summarize(
         shortstat=shortstat,
         top_files=tuple(sizes[:top]),
         areas=areas,
-        exposures=tuple(exposures),
+        exposures=exposures,
         link_base=github_base(upstream_url),
         no_history=no_history,
         churn=churn,
     )
+
+
+def _archive_only(old_up: str | None, new_up: str | None) -> str | None:
+    """Why there is no commit list: the upstream SHAs of the sides known only from a source archive
+    (None: both sides are upstream history)."""
+    only = [sha[:12] for sha in (old_up, new_up) if sha is not None]
+    if not only:
+        return None
+    return (
+        f"{' and '.join(only)} {'is' if len(only) == 1 else 'are'} known here only from "
+        f"{'its' if len(only) == 1 else 'their'} source archive{'s' if len(only) > 1 else ''}, without upstream "
+        "history (run where the upstream answers, or point LLAMA_UPSTREAM_URL at a mirror, for the commit list)"
+    )
+
+
+def _lines_changed(repo: Repo, old: str, new: str) -> list[tuple[str, int]]:
+    """``(path, lines added + deleted)`` of every file that differs, the largest first (binary: 0)."""
+    sizes: list[tuple[str, int]] = []
+    for line in repo.git("diff", "--numstat", "--no-renames", old, new).stdout.splitlines():
+        added, _, rest = line.partition("\t")
+        deleted, _, path = rest.partition("\t")
+        lines = (int(added) if added.isdigit() else 0) + (int(deleted) if deleted.isdigit() else 0)
+        sizes.append((path, lines))
+    sizes.sort(key=lambda item: (-item[1], item[0]))
+    return sizes
+
+
+def _exposures(queue: Queue, commits: Sequence[UpstreamCommit], changed: set[str]) -> tuple[Exposure, ...]:
+    """The bump risk: each patch that touches a file upstream changed, with those files and the
+    upstream commits that changed them."""
+    exposures: list[Exposure] = []
+    for patch in queue.patches:
+        files = tuple(sorted(set(touched_paths(patch)) & changed))
+        if files:
+            by = tuple(c for c in commits if set(c.paths) & set(files))
+            exposures.append(Exposure(patch.label, files, by))
+    return tuple(exposures)
