@@ -626,6 +626,24 @@ def _dist_side(name: str, side: Mapping[str, Any]) -> tuple[str, str, str, str]:
     )
 
 
+def _dist_cuda_row(cuda: Mapping[str, Any], *, servers: int, cores: int) -> tuple[str, str, str, str]:
+    """CUDA's sampled objects built here and sent, and the estimate of every CUDA object."""
+    counts = cuda["dist"].get("counts") or {}
+    estimate = " / ".join(
+        f"{n}: {_s(s)}" for n, s in sorted(cuda["estimate_objects_s"].items(), key=lambda kv: int(kv[0]))
+    )
+    return (
+        f"a sample of CUDA's objects ({cuda['sample']} of {cuda['objects']}, every k-th by name): a local build / "
+        f"sent to {servers} build servers on the same {cores} cores (`--only dist`); estimate of every object with "
+        "N servers",
+        f"{_s(cuda['local']['build_s'])} / {_s(cuda['dist']['build_s'])}: {counts.get('remote', '?')} ran remotely, "
+        f"{counts.get('local', '?')} locally, {counts.get('failed_over', '?')} failed over; overhead "
+        f"{cuda['overhead_per_compile_s']:g} core-s per object; estimate (an upper bound) {estimate}",
+        "-",
+        "-",
+    )
+
+
 def _dist_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     """The dist section: the CPU build (and CUDA's sampled objects, when measured) sent to a cluster."""
     dist = report.get("dist")
@@ -633,8 +651,8 @@ def _dist_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
         return []
     rows = [_dist_side("the CPU build (llama-server and the RPC server)", dist)]
     cuda = dist.get("cuda")
-    if cuda and "dist" in cuda:
-        rows.append(_dist_side(f"a sample of CUDA's objects ({cuda.get('objects_total', '?')} in all)", cuda))
+    if cuda:
+        rows.append(_dist_cuda_row(cuda, servers=dist["servers"], cores=dist["cores"]))
     steps = dist.get("compile_steps") or {}
     if steps:
         rows.append(

@@ -145,14 +145,23 @@ def test_the_bench_table_shows_the_dist_figures() -> None:
         "dist": {"build_s": 510.5, "counts": counts, "overhead_per_compile_s": 0.066},
         "estimate_build_s": {"8": 66.0, "1": 510.0},
     }
-    cuda = {**side, "objects_total": 491, "local": {"build_s": 200.0, "compiles": 20}}
+    cuda = {
+        "sample": 20,
+        "objects": 186,
+        "local": {"build_s": 200.0, "compiles": 20},
+        "dist": {"build_s": 230.0, "counts": {"remote": 80, "local": 0, "failed_over": 0}},
+        "overhead_per_compile_s": 1.5,
+        "estimate_objects_s": {"2": 900.0, "1": 1800.0},
+    }
     section = {**side, "compile_steps": {"cpu": 305, "cuda": 491, "vulkan": None}, "cuda": cuda}
     table = docs.render_bench({"machine": {"cpus": 2}, "dist": section})
     cpu = next(line for line in table.splitlines() if line.startswith("| the CPU build"))
     assert "| 500.0 s / 510.5 s: 300 ran remotely, 3 locally, 2 failed over; overhead 0.066 core-s" in cpu
     assert cpu.endswith("estimate (an upper bound) 1: 510.0 s / 8: 66.0 s | - | - |")
     sample = next(line for line in table.splitlines() if line.startswith("| a sample of CUDA's objects"))
-    assert "(491 in all), 20 compiles" in sample and "| 200.0 s / 510.5 s" in sample
+    assert "(20 of 186, every k-th by name)" in sample
+    assert "| 200.0 s / 230.0 s: 80 ran remotely, 0 locally, 0 failed over; overhead 1.5 core-s per object" in sample
+    assert sample.endswith("estimate (an upper bound) 1: 1800.0 s / 2: 900.0 s | - | - |")
     assert "| cpu 305, cuda 491 |" in table
     assert "does not show" not in table
 
