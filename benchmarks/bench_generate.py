@@ -37,6 +37,7 @@ from typing import Any
 
 from benchmarks.common import Null, Timing
 from skippy.core import proc
+from skippy.core.errors import GraphEditError
 from skippy.core.git import hermetic_env
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -408,7 +409,7 @@ def hooks_in_tree(workdir: Path, lane: Path) -> dict[str, Any]:
         for file in files:
             try:
                 again = graphedit.place_layer_hooks((workdir / file).read_bytes(), path=file)
-            except graphedit.GraphEditError as exc:
+            except GraphEditError as exc:
                 changed.append(f"{file}: {exc.reason}")
                 continue
             if again.changed:

@@ -29,17 +29,13 @@ from typing import IO, Any, Final
 from skippy.build.dist import ENV_VAR as DIST_VAR
 from skippy.build.dist import TOKEN_VAR, write_client_config
 from skippy.core import proc
-from skippy.core.errors import SkippyError, ToolchainMissing
+from skippy.core.errors import ClusterError, SkippyError, ToolchainMissing
 
 SCHEDULER_PORT: Final = 10600
 SERVER_PORT: Final = 10501
 #: seconds for the scheduler to listen and for each server to register with it
 START_TIMEOUT: Final = 30.0
 LOOPBACK: Final = "127.0.0.1"
-
-
-class ClusterError(SkippyError):
-    """The cluster could not be started."""
 
 
 @dataclass(frozen=True)
@@ -182,14 +178,14 @@ class _Daemon:
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         self._log: IO[bytes] = os.fdopen(fd, "wb")
         try:
-            self._running: Any = proc.spawn(argv[0], argv[1:], _env=dict(env), _out=self._log, _err_to_out=True)
+            self._running = proc.spawn(argv[0], argv[1:], env=env, log=self._log)
         except BaseException:
             self._log.close()
             raise
-        self.pid = int(self._running.pid)
+        self.pid = self._running.pid
 
     def alive(self) -> bool:
-        return bool(self._running.process.is_alive()[0])
+        return self._running.alive()
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         with contextlib.suppress(OSError):
@@ -335,7 +331,6 @@ def main(args: Sequence[str], env: Mapping[str, str], *, root: Path) -> int:
 
 __all__ = [
     "BuildServer",
-    "ClusterError",
     "ClusterPlan",
     "RunningCluster",
     "find_sccache_dist",

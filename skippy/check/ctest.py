@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from skippy.core import proc
-from skippy.core.errors import SkippyError
+from skippy.core.errors import CTestError
 
 #: the label llama.cpp's own CI runs (``ctest -L main``)
 MAIN_LABEL: Final = "main"
@@ -181,7 +181,7 @@ def list_cases(ctest: str, build_dir: Path, env: Mapping[str, str], runner: Sequ
     try:
         cases = parse_listing(result.stdout, build_dir)
     except ValueError as exc:
-        raise SkippyError(
+        raise CTestError(
             f"could not read the tests of {build_dir}: {exc}",
             untouched=f"{build_dir} and the source tree",
             next_step=f"run `ctest --show-only -N` in {build_dir} to see what CTest reports",
@@ -285,7 +285,7 @@ def run_cases(
     proc.run(argv, cwd=build_dir, env=env, check=False, echo=echo, on_line=on_line)
     seconds = time.monotonic() - start
     if not junit.is_file():
-        raise SkippyError(
+        raise CTestError(
             f"ctest wrote no results in {build_dir} (ran: {' '.join(argv)})",
             untouched=f"{build_dir} and the source tree",
             next_step=f"run `ctest -R '{name_regex(names)}'` in {build_dir} to see why",
@@ -293,7 +293,7 @@ def run_cases(
     results = parse_junit(junit.read_text(encoding="utf-8", errors="replace"), names)
     missing = sorted(set(names) - {r.name for r in results})
     if missing:
-        raise SkippyError(
+        raise CTestError(
             f"ctest ran no test named {', '.join(missing)} in {build_dir}",
             untouched=f"{build_dir} and the source tree",
             next_step=f"run `ctest -N` in {build_dir} to list the tests this tree declares",

@@ -17,7 +17,7 @@ from skippy.check.fingerprint import (
     Run,
 )
 from skippy.core import specs
-from skippy.core.errors import SpotCheckFailed
+from skippy.core.errors import ModelCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.core.ui import Verdict as ProofVerdict
@@ -171,27 +171,30 @@ class SpotCheckReport:
         return "\n".join(lines)
 
 
-class ModelCheckFailed(SpotCheckFailed):
-    """A spot check ran and at least one model failed; the report is attached."""
+def model_check_failed(report: SpotCheckReport, *, next_step: str, ending: Ending | None = None) -> ModelCheckFailed:
+    """The failure of a spot check that ran and saw at least one model fail, the report attached;
+    ``next_step`` and ``ending`` (the block the run ends with) come from the caller, who knows them."""
+    failed = report.failed
+    names = ", ".join(r.model for r in failed)
+    details = "\n".join(
+        f"{r.model}: {r.reason}" + "".join(f"\n  | {line}" for line in r.log_lines[-12:]) for r in failed
+    )
+    return ModelCheckFailed(
+        f"spot check failed for {len(failed)} of {len(report.results)} model(s): {names}",
+        untouched="the build and the model cache; the server was stopped",
+        next_step=next_step,
+        details=details,
+        report=report,
+        ending=ending,
+    )
 
-    def __init__(self, report: SpotCheckReport, *, next_step: str) -> None:
-        failed = report.failed
-        names = ", ".join(r.model for r in failed)
-        details = "\n".join(
-            f"{r.model}: {r.reason}" + "".join(f"\n  | {line}" for line in r.log_lines[-12:]) for r in failed
-        )
-        super().__init__(
-            f"spot check failed for {len(failed)} of {len(report.results)} model(s): {names}",
-            untouched="the build and the model cache; the server was stopped",
-            next_step=next_step,
-            details=details,
-        )
-        self.report = report
-        #: the block the run ends with, when the caller made one (a build session's)
-        self.ending: Ending | None = None
 
-    def as_dict(self) -> dict[str, object]:
-        return {**super().as_dict(), "report": self.report.as_dict()}
+def spot_report_of(error: ModelCheckFailed) -> SpotCheckReport:
+    """The report a failed spot check carries, as its own type (the error, defined in the layer
+    below, knows it only as something with ``as_dict``)."""
+    if not isinstance(error.report, SpotCheckReport):
+        raise TypeError(f"{type(error).__name__} carries a {type(error.report).__name__}, not a SpotCheckReport")
+    return error.report
 
 
 def _kept_note(result: ModelResult) -> str:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import platform
 import re
+import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -53,12 +54,12 @@ from skippy.check.kept import PROOFS_NAME, ProofRecord, checker_digest, proof_ke
 from skippy.check.models import BUILTIN, ChatFacts, ModelRef, chat_facts, model_refs, resolve_model
 from skippy.check.provenance import stale_next_step
 from skippy.check.report import (
-    ModelCheckFailed,
     ModelResult,
     Options,
     Provenance,
     SpotCheckReport,
     _fmt,
+    model_check_failed,
     shown_time,
 )
 from skippy.check.server import (
@@ -69,7 +70,7 @@ from skippy.check.server import (
     running_server,
     wait_for_port,
 )
-from skippy.core.errors import SkippyError, SpotCheckFailed
+from skippy.core.errors import ModelCheckFailed, SkippyError, SpotCheckFailed
 from skippy.core.files import sha256_of, write_text_atomic
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -225,6 +226,7 @@ def spot_check(
     write_reference: bool = False,
     agreement_required: bool = True,
     recheck: bool = False,
+    failure: Callable[[SpotCheckReport], ModelCheckFailed] | None = None,
 ) -> SpotCheckReport:
     """Spot-check ``server_binary`` on each model (the default model when none is given).
 
@@ -245,7 +247,8 @@ def spot_check(
     The binary's provenance is read again on every run (``--version``: milliseconds).
 
     Raises :class:`ModelCheckFailed` (a :class:`SpotCheckFailed`, with the
-    report attached as ``.report``) when any model fails, and
+    report attached as ``.report``) when any model fails, made by ``failure`` when the caller
+    knows its next step and ending (default: rebuild with ``nox -s build-<backend>``), and
     :class:`SpotCheckFailed` when the binary's provenance is not the expected one.
     """
     server_binary = Path(server_binary)
@@ -320,7 +323,7 @@ def spot_check(
     _save(record, binaries[SERVER_TARGET], settings, console)
     console.summary(report.markdown())
     if not report.ok:
-        raise ModelCheckFailed(report, next_step=failure_next_step(report, build_cmd))
+        raise failure(report) if failure else model_check_failed(report, next_step=failure_next_step(report, build_cmd))
     return report
 
 
@@ -582,7 +585,7 @@ def model_chat_facts(model: Path) -> ChatFacts:
     """The GGUF's chat facts; a file gguf cannot read gets none (the load itself will say why)."""
     try:
         return chat_facts(model)
-    except Exception:
+    except (OSError, ValueError, KeyError, IndexError, struct.error):  # what gguf's reader raises on a bad file
         return ChatFacts(architecture=None, has_template=True)
 
 

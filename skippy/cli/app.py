@@ -82,13 +82,12 @@ def _triage(options: PrepareOptions | TriageOptions, settings: Settings, console
     if not result.ok:
         if not options.json:  # the table, then the error that ends the run
             say(result.render())
-        error = ConflictError(
+        raise ConflictError(
             f"{sum(1 for v in result.verdicts if not v.ok)} patch(es) do not apply to {result.target[:12]}",
             untouched="the workdir's checkout: triage ran in a temporary worktree",
             next_step="refresh the patches marked conflict/preimage-missing, drop the already-applied ones",
+            triage=result,
         )
-        error.triage = result
-        raise error
     return Report(result.as_dict(), text=result.render())
 
 

@@ -545,17 +545,25 @@ def options_of(cls: type[Common]) -> tuple[Option, ...]:
     return (*(o for o in found if o.name not in common), *(o for o in found if o.name in common))
 
 
-def make(cls: type[OptionsT], values: Mapping[str, object], env: Mapping[str, str]) -> OptionsT:
+def make(cls: type[OptionsT], values: Mapping[str, object], env: Mapping[str, str], *, prog: str = "") -> OptionsT:
     """The typed options object from what a parser found (option name -> raw value; missing: not given).
 
-    Every value is converted and checked here, once, for invoke and nox alike."""
+    Every value is converted and checked here, once, for invoke and nox alike; a value refused is
+    named with the command ``prog`` (``invoke prepare``), as the parser names its own refusals."""
     options = {o.name: o for o in options_of(cls)}
     unknown = sorted(set(values) - set(options))
     if unknown:
         raise ValueError(f"{cls.__name__} has no option {', '.join(unknown)}")  # a bug in an entry point
-    typed: dict[str, Any] = {name: o.value(values[name], env) for name, o in options.items() if name in values}
-    typed |= {name: o.value(None, env) for name, o in options.items() if name not in values and o.env}
-    return cls(**typed)
+    try:
+        typed: dict[str, Any] = {name: o.value(values[name], env) for name, o in options.items() if name in values}
+        typed |= {name: o.value(None, env) for name, o in options.items() if name not in values and o.env}
+        return cls(**typed)
+    except SettingsError as exc:
+        if not prog:
+            raise
+        raise SettingsError(
+            f"{prog}: {exc.what}", untouched=exc.untouched, next_step=exc.next_step, details=exc.details
+        ) from exc
 
 
 #: the one spelling of --json (a run whose arguments cannot be parsed looks for it among them)

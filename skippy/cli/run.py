@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import signal
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from skippy.cli.options import BUILD_SESSION, COMMANDS, INTERRUPTED, JSON_FLAG, Command, Common, Option, command, make
 from skippy.core import proc
-from skippy.core.errors import InternalError, Interrupted, SettingsError, SkippyError
+from skippy.core.errors import InternalError, Interrupted, SettingsError, SkippyError, TerminatedError
 from skippy.core.settings import Settings, find_root
 from skippy.core.ui import Console, OptionParser, print_json, say
 
@@ -34,8 +33,6 @@ if TYPE_CHECKING:  # the build sessions' ending: imported where a failure carrie
 
 #: the exit code of a run that finished
 OK: Final = 0
-#: the exit code of a run SIGTERM stopped (128 + SIGTERM, as a shell reports it; Ctrl-C's is 130)
-TERMINATED: Final = 128 + signal.SIGTERM
 
 
 @dataclass(frozen=True)
@@ -77,12 +74,7 @@ def load(root: Path | None, env: Mapping[str, str], console: Console | None = No
 
 def failed(exc: SkippyError, console: Console, *, as_json: bool) -> Ran:
     """A failure, reported once: its ending (when it carries one), the error, its JSON report."""
-    ending = getattr(exc, "ending", None)
-    if ending is not None:
-        from skippy.check.report import Ending
-
-        if not isinstance(ending, Ending):
-            ending = None
+    ending = exc.ending
     if ending is not None:
         ending.show(console)
     report = {"ok": False, **exc.as_dict()}
@@ -128,14 +120,11 @@ def guarded(
 def _interrupted(exc: BaseException, untouched: str, rerun: str) -> Interrupted:
     """Ctrl-C (exit code 130) or SIGTERM (143, 128 + SIGTERM, as the shell reports a process it ended)."""
     terminated = isinstance(exc, proc.Terminated)
-    error = Interrupted(
+    return (TerminatedError if terminated else Interrupted)(
         "interrupted by SIGTERM" if terminated else "interrupted",
         untouched=untouched,
         next_step=f"rerun {rerun}" if rerun else "rerun the command",
     )
-    if terminated:
-        error.exit_code = TERMINATED
-    return error
 
 
 def _succeeded(done: Report | dict[str, Any], console: Console, *, as_json: bool) -> Ran:
@@ -190,11 +179,7 @@ def run(
     act = action or action_of(c)
 
     def step() -> Report:
-        try:
-            options = make(c.options_type, values, env)
-        except SettingsError as exc:  # a value the table refuses: named with the command, as the parser does
-            exc.what = f"{prog}: {exc.what}"
-            raise
+        options = make(c.options_type, values, env, prog=prog)
         # --verbose: every command run is shown (and each step's time, by the console)
         with proc.echoing(console.command) if options.verbose else contextlib.nullcontext():
             settings = load(root, env, console)

@@ -10,12 +10,12 @@ from skippy.build.backends import spec
 from skippy.build.localtree import LOCAL_QUEUE_DIGEST
 from skippy.check.binaries import backend_of, default_server, rpc_server_beside
 from skippy.check.provenance import expected_queue_digest
-from skippy.check.report import Ending, ModelCheckFailed, Provenance, SpotCheckReport, model_path, spot_proofs
+from skippy.check.report import Ending, Provenance, SpotCheckReport, model_check_failed, model_path, spot_proofs
 from skippy.check.spotcheck import failure_next_step
 from skippy.check.spotcheck import spot_check as run_spot_check
 from skippy.cli.options import SpotCheckOptions
 from skippy.cli.run import Report, entry, nox_main
-from skippy.core.errors import SettingsError, SpotCheckFailed
+from skippy.core.errors import ModelCheckFailed, SettingsError, SpotCheckFailed
 from skippy.core.paths import is_regular, path_kind
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -70,20 +70,32 @@ def given_server(text: str, settings: Settings) -> Path:
     return server
 
 
-def blame_server_args(exc: ModelCheckFailed, server_args: Sequence[str], server: Path, settings: Settings) -> None:
+def blame_server_args(report: SpotCheckReport, server_args: Sequence[str], server: Path, settings: Settings) -> None:
     """A model whose llama-server refused one of the user's ``--server-arg`` values: that flag is
-    the next step, not the build (the check names the argument; the command knows who gave it)."""
+    its next step, not the build (the check names the argument; the command knows who gave it)."""
     shown = settings.relative(server)
     # llama.cpp reads --ctx_size as --ctx-size, and names it so
     given = {(a.replace("_", "-") if a.startswith("--") else a): a for a in server_args}
-    for result in exc.report.failed:
+    for result in report.failed:
         argument = given.get(result.refused_argument or "")
         if argument is not None:
             result.next_step = (
                 f"rerun without `--server-arg {argument}` or with it corrected: {server.name} does not take it as "
                 f"given (`{shown} --help` lists the arguments it takes)"
             )
-    exc.next_step = failure_next_step(exc.report, f"nox -s build-{backend_of(server, settings)}")
+
+
+def spot_failure(
+    report: SpotCheckReport, server_args: Sequence[str], server: Path, settings: Settings
+) -> ModelCheckFailed:
+    """The failure of ``nox -s spot-check``: each model's next step (the user's ``--server-arg`` a
+    server refused, or the build), and the block the command ends with."""
+    blame_server_args(report, server_args, server, settings)
+    return model_check_failed(
+        report,
+        next_step=failure_next_step(report, f"nox -s build-{backend_of(server, settings)}"),
+        ending=spot_ending(report, settings, server),
+    )
 
 
 def spot_check(options: SpotCheckOptions, settings: Settings, console: Console) -> Report:
@@ -105,24 +117,20 @@ def spot_check(options: SpotCheckOptions, settings: Settings, console: Console) 
         expect = None
     else:
         expect = expected_provenance(settings, workdir_as_is=options.workdir_as_is)
-    try:
-        report = run_spot_check(
-            settings,
-            server,
-            options.model,
-            console=console,
-            server_env=spec(backend).spot_check_env_for(settings.cache_dir),
-            extra_server_args=(*spec(backend).spot_check_args, *options.server_arg),
-            expect_provenance=expect,
-            device_prefix=spec(backend).device_prefix,
-            rpc_server=None if options.no_rpc else rpc_server_beside(server),
-            write_reference=options.write_reference,
-            recheck=options.recheck,
-        )
-    except ModelCheckFailed as exc:
-        blame_server_args(exc, options.server_arg, server, settings)
-        exc.ending = spot_ending(exc.report, settings, server)
-        raise
+    report = run_spot_check(
+        settings,
+        server,
+        options.model,
+        console=console,
+        server_env=spec(backend).spot_check_env_for(settings.cache_dir),
+        extra_server_args=(*spec(backend).spot_check_args, *options.server_arg),
+        expect_provenance=expect,
+        device_prefix=spec(backend).device_prefix,
+        rpc_server=None if options.no_rpc else rpc_server_beside(server),
+        write_reference=options.write_reference,
+        recheck=options.recheck,
+        failure=lambda failed: spot_failure(failed, options.server_arg, server, settings),
+    )
     return Report(report.as_dict(), ending=spot_ending(report, settings, server))
 
 

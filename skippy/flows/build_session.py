@@ -25,9 +25,9 @@ from skippy.build.roots import BuildRoot, mounted
 from skippy.build.toolchain import Toolchain, check_tree_needs, inspect_tree, probe_toolchain
 from skippy.check.binaries import version_line
 from skippy.check.evidence import artifact_markers_missing
-from skippy.check.report import Ending, ModelCheckFailed, Proof, SpotCheckReport, model_path, spot_proofs
+from skippy.check.report import Ending, Proof, SpotCheckReport, model_check_failed, model_path, spot_proofs
 from skippy.core import proc
-from skippy.core.errors import BuildError, CommandError, ToolchainMissing, UpstreamTestsFailed
+from skippy.core.errors import BuildError, CommandError, ModelCheckFailed, ToolchainMissing, UpstreamTestsFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows import follow
@@ -184,29 +184,27 @@ class SpotCheckRequest:
     models: tuple[str, ...] = field(default=())
     #: make every proof again (none kept from an earlier run)
     recheck: bool = False
+    #: the failure of a check where a model failed: the session's next step and ending (the spot
+    #: check's own when None)
+    failure: Callable[[SpotCheckReport], ModelCheckFailed] | None = None
 
 
 class SpotCheckFn(Protocol):
     def __call__(self, settings: Settings, request: SpotCheckRequest, console: Console) -> object: ...
 
 
-def _default_prepare(settings: Settings, console: Console) -> _Prepared:
-    from skippy.queue.prepare import Target, prepare
+def _pinned_prepare(backend: Backend) -> PrepareFn:
+    """The session's own prepare of the pinned tree: its refusal of local work names this backend's
+    build of the workdir as it stands."""
 
-    return prepare(settings, Target.pinned(), console=console)
+    def prepare_pinned(settings: Settings, console: Console) -> _Prepared:
+        from skippy.queue.prepare import Target, prepare
 
+        return prepare(
+            settings, Target.pinned(), console=console, as_is_build=f"nox -s build-{backend} -- --workdir-as-is"
+        )
 
-def _prepare(prepare_fn: PrepareFn, settings: Settings, console: Console, backend: str) -> _Prepared:
-    """``prepare_fn``, its refusal of local work naming this backend's ``--workdir-as-is`` build."""
-    from skippy.core.errors import DirtyWorkdirError
-    from skippy.queue.recover import AS_IS_BUILD
-
-    try:
-        return prepare_fn(settings, console)
-    except DirtyWorkdirError as exc:
-        if exc.next_step:
-            exc.next_step = exc.next_step.replace(AS_IS_BUILD, f"nox -s build-{backend} -- --workdir-as-is")
-        raise
+    return prepare_pinned
 
 
 def _default_spot_check(settings: Settings, request: SpotCheckRequest, console: Console) -> object:
@@ -225,6 +223,7 @@ def _default_spot_check(settings: Settings, request: SpotCheckRequest, console: 
         rpc_server=request.rpc_server,
         agreement_required=request.agreement_required,
         recheck=request.recheck,
+        failure=request.failure,
     )
 
 
@@ -373,6 +372,17 @@ def _spot_check(
         not_run = root_spot_check(plan)
         console.warn(f"spot check not run: {not_run}")
     elif args.spot_check:
+
+        def failure(spot: SpotCheckReport) -> ModelCheckFailed:
+            """The failure ends with the same block: what the build proved, what the spot check did not."""
+            from skippy.check.spotcheck import failure_next_step
+
+            failed = SessionOutcome(
+                b, build=report, patched_sha=prepared.patched_sha, spot=spot, proofs=proofs, following=following
+            )
+            next_step = failure_next_step(spot, f"nox -s build-{b}")
+            return model_check_failed(spot, next_step=next_step, ending=session_ending(failed, settings))
+
         request = SpotCheckRequest(
             server_binary=report.binaries[SERVER_TARGET],
             server_env=plan.spot_check_env,
@@ -384,21 +394,9 @@ def _spot_check(
             agreement_required=numerics_must_match,
             models=following.models(args.models) if following is not None else args.models,
             recheck=args.recheck,
+            failure=failure,
         )
-        try:
-            spot = spot_check_fn(settings, request, console)
-        except ModelCheckFailed as exc:
-            # the failure ends with the same block: what the build proved, what the spot check did not
-            failed = SessionOutcome(
-                b,
-                build=report,
-                patched_sha=prepared.patched_sha,
-                spot=exc.report,
-                proofs=proofs,
-                following=following,
-            )
-            exc.ending = session_ending(failed, settings)
-            raise
+        spot = spot_check_fn(settings, request, console)
     return spot, not_run
 
 
@@ -443,11 +441,12 @@ def run_build_session(
     console: Console,
     args: SessionArgs | None = None,
     *,
-    prepare_fn: PrepareFn = _default_prepare,
+    prepare_fn: PrepareFn | None = None,
     spot_check_fn: SpotCheckFn = _default_spot_check,
     numerics_must_match: bool = True,
 ) -> SessionOutcome:
-    """Probe the toolchain, prepare the pinned tree, configure, build, spot check.
+    """Probe the toolchain, prepare the pinned tree (``prepare_fn``, by default the pinned tree
+    with refusals naming this backend's build), configure, build, spot check.
 
     A backend that cannot build here raises ToolchainMissing, unless the user
     asked to skip unavailable backends: then the outcome says ``skipped`` and
@@ -467,7 +466,7 @@ def run_build_session(
     for note in toolchain.notes:
         console.info(note)
     local = local_tree(settings, console, str(b)) if args.workdir_as_is else None
-    prepared: _Prepared = local if local is not None else _prepare(prepare_fn, settings, console, str(b))
+    prepared: _Prepared = local if local is not None else (prepare_fn or _pinned_prepare(b))(settings, console)
     tree = inspect_tree(prepared.workdir)
     try:
         check_tree_needs(tree, toolchain)
@@ -636,17 +635,16 @@ def _upstream_failure(outcome: SessionOutcome, settings: Settings, *, local: boo
     broken = [t for t in report.tests if t.status in ("broken by the queue", "failed")]
     named = [f"{t.name} ({t.blame.patch if t.blame and t.blame.patch else t.status})" for t in broken]
     named += [f"{o.op} on {report.ops_device}" for o in report.ops if o.failed]
-    error = UpstreamTestsFailed(
+    return UpstreamTestsFailed(
         f"{len(named)} of upstream's tests fail on the {'workdir' if local else 'patched tree'}: {'; '.join(named)}",
         untouched=f"the workdir; the build dir {settings.relative(report.build_dir)} is kept",
         next_step=(
             "fix the patch named above, then `invoke regenerate` and rerun "
             f"`nox -s build-{outcome.backend} -- --upstream-tests`"
         ),
+        report=report,
+        ending=session_ending(outcome, settings),
     )
-    error.report = report
-    error.ending = session_ending(outcome, settings)
-    return error
 
 
 class SessionFn(Protocol):

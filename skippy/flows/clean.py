@@ -41,7 +41,7 @@ from skippy.build.builder import read_stamp, tests_only
 from skippy.build.localtree import MODE_LOCAL
 from skippy.build.plan import STAMP_NAME
 from skippy.build.roots import remove_tree
-from skippy.core.errors import SkippyError
+from skippy.core.errors import CleanFailed, SkippyError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, human_size, tree_size
 from skippy.queue.archive_specs import load_archive_specs
@@ -343,7 +343,7 @@ def clean(settings: Settings, console: Console, *, dry_run: bool) -> CleanPlan:
         console.detail(f"removed {settings.relative(entry.path)} ({human_size(entry.size)})")
     carried = CleanPlan(tuple(done), plan.keep)
     if failed:
-        raise SkippyError(
+        raise CleanFailed(
             f"could not remove {len(failed)} of {len(plan.remove)} path(s) "
             f"({human_size(carried.size)} freed by the others)",
             untouched="the paths listed, and everything `invoke clean --dry-run` lists as kept",

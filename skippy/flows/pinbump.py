@@ -23,7 +23,7 @@ from typing import Any
 
 from skippy.build.backends import reference_backend, upstream_areas
 from skippy.core.annotations import Annotation, patch_line
-from skippy.core.errors import CarriedUpstream, ConflictError, SettingsError, SkippyError
+from skippy.core.errors import BuildSkipped, CarriedUpstream, ConflictError, SettingsError
 from skippy.core.files import write_text_atomic
 from skippy.core.git import Repo
 from skippy.core.paths import NotSmallFile, read_small_text
@@ -355,7 +355,12 @@ def _default_build(
     # the new upstream's numbers may move on purpose: compared with the reference and reported, not failed
     outcome = run_build_session(backend, settings, console, args, prepare_fn=prepare_fn, numerics_must_match=False)
     if outcome.skipped:
-        raise SkippyError(f"build-{backend} was skipped: {outcome.skipped}", untouched="the pin")
+        raise BuildSkipped(
+            f"build-{backend} was skipped: {outcome.skipped}",
+            untouched=f"{settings.relative(settings.pin_file)}: the pin was not changed",
+            next_step=f"make build-{backend} possible here (`nox -s build-{backend}` says what it needs), "
+            "then run `invoke pin-bump` again",
+        )
     session_ending(outcome, settings).show(console)  # each backend's build ends with its block, as nox's does
     return outcome
 
@@ -624,16 +629,15 @@ def _carried_error(
     if partly:
         steps.append(f"refresh {', '.join(partly)} to the hunks upstream lacks (upstream has the others), or drop it")
     steps.append(f"keep them: `{again} {keeps}`")
-    error = CarriedUpstream(
+    by_label = {p.label: p for p in queue.patches}
+    return CarriedUpstream(
         f"upstream {new_pin[:12]} already carries {len(carried)} patch(es) of the queue: {', '.join(labels)}",
         details="\n".join(c.describe() for c in carried),
         untouched="the pin and the queue: nothing was prepared, built or written",
         next_step="; or ".join(steps),
+        annotations=[carried_annotation(c, by_label.get(c.patch), settings.relative) for c in carried],
+        carried=carried,
     )
-    error.carried = tuple(carried)
-    by_label = {p.label: p for p in queue.patches}
-    error.annotations = tuple(carried_annotation(c, by_label.get(c.patch), settings.relative) for c in carried)
-    return error
 
 
 def _archive_only(old: Resolved, new: Resolved) -> str:
@@ -734,24 +738,32 @@ def _prepare_or_bisect(
     try:
         return prepare(settings, target, console=console, interactive=False, offline=offline)
     except ConflictError as exc:
+        details, annotations, next_step = exc.details or "", exc.annotations, exc.next_step
         if upstream_of(repo, old_base) is not None or upstream_of(repo, new_base) is not None:
-            exc.details = (exc.details or "") + (
+            details += (
                 "\n\nno bisection: the pin or the target is known here only from its source archive, without "
                 "upstream history (point LLAMA_UPSTREAM_URL at a mirror to find the commit each patch breaks at)"
             )
         elif repo.is_ancestor(old_base, new_base):
             with owned_scratch(settings.cache_dir / "tmp", "bisect-") as tmp:
                 found = bisect_queue(repo, queue, old_base, new_base, scratch=tmp)
-            exc.details = (exc.details or "") + "\n\n" + found.render()
-            shown = {a.file for a in exc.annotations}
+            details += "\n\n" + found.render()
+            shown = {a.file for a in annotations}
             more = [a for a in found.annotations(queue.patches, settings.relative) if a.file not in shown]
-            exc.annotations = (*exc.annotations, *more)
-            exc.next_step = (
+            annotations = (*annotations, *more)
+            next_step = (
                 f"refresh the patches named above, or bump to the newest compatible commit "
                 f"{found.newest_compatible[:12]} with `invoke pin-bump --newest-compatible`"
             )
-        exc.untouched = f"{settings.relative(settings.pin_file)}: the pin was not changed"
-        raise
+        # the pin move's own account of the conflict: prepare's, with the bisection and what pin-bump left
+        raise ConflictError(
+            exc.what,
+            details=details or None,
+            annotations=annotations,
+            next_step=next_step,
+            untouched=f"{settings.relative(settings.pin_file)}: the pin was not changed",
+            triage=exc.triage,
+        ) from exc
 
 
 def _write_pins(settings: Settings, new_pin: str) -> list[str]:

@@ -38,7 +38,7 @@ from skippy.build.plan import TESTS_DEFINE, BuildOptions, BuildPlan, plan_build,
 from skippy.build.toolchain import Toolchain, inspect_tree
 from skippy.check import backend_ops, ctest
 from skippy.core import specs
-from skippy.core.errors import CommandError, SkippyError
+from skippy.core.errors import CommandError, NotPrepared
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -619,7 +619,7 @@ def _judge(
     settings = tree.settings
     stamp = wd.read_stamp(wd.git_dir_of(settings.workdir) or settings.workdir / ".git")
     if stamp is None or stamp.patched_sha != patched_sha:
-        raise SkippyError(
+        raise NotPrepared(
             f"the workdir {settings.workdir} is not the prepared tree {patched_sha[:12]}",
             untouched="the workdir; the tests' build dir is kept",
             next_step="invoke prepare --pinned",

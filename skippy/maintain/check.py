@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skippy.core.errors import QueueError, SkippyError, UnsafeGitConfig
+from skippy.core.errors import CheckFailed, SkippyError, UnsafeGitConfig
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import generate, parity
@@ -95,16 +95,6 @@ class CheckReport:
         return (
             f"### skippy check: {'ok' if self.ok else 'FAILED'}\n\n| step | status | summary |\n|---|---|---|\n{rows}"
         )
-
-
-class CheckFailed(QueueError):
-    report: CheckReport | None = None
-
-    def as_dict(self) -> dict[str, object]:
-        data = super().as_dict()
-        if self.report is not None:
-            data["check"] = self.report.as_dict()
-        return data
 
 
 def _timed(name: str, action: Callable[[], Step]) -> Step:
@@ -258,11 +248,10 @@ def _boundaries_step(report: parity.ParityReport | None) -> Step:
 
 def failure(report: CheckReport) -> CheckFailed:
     failed = [s for s in report.steps if s.status == "failed"]
-    error = CheckFailed(
+    return CheckFailed(
         f"check failed: {', '.join(s.name for s in failed)}",
         details="\n\n".join(f"[{s.name}] {s.summary}" for s in failed),
         untouched="everything: the check ran in temporary worktrees; the workdir and the queue are as they were",
         next_step="fix the steps above (`invoke parity`, `invoke generate`, `invoke prepare --triage` show more)",
+        report=report,
     )
-    error.report = report
-    return error

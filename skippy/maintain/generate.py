@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from skippy.core import gitbulk
-from skippy.core.errors import QueueError
+from skippy.core.errors import GraphEditError, QueueError
 from skippy.core.files import write_bytes_atomic
 from skippy.core.git import Repo
 from skippy.core.paths import NotSmallFile, enclosing_project, read_small_bytes
@@ -394,7 +394,7 @@ def builtin_edit(tree: Path, families: Sequence[Family], facts: Mapping[str, Arc
             edit = graphedit.place_layer_hooks(
                 path.read_bytes(), path=fact.builder_file, family_class=fact.builder_class
             )
-        except graphedit.GraphEditError as exc:
+        except GraphEditError as exc:
             problems.append(f"family {family.name}: {exc.what}")
             continue
         if edit.changed:

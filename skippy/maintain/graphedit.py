@@ -75,7 +75,7 @@ from typing import Literal
 import tree_sitter
 import tree_sitter_cpp
 
-from skippy.core.errors import QueueError
+from skippy.core.errors import GraphEditError
 
 #: the call inserted at each layer boundary (declared by the core lane)
 HOOK = "llama_skippy_layer_hook"
@@ -90,20 +90,6 @@ NOT_MODEL_ARCHS = frozenset({"LLM_ARCH_UNKNOWN", "LLM_ARCH_CLIP"})
 
 _LOOPS = frozenset({"for_statement", "for_range_loop", "while_statement", "do_statement"})
 _OPAQUE = frozenset({"lambda_expression"}) | _LOOPS
-
-
-class GraphEditError(QueueError):
-    """A family whose graph code the rewrite cannot place, naming the file and the reason."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(
-            f"{path}: {reason}",
-            untouched="the family file (nothing was written)",
-            next_step="leave the family out of the generated lane's spec, or give its layer loop a "
-            'cb(cur, "l_out", il) anchor in a model_support patch',
-        )
-        self.path = path
-        self.reason = reason
 
 
 @dataclass(frozen=True)

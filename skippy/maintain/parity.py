@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from skippy.core import gitbulk
-from skippy.core.errors import QueueError
+from skippy.core.errors import ParityFailed
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -58,7 +58,6 @@ __all__ = [
     "LineMap",
     "Owner",
     "ParityConfig",
-    "ParityFailed",
     "ParityReport",
     "Summary",
     "analyse_step",
@@ -704,26 +703,13 @@ def run_parity(
             return audit(store.repo, replayed, config, allowlist, upstream_sha=store.upstream_sha)
 
 
-class ParityFailed(QueueError):
-    """The audit found drops the allowlist does not name; carries the report."""
-
-    report: ParityReport | None = None
-
-    def as_dict(self) -> dict[str, object]:
-        data = super().as_dict()
-        if self.report is not None:
-            data["parity"] = self.report.as_dict()
-        return data
-
-
 def failure(report: ParityReport, settings: Settings) -> ParityFailed:
     config = ParityConfig.from_settings(settings)
-    error = ParityFailed(
+    return ParityFailed(
         f"the queue drops {len(report.failures)} arch case(s) that the allowlist does not name",
         details="\n".join(d.render() for d in report.failures),
         untouched="everything: the queue was applied in a temporary worktree only",
         next_step="restore the cases in the patches named above, or list each drop with a reason in "
         f"{settings.relative(config.allowlist)} ([[dropped]] file, function, case, reason)",
+        report=report,
     )
-    error.report = report
-    return error

@@ -544,7 +544,8 @@ def _differs_from_patch(repo: Repo, sha: str, patch: Path) -> str | None:
 
 
 def _put_back(settings: Settings, backup: Path, exc: BaseException, rerun: str) -> BaseException:
-    """Restore the queue after a failed regenerate; the exception to raise (``exc``, its message made true)."""
+    """Restore the queue after a failed regenerate; the exception to raise (``exc``, or an error of its
+    class told again with what the restore left)."""
     patch_dir = settings.patch_dir
     shown, saved = settings.relative(patch_dir), settings.relative(backup)
     try:
@@ -569,11 +570,13 @@ def _put_back(settings: Settings, backup: Path, exc: BaseException, rerun: str) 
         return cannot_write(settings, exc, "writing the new queue", untouched=untouched, rerun=rerun)
     if isinstance(exc, CommandError):
         fatal = [line for line in exc.output_tail.splitlines() if line.startswith(("fatal:", "error:"))]
-        if fatal:
-            exc.what = f"{exc.what}: {fatal[-1]}"
-        exc.next_step = exc.next_step or f"fix the cause named above, then re-run `{rerun}`"
+        return exc.restated(
+            what=f"{exc.what}: {fatal[-1]}" if fatal else exc.what,
+            untouched=untouched,
+            next_step=exc.next_step or f"fix the cause named above, then re-run `{rerun}`",
+        )
     if isinstance(exc, SkippyError):
-        exc.untouched = untouched
+        return exc.restated(untouched=untouched)
     return exc
 
 

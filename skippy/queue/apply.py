@@ -108,18 +108,20 @@ def failed_lane(run: Run, repo: Repo, git_dir: Path, *, patches: Sequence[Patch]
         where = f" (conflicts in {', '.join(conflicts)})"
     elif failed_here:
         where = f" (git could not apply it to {', '.join(failed_here)}; no conflict markers)"
-    error = ConflictError(
-        f"{name} does not apply" + (f": {failed.subject}" if failed and failed.subject else "") + where,
+    what = f"{name} does not apply" + (f": {failed.subject}" if failed and failed.subject else "") + where
+    annotations = []
+    if failed is not None:
+        files = conflicts or failed_here
+        line = patch_line(failed.data, files[0]) if files else None
+        annotations.append(Annotation(run.rel(failed.path), line, "does not apply", what, level="error"))
+    return ConflictError(
+        what,
         details=am_said(output, patches),
         untouched=f"{run.rel(run.workdir)} was left as it was before this run; no stamp was written",
         next_step="refresh that patch against the new upstream (edit it, or carry the fix on a branch and "
         "run `invoke regenerate`), then re-run `invoke prepare`",
+        annotations=annotations,
     )
-    if failed is not None:
-        files = conflicts or failed_here
-        line = patch_line(failed.data, files[0]) if files else None
-        error.annotations = (Annotation(run.rel(failed.path), line, "does not apply", error.what, level="error"),)
-    return error
 
 
 #: ``git --version`` by the PATH it was found on (asked once per process and PATH)

@@ -253,12 +253,12 @@ def fetch_verified(
             try:
                 downloaded = _fetch_into_cache(url, sha256, cache, ctx, fetcher=fetcher)
             except SkippyError as exc:
-                if moved is not None:
-                    exc.untouched = (
-                        f"the repository; the cached copy of this archive no longer matched its digest and was "
-                        f"moved (not deleted) to {moved} before the fetch; nothing else in the download cache changed"
-                    )
-                raise
+                if moved is None:
+                    raise
+                raise exc.restated(
+                    untouched=f"the repository; the cached copy of this archive no longer matched its digest and was "
+                    f"moved (not deleted) to {moved} before the fetch; nothing else in the download cache changed"
+                ) from exc
             return downloaded
     except filelock.Timeout as exc:
         raise LockBusyError(

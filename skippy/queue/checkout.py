@@ -100,8 +100,7 @@ def cold(run: Run, queue: Queue, target: Target, pin: str | None) -> PrepareRepo
             # leave a clean upstream checkout (no stamp) for the maintainer to work in
             repo.git("checkout", "--force", "--detach", "--quiet", at.base, check=False)
             partial.rename(run.workdir)
-            on_conflict(run, queue, run.repo(), run.workdir / ".git", exc, at=at, head=None, since=None)
-            raise
+            raise on_conflict(run, queue, run.repo(), run.workdir / ".git", exc, at=at, head=None, since=None) from exc
         new = stamp(git_dir, queue, at, patched, repo=repo)
         partial.rename(run.workdir)
     finally:

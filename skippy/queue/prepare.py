@@ -52,7 +52,7 @@ from skippy.queue.compat import ensure_compat_link
 from skippy.queue.guard import guarded
 from skippy.queue.model import Queue, load_queue
 from skippy.queue.recover import recognize, recover, refuse_or_discard, remove_aside_worktrees
-from skippy.queue.run import PrepareReport, Run
+from skippy.queue.run import AS_IS_BUILD, PrepareReport, Run
 from skippy.queue.session import on_conflict
 from skippy.queue.target import Target, read_pin, rerun_command, validate
 from skippy.queue.upstream import Resolved, resolve
@@ -110,8 +110,12 @@ def prepare(
     offline: bool = False,
     interactive: bool | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    as_is_build: str = AS_IS_BUILD,
 ) -> PrepareReport:
     """Bring the workdir to ``target`` + the queue; see the module docstring.
+
+    ``as_is_build``: the build of the workdir as it stands that a refusal of local work names
+    (the calling build session's backend).
 
     On a conflict every patch is triaged; ``interactive`` (default: not on CI)
     then leaves the failed ``git am`` stopped in the workdir for
@@ -132,6 +136,7 @@ def prepare(
             interactive=(not settings.on_ci) if interactive is None else interactive,
             sleep=sleep,
             rerun=rerun_command(target, offline=offline),
+            as_is_build=as_is_build,
         )
         rel = settings.relative(settings.workdir)
         with guarded(
@@ -242,8 +247,7 @@ def apply_and_switch(
     try:
         patched = apply_aside(run, queue, repo, git_dir, at.base, since=since)
     except ConflictError as exc:
-        on_conflict(run, queue, repo, git_dir, exc, at=at, head=head, since=since)
-        raise
+        raise on_conflict(run, queue, repo, git_dir, exc, at=at, head=head, since=since) from exc
     changed = switch(run, queue, repo, git_dir, head=head, patched=patched, at=at)
     return run.report("applied", stamp(git_dir, queue, at, patched, repo=repo), changed=changed)
 

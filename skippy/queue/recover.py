@@ -213,10 +213,6 @@ def recognize(run: Run, queue: Queue, repo: Repo, git_dir: Path) -> wd.Stamp | N
     )
 
 
-#: the build of the workdir as it stands, named in every refusal of local work
-AS_IS_BUILD = "nox -s build-cpu -- --workdir-as-is"
-
-
 def keep_or_discard(run: Run, work: wd.LocalWork, stamp: wd.Stamp | None = None) -> str:
     """The next commands for local work: carry it into the queue, build it as it is, or discard it.
     Work on another upstream than the pin (a finished conflict session on X, its ``stamp``) reaches
@@ -246,7 +242,7 @@ def keep_or_discard(run: Run, work: wd.LocalWork, stamp: wd.Stamp | None = None)
             + (" (accepts the workdir when the queue gives its tree)" if after == f"`{run.rerun}`" else "")
         )
     return (
-        f"{keep}; build it as it stands: `{AS_IS_BUILD}`; discard it: `{run.rerun} --force` "
+        f"{keep}; build it as it stands: `{run.as_is_build}`; discard it: `{run.rerun} --force` "
         "(saves everything under a backup ref first)"
     )
 

@@ -13,13 +13,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from skippy.core.errors import SkippyError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
+
+#: the build of the workdir as it stands that a plain ``invoke prepare`` names
+AS_IS_BUILD: Final = "nox -s build-cpu -- --workdir-as-is"
 
 
 @dataclass
@@ -42,6 +45,9 @@ class Run:
     reverted: list[str] = field(default_factory=list)
     #: the command that re-runs this prepare (named in the next steps of a refusal)
     rerun: str = "invoke prepare"
+    #: the build of the workdir as it stands, named in a refusal of local work (the backend of the
+    #: build session that runs this prepare)
+    as_is_build: str = AS_IS_BUILD
 
     @property
     def workdir(self) -> Path:

@@ -143,17 +143,22 @@ def on_conflict(
     at: Resolved,
     head: str | None,
     since: wd.Stamp | None,
-) -> None:
-    """Triage every patch into ``exc``; interactively, then leave the failed ``git am`` stopped in
-    the workdir (a session, journaled) and make ``exc`` say so and what to run next."""
+) -> ConflictError:
+    """The conflict ``exc`` with every patch triaged; interactively, the failed ``git am`` is then
+    left stopped in the workdir (a session, journaled), and the error says so and what to run next."""
     from skippy.queue.triage import triage
 
     with run.console.step("triage: trying every patch against the target"):
         report = triage(repo, git_dir, queue, at.base, since.base_commit if since else None)
-    exc.triage = report
     if not run.interactive:
-        exc.details = report.render() + ("\n\n" + exc.details if exc.details else "")
-        return
+        return ConflictError(
+            exc.what,
+            details=report.render() + ("\n\n" + exc.details if exc.details else ""),
+            untouched=exc.untouched,
+            next_step=exc.next_step,
+            annotations=exc.annotations,
+            triage=report,
+        )
     repo.git("checkout", "--force", "--detach", "--quiet", at.base)
     entry = wd.Journal(
         "session",
@@ -166,12 +171,16 @@ def on_conflict(
     )
     stopped = run_session(repo, git_dir, queue, entry, start=0, console=run.console)
     assert stopped is not None, "the queue failed aside but applied in the workdir"
-    exc.what, details, exc.next_step = stopped.explain(repo, run.rel(run.workdir))
-    exc.details = report.render() + "\n\n" + details
-    exc.untouched = (
-        "your previous patched checkout is recorded: `invoke prepare --abort` returns to it"
+    what, details, next_step = stopped.explain(repo, run.rel(run.workdir))
+    return ConflictError(
+        what,
+        details=report.render() + "\n\n" + details,
+        untouched="your previous patched checkout is recorded: `invoke prepare --abort` returns to it"
         if head
-        else "nothing of yours was in the workdir"
+        else "nothing of yours was in the workdir",
+        next_step=next_step,
+        annotations=exc.annotations,
+        triage=report,
     )
 
 

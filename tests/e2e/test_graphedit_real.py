@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.core.errors import QueueError
+from skippy.core.errors import GraphEditError, QueueError
 from skippy.maintain import generate
 from skippy.maintain import graphedit as ge
 from skippy.queue.testbed import LLAMA_CPP_PYTHON
@@ -64,12 +64,12 @@ def test_every_family_with_a_graph_builder_is_placed_or_refused(models: dict[str
                 sharing[name] = shared[family]
             else:
                 without.add(name)
-            with pytest.raises(ge.GraphEditError, match="no graph builder"):
+            with pytest.raises(GraphEditError, match="no graph builder"):
                 ge.place_layer_hooks(source, path=path)
             continue
         try:
             placed[name] = ge.place_layer_hooks(source, path=path)
-        except ge.GraphEditError as exc:
+        except GraphEditError as exc:
             assert exc.path == path
             refused[name] = exc.reason
     report = [
@@ -132,5 +132,5 @@ def test_entries_that_are_not_families_are_refused(models: dict[str, bytes], arc
         generate.parse_spec(Path("families.toml"), f'schema = 2\n[[family]]\nname = "x"\narch = "{arch}"\n'.encode())
     assert arch in (info.value.details or "")
     # the clip entry's file is a quantize-only stub: no builder to edit either
-    with pytest.raises(ge.GraphEditError, match="no graph builder"):
+    with pytest.raises(GraphEditError, match="no graph builder"):
         ge.place_layer_hooks(models["clip.cpp"], path="src/models/clip.cpp")

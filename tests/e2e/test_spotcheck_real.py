@@ -14,10 +14,10 @@ import gguf
 import pytest
 
 from skippy.check import tinymodels
-from skippy.check.report import ModelCheckFailed, Provenance
+from skippy.check.report import Provenance, spot_report_of
 from skippy.check.server import port_is_free
 from skippy.check.spotcheck import spot_check
-from skippy.core.errors import SpotCheckFailed
+from skippy.core.errors import ModelCheckFailed, SpotCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 
@@ -81,7 +81,7 @@ def test_changed_numerics_fail_the_agreement_naming_the_first_diverging_token(
 ) -> None:
     with pytest.raises(ModelCheckFailed) as info:
         spot_check(project, server, console=Console(env={}), extra_server_args=["--rope-freq-base", "1000"])
-    (result,) = info.value.report.results
+    (result,) = spot_report_of(info.value).results
     assert "differs from the CPU reference" in result.reason
     assert "a different greedy token" in result.reason or "log-probability off by" in result.reason
     assert "got '" in result.reason and "reference '" in result.reason
@@ -110,7 +110,7 @@ def test_truncated_model_fails_on_the_log_line(project: Settings, server: Path, 
     broken.write_bytes(good[: len(good) // 2])
     with pytest.raises(ModelCheckFailed) as info:
         spot_check(project, server, [str(broken)], console=Console(env={}))
-    (result,) = info.value.report.results
+    (result,) = spot_report_of(info.value).results
     assert result.verdict == "fail"
     joined = "\n".join(result.log_lines)
     assert "load the model" in result.reason or "before it was ready" in result.reason

@@ -22,7 +22,7 @@ import pytest
 from skippy.check.server import free_port
 from skippy.cli.build import session_options
 from skippy.cli.options import PinBumpOptions, make
-from skippy.core.errors import QueueError, SettingsError, SpotCheckFailed, ToolchainMissing
+from skippy.core.errors import ModelCheckFailed, QueueError, SettingsError, ToolchainMissing
 from skippy.queue.patchpaths import paths_outside_the_tree
 from tests.conftest import Project
 from tests.integration.test_spotcheck import FAST, Rig
@@ -92,9 +92,9 @@ def test_an_argument_llama_server_refuses_names_the_server_arg_not_the_patch(
 
     result = _run("nox", rig.root, env, "-s", "spot-check", "--", *_spot_args(rig, f"--server-arg={given}"))
 
-    assert result.returncode == SpotCheckFailed.exit_code, result.stderr
+    assert result.returncode == ModelCheckFailed.exit_code, result.stderr
     report = _report(result)
-    assert (report["ok"], report["error"], report["exit_code"]) == (False, "ModelCheckFailed", 13)
+    assert (report["ok"], report["error"], report["exit_code"]) == (False, "ModelCheckFailed", 20)
     assert report["next"] == (
         f"rerun without `--server-arg {given}` or with it corrected: llama-server does not take it as given "
         "(`build/cpu-0123abcd/bin/llama-server --help` lists the arguments it takes)"
@@ -270,7 +270,7 @@ def test_a_spot_check_model_that_is_not_a_gguf_file_is_named_before_a_server_sta
     text.write_text("not a model\n", encoding="utf-8")
     args = ["--server", str(rig.server), "--model", str(text), "--no-provenance", "--no-rpc", "--json"]
     result = _run("nox", rig.root, env, "-s", "spot-check", "--", *args)
-    assert result.returncode == SpotCheckFailed.exit_code, result.stderr
+    assert result.returncode == ModelCheckFailed.exit_code, result.stderr
     report = _report(result)
     assert report["next"] == "pass an existing .gguf file, or --model gemma3-270m"
     (model,) = report["report"]["results"]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from skippy.cli.maintain import check_main
-from skippy.core.errors import QueueError
+from skippy.core.errors import CheckFailed
 from skippy.core.ui import Console
 from skippy.maintain import generate
 from skippy.maintain.check import run_check
@@ -81,7 +81,7 @@ def test_problems_are_reported_and_the_workdir_is_untouched(
         "generated": "failed",
         "boundaries": "warning",
     }
-    assert check_main(project.env, root=project.root, json=True) == QueueError.exit_code
+    assert check_main(project.env, root=project.root, json=True) == CheckFailed.exit_code
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is False
     steps = {s["name"]: s for s in data["check"]["steps"]}

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.report import ModelCheckFailed, SpotCheckReport
+from skippy.check.report import SpotCheckReport, spot_report_of
 from skippy.check.server import port_is_free
 from skippy.check.spotcheck import reference_dir, spot_check
+from skippy.core.errors import ModelCheckFailed
 from skippy.core.ui import Console
 from tests.integration import fake_server
 from tests.integration.test_spotcheck import Rig, wait_gone
@@ -55,7 +56,7 @@ def test_changed_numerics_fail_naming_the_first_diverging_token(rig: Rig) -> Non
     run(rig, write_reference=True)
     with pytest.raises(ModelCheckFailed) as info:
         run(rig, env={"FAKE_LLAMA_NUMERICS": "shifted"})
-    (result,) = info.value.report.results
+    (result,) = spot_report_of(info.value).results
     assert "differs from the CPU reference" in result.reason
     assert "token 2: a different greedy token" in result.reason
     assert "prompt 'The capital of France is'" in result.reason
@@ -64,15 +65,16 @@ def test_changed_numerics_fail_naming_the_first_diverging_token(rig: Rig) -> Non
 def test_an_answer_with_template_tokens_fails(rig: Rig) -> None:
     with pytest.raises(ModelCheckFailed) as info:
         run(rig, env={"FAKE_LLAMA_MODE": "leak"})
-    assert "chat template token '<|im'" in info.value.report.results[0].reason
+    assert "chat template token '<|im'" in spot_report_of(info.value).results[0].reason
 
 
 def test_a_gpu_backend_must_put_the_layers_on_its_device(rig: Rig) -> None:
     with pytest.raises(ModelCheckFailed) as info:
         # the device is listed, but the layers stay on the CPU (an ignored -ngl, a fallback)
         run(rig, device_prefix="Vulkan", extra_server_args=["-ngl", "99"], env={"FAKE_LLAMA_LISTED": "Vulkan0"})
-    assert info.value.report.devices == ["Vulkan0"]
-    assert "did not run on a Vulkan device: only 0/5 layers were offloaded" in info.value.report.results[0].reason
+    assert spot_report_of(info.value).devices == ["Vulkan0"]
+    reason = spot_report_of(info.value).results[0].reason
+    assert "did not run on a Vulkan device: only 0/5 layers were offloaded" in reason
     ok = run(rig, device_prefix="Vulkan", extra_server_args=["-ngl", "99"], env={"FAKE_LLAMA_DEVICE": "Vulkan0"})
     assert "5/5 layers offloaded; model buffers on Vulkan0" in ok.results[0].compute.device
 

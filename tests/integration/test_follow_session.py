@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from skippy.check.models import DEFAULT_MODEL
-from skippy.check.report import ModelCheckFailed, ModelResult, SpotCheckReport
+from skippy.check.report import Ending, ModelResult, SpotCheckReport, model_check_failed
 from skippy.cli.build import outcome_report
+from skippy.core.errors import ModelCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows import follow
@@ -57,8 +58,8 @@ class Rig:
             result = ModelResult(model=model, path=None, verdict="fail" if bad else "pass", content="OK", tokens=1)
             result.reason = "no token" if bad else ""
             report.results.append(result)
-        if not report.ok:
-            raise ModelCheckFailed(report, next_step="fix the patch")
+        if not report.ok:  # the session's own failure (its next step and ending), as the real check raises it
+            raise request.failure(report) if request.failure else model_check_failed(report, next_step="fix the patch")
         return report
 
     def session(self, patched: str, args: SessionArgs | None = None) -> tuple[object, str]:
@@ -134,7 +135,7 @@ def test_a_session_checks_the_families_its_change_touches(rig: Rig) -> None:
     with pytest.raises(ModelCheckFailed) as info:
         rig.session(second)
     assert asked(rig) == (DEFAULT_MODEL, "tiny:qwen2")
-    assert info.value.ending is not None
+    assert isinstance(info.value.ending, Ending)
     failed = {p.name: p for p in info.value.ending.proofs}
     assert failed["family qwen2"].verdict == "fail" and "no token" in failed["family qwen2"].detail
     assert "family bert" not in failed

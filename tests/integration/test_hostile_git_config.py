@@ -142,7 +142,7 @@ def test_a_program_nothing_can_switch_off_is_refused_by_name(
     before = tree_state([tmp_path], allowed)
     for name, main, options in COMMANDS:
         code, report, err = call(capsys, main, queued_project, **options)
-        assert code == UnsafeGitConfig.exit_code == 9, (name, err)
+        assert code == UnsafeGitConfig.exit_code == 21, (name, err)
         assert report["ok"] is False and report["error"] == "UnsafeGitConfig", name
         assert report["what"] == (
             f"the git config of {queued_project.workdir} names a program git would run: {key.lower()} ({config})"
@@ -176,7 +176,7 @@ def test_an_include_is_audited_and_a_change_to_it_is_seen(
     marker = tmp_path / "ran.txt"
     included.write_text(f'[diff "evil"]\n\ttextconv = {program(marker, "textconv")}\n', encoding="utf-8")
     code, report, _err = call(capsys, status_main, queued_project)
-    assert code == 9
+    assert code == UnsafeGitConfig.exit_code
     assert report["what"].endswith(f"diff.evil.textconv ({included})")
     assert not marker.exists()
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from skippy.cli.options import INTERRUPTED
-from skippy.core.errors import Interrupted
+from skippy.core.errors import Interrupted, TerminatedError
 from skippy.core.ui import Console
 from skippy.queue.prepare import Target, prepare
 from tests.busy import carrying, default_interrupts
@@ -35,10 +35,10 @@ from tests.outside import tree_state, written_outside
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-#: the exit code and the report's `what` for each signal
+#: the error, its exit code and the report's `what` for each signal
 EXPECTED = {
-    "TERM": (128 + signal.SIGTERM, "interrupted by SIGTERM"),
-    "INT": (Interrupted.exit_code, "interrupted"),
+    "TERM": (TerminatedError, "interrupted by SIGTERM"),
+    "INT": (Interrupted, "interrupted"),
 }
 #: how long the stand-in's group may take to go once the command has exited (it is stopped
 #: before the exit; this only covers the kernel finishing the kill on a busy machine)
@@ -142,13 +142,13 @@ def gone(token: str, seconds: float = GONE_WITHIN) -> bool:
 
 
 def reported(result: subprocess.CompletedProcess[str], sig: str, untouched: str, rerun: str) -> dict[str, Any]:
-    code, what = EXPECTED[sig]
-    assert result.returncode == code, result.stderr
+    error, what = EXPECTED[sig]
+    assert result.returncode == error.exit_code == 128 + getattr(signal, f"SIG{sig}"), result.stderr
     report = json.loads(result.stdout)
     assert report == {
         "ok": False,
-        "error": "Interrupted",
-        "exit_code": code,
+        "error": error.__name__,
+        "exit_code": error.exit_code,
         "what": what,
         "untouched": untouched,
         "next": f"rerun {rerun}",

@@ -17,10 +17,9 @@ from skippy.build.cachestats import stop_cache_server
 from skippy.build.plan import BuildOptions, plan_build
 from skippy.build.toolchain import inspect_tree, probe_toolchain
 from skippy.check import spotcheck
-from skippy.check.report import ModelCheckFailed
 from skippy.cli.build import build_main
 from skippy.cli.spot import main as spot_main
-from skippy.core.errors import BuildError, SettingsError
+from skippy.core.errors import BuildError, ModelCheckFailed, SettingsError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionArgs, SessionOutcome

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from skippy.cli.maintain import parity_main
-from skippy.core.errors import QueueError
+from skippy.core.errors import ParityFailed, QueueError
 from skippy.core.ui import Console
 from skippy.maintain import parity
 from tests.conftest import Project
@@ -71,7 +71,7 @@ def test_a_dropped_case_fails_until_allowlisted(project: Project) -> None:
     assert "LLM_ARCH_MPT" in report.deletions[0].preview[0]
 
     code = parity_main(project.env, root=project.root, json=False)
-    assert code == QueueError.exit_code
+    assert code == ParityFailed.exit_code
 
     allow = settings.patch_dir / "parity-allowlist.toml"
     allow.write_text(

@@ -249,7 +249,7 @@ SWITCH = """int llama_model_rope_type(int arch) {
 
 def test_pin_bump_fails_on_a_dropped_arch_case(project: Project) -> None:
     """The real parity audit runs against the new upstream: a queue that drops a case stops the bump."""
-    from skippy.maintain.parity import ParityFailed
+    from skippy.core.errors import ParityFailed
 
     up = project.upstream
     pin = up.commit("model: rope types", {"src/llama-rope.cpp": SWITCH})

@@ -18,7 +18,7 @@ import pytest
 
 from skippy.build.backends.rocm_root import parse_root_pin, root_home
 from skippy.build.roots import mounts_under
-from skippy.core.errors import Interrupted
+from skippy.core.errors import Interrupted, TerminatedError
 from tests.busy import default_interrupts
 from tests.e2e.needs import cannot_run
 from tests.integration.test_build_toolchain import Host
@@ -95,11 +95,11 @@ def test_a_signal_during_mmdebstrap_unmounts_and_removes_the_half_made_root(tmp_
         for left in mounts_under(tmp_path):
             subprocess.run(["umount", "--lazy", str(left)], check=False)
     name = "SIGTERM" if sig == signal.SIGTERM else "Ctrl-C (SIGINT)"
-    code = 143 if sig == signal.SIGTERM else Interrupted.exit_code
-    assert child.returncode == code, err
+    error = TerminatedError if sig == signal.SIGTERM else Interrupted
+    assert child.returncode == error.exit_code == 128 + sig, err
     report = json.loads(out)
     partial = mount.parent.parent
-    assert report["ok"] is False and report["error"] == "Interrupted" and report["exit_code"] == code
+    assert report["ok"] is False and report["error"] == error.__name__ and report["exit_code"] == error.exit_code
     assert report["what"] == (
         f"{name} while mmdebstrap made the ROCm Debian root: mmdebstrap was stopped, "
         f"unmounted 1 mount(s) it left ({mount}), removed the half-made root {partial}"

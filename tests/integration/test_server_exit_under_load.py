@@ -26,10 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.report import ModelCheckFailed
+from skippy.check.report import spot_report_of
 from skippy.check.server import Server
 from skippy.cli.spot import main as spot_main
 from skippy.core import proc
+from skippy.core.errors import ModelCheckFailed
 from tests.busy import cpu_hogs
 from tests.integration.test_next_steps import _spot_project as _project
 from tests.integration.test_spotcheck import FAST, Rig
@@ -59,7 +60,7 @@ def test_a_server_that_dies_at_once_is_shown_dying_of_its_log_line_under_load(
         for _ in range(RUNS):
             with pytest.raises(ModelCheckFailed) as info:
                 rig.check("truncated")
-            (result,) = info.value.report.results
+            (result,) = spot_report_of(info.value).results
             assert (result.verdict, result.exit_code) == ("fail", 1)
             assert result.reason == "server log: llama.cpp could not load the model"
             assert result.log_lines == [TRUNCATED]
@@ -125,8 +126,9 @@ def test_a_server_that_cannot_start_leaves_no_file_open(tmp_path: Path, kind: st
 CHECKS = """
 import os, sys
 from pathlib import Path
-from skippy.check.report import ModelCheckFailed
+from skippy.check.report import spot_report_of
 from skippy.check.spotcheck import spot_check
+from skippy.core.errors import ModelCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 root, runs = Path(sys.argv[1]), int(sys.argv[2])
@@ -143,7 +145,7 @@ for _ in range(runs):
             server_env={"FAKE_LLAMA_MODE": "truncated"},
         )
     except ModelCheckFailed as exc:
-        (result,) = exc.report.results
+        (result,) = spot_report_of(exc).results
         silent += result.log_lines != [TRUNCATED] or result.reason != "server log: llama.cpp could not load the model"
 print(silent)
 """

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from skippy.check import server, spotcheck
-from skippy.check.report import ModelCheckFailed, Provenance, SpotCheckReport
+from skippy.check.report import Provenance, SpotCheckReport, spot_report_of
 from skippy.check.server import port_is_free
 from skippy.check.spotcheck import spot_check
 from skippy.cli.spot import main
-from skippy.core.errors import SpotCheckFailed
+from skippy.core.errors import ModelCheckFailed, SpotCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from tests.busy import sigint_raises
@@ -148,19 +148,19 @@ def test_slow_loading_server_is_waited_for(rig: Rig) -> None:
 def test_server_exiting_early_fails_with_log_tail(rig: Rig) -> None:
     with pytest.raises(ModelCheckFailed) as info:
         rig.check("crashing")
-    (result,) = info.value.report.results
+    (result,) = spot_report_of(info.value).results
     assert result.verdict == "fail"
     assert "exited with code 3 before it was ready" in result.reason
     assert any("unexpected end of tensor data" in line for line in result.log_lines)
     assert "unexpected end of tensor data" in info.value.render()
-    assert info.value.exit_code == 13
+    assert info.value.exit_code == ModelCheckFailed.exit_code == 20
     rig.assert_cleaned_up()
 
 
 def test_failure_line_in_log_fails_even_when_http_answered(rig: Rig) -> None:
     with pytest.raises(ModelCheckFailed) as info:
         rig.check("error-in-log")
-    (result,) = info.value.report.results
+    (result,) = spot_report_of(info.value).results
     assert result.tokens == 3  # the HTTP side looked fine
     assert result.verdict == "fail"
     assert result.reason == "server log: a ggml assertion failed"
@@ -179,7 +179,7 @@ def test_hanging_server_times_out_and_is_killed_with_its_children(tmp_path: Path
             console=Console(env={}, quiet=True),
             server_env=rig.env("hanging", FAKE_LLAMA_CHILD="1"),
         )
-    (result,) = info.value.report.results
+    (result,) = spot_report_of(info.value).results
     assert "not ready after 1 s (still loading (503))" in result.reason
     assert any("ignoring SIGTERM" in line for line in Path(result.log_path or "").read_text().splitlines())
     assert result.exit_code == -signal.SIGKILL
@@ -190,14 +190,15 @@ def test_hanging_server_times_out_and_is_killed_with_its_children(tmp_path: Path
 def test_answer_without_tokens_fails(rig: Rig) -> None:
     with pytest.raises(ModelCheckFailed) as info:
         rig.check("empty")
-    assert info.value.report.results[0].reason == "the completion generated no token"
+    assert spot_report_of(info.value).results[0].reason == "the completion generated no token"
     rig.assert_cleaned_up()
 
 
 def test_error_chunk_in_the_stream_fails(rig: Rig) -> None:
     with pytest.raises(ModelCheckFailed) as info:
         rig.check("error-answer")
-    assert "the server answered with an error: The model produced output" in info.value.report.results[0].reason
+    reason = spot_report_of(info.value).results[0].reason
+    assert "the server answered with an error: The model produced output" in reason
     rig.assert_cleaned_up()
 
 
@@ -205,7 +206,7 @@ def test_stalled_completion_times_out(tmp_path: Path) -> None:
     rig = Rig(tmp_path, request_timeout=1)
     with pytest.raises(ModelCheckFailed) as info:
         rig.check("stall")
-    assert "/v1/chat/completions failed" in info.value.report.results[0].reason
+    assert "/v1/chat/completions failed" in spot_report_of(info.value).results[0].reason
     rig.assert_cleaned_up()
 
 
@@ -246,7 +247,7 @@ def test_several_models_in_one_run_report_each(rig: Rig) -> None:
     missing = rig.root / "nope.gguf"
     with pytest.raises(ModelCheckFailed) as info:
         rig.check(models=(str(rig.model), str(missing)))
-    first, second = info.value.report.results
+    first, second = spot_report_of(info.value).results
     assert first.verdict == "pass"
     assert second.verdict == "fail"
     assert "does not exist" in second.reason
@@ -360,7 +361,7 @@ def test_cli_failure_exit_code_and_json_carries_the_report(rig: Rig, capsys: pyt
     code = main(
         ["--model", str(rig.model), "--server", str(rig.server), "--json", "--no-provenance"], env=env, root=rig.root
     )
-    assert code == 13
+    assert code == ModelCheckFailed.exit_code
     captured = capsys.readouterr()
     out = json.loads(captured.out)
     assert out["ok"] is False

@@ -9,12 +9,14 @@ import json
 
 import pytest
 
+from skippy.build.backends import parse_backend
 from skippy.cli.build import build_main
 from skippy.cli.options import command
 from skippy.cli.run import Report, run
 from skippy.core.errors import DirtyWorkdirError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from skippy.flows.build_session import _pinned_prepare
 from skippy.maintain.regenerate import regenerate
 from skippy.queue.prepare import Target, prepare
 from skippy.queue.session import resume
@@ -82,6 +84,13 @@ def test_plain_local_work_still_names_prepare(queued_project: Project) -> None:
         prepare(settings, Target.pinned(), console=QUIET)
     assert "then `invoke prepare` (accepts the workdir" in (info.value.next_step or "")
     assert "pin-bump" not in (info.value.next_step or "")
+    assert "build it as it stands: `nox -s build-cpu -- --workdir-as-is`" in (info.value.next_step or "")
+
+    # a build session's own prepare names that backend's build, in the refusal as it is made
+    with pytest.raises(DirtyWorkdirError) as vulkan:
+        _pinned_prepare(parse_backend("vulkan"))(settings, QUIET)
+    assert "build it as it stands: `nox -s build-vulkan -- --workdir-as-is`" in (vulkan.value.next_step or "")
+    assert "build-cpu" not in (vulkan.value.next_step or "")
 
 
 def test_regenerate_at_the_pin_ends_with_prepare_and_check(

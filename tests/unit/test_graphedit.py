@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from skippy.core.errors import GraphEditError
 from skippy.maintain import graphedit as ge
 
 PATH = "src/models/toy.cpp"
@@ -126,7 +127,7 @@ def test_an_anchor_inside_a_nested_block_without_an_else_is_ambiguous() -> None:
         b'        if (il == n_layer - 1) {\n            cur = build_cvec(cur, il);\n            cb(cur, "l_out", il);\n'
         b"        }\n",
     )
-    with pytest.raises(ge.GraphEditError) as info:
+    with pytest.raises(GraphEditError) as info:
         place(source)
     assert info.value.path == PATH
     assert "line 11" in info.value.reason
@@ -171,7 +172,7 @@ def test_the_fallback_passes_over_trailing_callbacks() -> None:
 )
 def test_no_anchor_and_no_unambiguous_end_is_an_error(change: bytes, reason: str) -> None:
     source = PLAIN.replace(b'        cb(cur, "l_out", il);\n', b"").replace(b"        inpL = cur;\n", change)
-    with pytest.raises(ge.GraphEditError) as info:
+    with pytest.raises(GraphEditError) as info:
         place(source)
     assert reason in info.value.reason
     assert "llama_model_toy::graph::graph, line" in info.value.reason
@@ -195,7 +196,7 @@ def test_two_loops_without_an_anchor_are_ambiguous() -> None:
         b"    for (int il = 0; il < n_layer; ++il) {\n        inpL = inject_kv(inpL, il);\n    }\n\n"
         b"    for (int il = 0; il < n_layer; ++il) {\n        cur = build_norm",
     )
-    with pytest.raises(ge.GraphEditError) as info:
+    with pytest.raises(GraphEditError) as info:
         place(source)
     assert info.value.reason == ('llama_model_toy::graph::graph has 2 layer loops (lines 7, 11) and no "l_out" anchor')
 
@@ -228,7 +229,7 @@ def test_a_macro_heavy_file_with_errors_outside_the_builder() -> None:
 
 def test_a_builder_with_a_parse_error_is_refused() -> None:
     source = PLAIN.replace(b'        cb(cur, "attn_norm", il);\n', b'        cb(cur, "attn_norm", il) +* ;;(\n')
-    with pytest.raises(ge.GraphEditError) as info:
+    with pytest.raises(GraphEditError) as info:
         place(source)
     assert "parse error at line" in info.value.reason
 
@@ -238,25 +239,25 @@ def test_a_hook_elsewhere_in_the_loop_is_a_stale_edit() -> None:
         b'        cb(cur, "attn_norm", il);\n',
         b'        cb(cur, "attn_norm", il);\n        llama_skippy_layer_hook(this, cur, il);\n',
     )
-    with pytest.raises(ge.GraphEditError) as info:
+    with pytest.raises(GraphEditError) as info:
         place(source)
     assert "stale edit" in info.value.reason
 
 
 def test_a_file_without_the_family_builder() -> None:
     source = b'#include "models.h"\n\nvoid llama_model_toy::load_arch_hparams(llama_model_loader & ml) {}\n'
-    with pytest.raises(ge.GraphEditError) as info:
+    with pytest.raises(GraphEditError) as info:
         place(source)
     assert info.value.reason == "no graph builder llama_model_toy::graph::graph in the file"
     # another family's builder in the file is not this family's
-    with pytest.raises(ge.GraphEditError):
+    with pytest.raises(GraphEditError):
         ge.place_layer_hooks(PLAIN, path=PATH, family_class="llama_model_other")
 
 
 def test_a_builder_without_a_layer_loop() -> None:
     source = b"llama_model_toy::graph::graph(const llm_graph_params & params) : llm_graph_context(params) {\n"
     source += b"    f();\n}\n"
-    with pytest.raises(ge.GraphEditError) as info:
+    with pytest.raises(GraphEditError) as info:
         place(source)
     assert "no layer loop" in info.value.reason
 

@@ -12,7 +12,7 @@ import pytest
 from skippy.build.backends import spec
 from skippy.check.binaries import backend_of, default_server, parse_provenance, provenance_mismatch, version_line
 from skippy.check.chat import Answer, completion_request, judge, parse_stream, plan_server_argv, scan_log
-from skippy.check.report import ModelCheckFailed, ModelResult, Options, Provenance, SpotCheckReport
+from skippy.check.report import ModelResult, Options, Provenance, SpotCheckReport, model_check_failed, spot_report_of
 from skippy.check.server import ServerFailure, describe_exit
 from skippy.check.spotcheck import log_dir
 from skippy.cli.options import SpotCheckOptions, command, make
@@ -205,8 +205,8 @@ def test_report_markdown_json_and_failure_message() -> None:
     assert "GGML_ASSERT(x) failed" in md
     data = json.loads(json.dumps(report.as_dict()))
     assert [r["verdict"] for r in data["results"]] == ["pass", "fail"]
-    err = ModelCheckFailed(report, next_step="nox -s build-cpu")
-    assert isinstance(err, SpotCheckFailed)
+    err = model_check_failed(report, next_step="nox -s build-cpu")
+    assert isinstance(err, SpotCheckFailed) and spot_report_of(err) is report
     assert err.what == "spot check failed for 1 of 2 model(s): gemma3-270m"
     assert err.as_dict()["report"] == report.as_dict()
     assert "GGML_ASSERT(x) failed" in err.render()

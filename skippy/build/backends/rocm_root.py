@@ -40,7 +40,6 @@ import json
 import os
 import pwd
 import re
-import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -60,6 +59,7 @@ from skippy.core.errors import (
     NetworkError,
     SettingsError,
     SkippyError,
+    TerminatedError,
     ToolchainMissing,
 )
 from skippy.core.proc import Terminated, sigterm_unwinds
@@ -415,14 +415,12 @@ def _interrupted(partial: Path, ctx: RootContext, *, terminated: bool) -> Interr
             left, next_step = f"{partial} ({exc.what})", f"{exc.next_step}" if exc.next_step else rerun
     what = f"{'SIGTERM' if terminated else 'Ctrl-C (SIGINT)'} while mmdebstrap made the ROCm Debian root: "
     what += "mmdebstrap was stopped" + "".join(f", {step}" for step in cleaned)
-    error = Interrupted(
+    # SIGTERM's exit code is what the shell reports for a process SIGTERM ended
+    return (TerminatedError if terminated else Interrupted)(
         what + (f"; left: {left}" if left else ""),
         untouched="the system and the finished roots in the cache" + ("" if left else "; nothing half-made is left"),
         next_step=next_step,
     )
-    if terminated:
-        error.exit_code = 128 + signal.SIGTERM  # what the shell reports for a process SIGTERM ended
-    return error
 
 
 def _make_into(
