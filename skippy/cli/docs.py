@@ -6,7 +6,7 @@ A generated block sits between two markers, anywhere in a Markdown file::
     ...
     <!-- NAME: end -->
 
-``NAME`` picks a renderer of :data:`RENDERERS` (``options``, ``settings``, ``backends``,
+``NAME`` picks a renderer of :data:`RENDERERS` (``options``, ``settings``, ``exit-codes``, ``backends``,
 ``bench``, ``build-ending``...).  ``python -m skippy.cli.docs`` rewrites every block of README.md and every
 ``docs/**/*.md``; ``--check`` changes nothing and names the stale blocks (exit code 1).
 A unit test runs the check, so a table the code no longer produces fails the suite.
@@ -34,6 +34,7 @@ from typing import Any, Final
 from skippy.build.backends import registry
 from skippy.build.backends.base import COMMON_DEFINES, TREE_OPTIONAL_DEFINES, BackendSpec
 from skippy.check.report import Ending, shown_time
+from skippy.cli.exitcodes import render_exit_codes
 from skippy.cli.options import README_BEGIN, README_END, readme_block
 from skippy.core import specs
 from skippy.core.specs import Spec
@@ -855,6 +856,7 @@ RENDERERS: Final[Mapping[str, Renderer]] = {
     for r in (
         Renderer("options", "skippy/cli/options.py", render_options),
         Renderer("settings", "skippy/core/specs.py", render_settings),
+        Renderer("exit-codes", "skippy/core/errors.py", render_exit_codes),
         Renderer("backends", "skippy.build.backends.registry()", lambda _root: render_backends(registry())),
         Renderer("bench", BENCH_JSON, _bench_from_file),
         Renderer("build-ending", BUILD_JSON, lambda root: render_build_ending(_recording(root), "fresh")),
