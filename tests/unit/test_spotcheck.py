@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from skippy.build.backends import spec
+from skippy.check import spotcheck
 from skippy.check.binaries import backend_of, default_server, parse_provenance, provenance_mismatch, version_line
 from skippy.check.chat import Answer, completion_request, judge, parse_stream, plan_server_argv, scan_log
+from skippy.check.models import ChatFacts
 from skippy.check.report import ModelResult, Options, Provenance, SpotCheckReport, model_check_failed, spot_report_of
 from skippy.check.server import ServerFailure, describe_exit
 from skippy.check.spotcheck import log_dir
@@ -230,3 +232,28 @@ def test_exit_descriptions_name_signals() -> None:
     assert describe_exit(3) == "exited with code 3"
     assert describe_exit(-11) == "was killed by SIGSEGV (exit code -11)"
     assert describe_exit(-9) == "was killed by SIGKILL (exit code -9)"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"not a model\n",  # no GGUF magic
+        b"GGUF" + (3).to_bytes(4, "little") + (1).to_bytes(8, "little"),  # a header cut short
+        b"",
+    ],
+)
+def test_a_file_gguf_cannot_read_has_no_chat_facts(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "m.gguf"
+    path.write_bytes(data)
+    assert spotcheck.model_chat_facts(path) == ChatFacts(architecture=None, has_template=True)
+
+
+def test_a_bug_reading_the_chat_facts_is_not_taken_for_an_unreadable_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(_path: Path) -> ChatFacts:
+        raise AttributeError("a bug")
+
+    monkeypatch.setattr(spotcheck, "chat_facts", broken)
+    with pytest.raises(AttributeError, match="a bug"):
+        spotcheck.model_chat_facts(tmp_path / "m.gguf")
