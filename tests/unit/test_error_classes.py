@@ -21,8 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "skippy"
 #: the page that explains the errors and shows the table
 ERRORS_PAGE = ROOT / "docs" / "housekeeping.md"
-#: what an error says, which only its raise site may set
-WORDS = frozenset({"what", "next_step", "untouched"})
+#: what an error says and carries, and its exit code, which only its raise site may set
+WORDS = frozenset(
+    {"what", "next_step", "untouched", "details", "annotations", "exit_code", "triage", "report", "ending", "carried"}
+)
 
 
 def all_subclasses(cls: type[SkippyError]) -> Iterator[type[SkippyError]]:
@@ -117,9 +119,12 @@ def test_no_module_raises_the_base_class_itself() -> None:
 
 def _error_names(tree: ast.AST, classes: frozenset[str]) -> Iterator[tuple[ast.AST, set[str]]]:
     """Each function (and the module) with the names in it bound to an error: an ``except ... as``
-    name, or a name assigned an error class's call."""
+    name, a name assigned an error class's call, or a parameter annotated with an error class."""
     for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
         names: set[str] = set()
+        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = [*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs]
+            names |= {a.arg for a in params if a.annotation is not None and ast.unparse(a.annotation) in classes}
         for node in ast.walk(scope):
             if isinstance(node, ast.ExceptHandler) and node.name:
                 names.add(node.name)
@@ -132,7 +137,7 @@ def _error_names(tree: ast.AST, classes: frozenset[str]) -> Iterator[tuple[ast.A
 
 
 def _edits(source: str, classes: frozenset[str]) -> list[str]:
-    """``name.what = ...`` (or ``next_step``, ``untouched``) on a name bound to an error."""
+    """``name.what = ...`` (or another of :data:`WORDS`) on a name bound to an error."""
     tree = ast.parse(source)
     found = []
     for scope, names in _error_names(tree, classes):
@@ -164,14 +169,20 @@ def caught():
 def built():
     error = QueueError("x")
     error.what, error.untouched = "y", "z"
+    error.exit_code = 143
     return error
 
 def not_an_error(result):
     result.next_step = "fine: a report's field"
+
+def given(exc: QueueError) -> None:
+    exc.details = "more"
 """
     assert _edits(source, frozenset({"QueueError"})) == [
         "11: error.untouched",
         "11: error.what",
+        "12: error.exit_code",
+        "19: exc.details",
         "6: exc.next_step",
     ]
 
