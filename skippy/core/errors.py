@@ -56,6 +56,8 @@ class SkippyError(Exception):
         details: str | None = None,
         annotations: Sequence[Annotation] = (),
     ) -> None:
+        if type(self) is SkippyError:
+            raise TypeError("SkippyError is the base class: raise the class of that failure (skippy.core.errors)")
         super().__init__(what)
         self.what = what
         self.untouched = untouched

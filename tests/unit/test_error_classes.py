@@ -105,6 +105,12 @@ def _sources() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 
 
+def test_the_base_class_cannot_be_made() -> None:
+    with pytest.raises(TypeError, match="raise the class of that failure"):
+        SkippyError("what happened")
+    assert QueueError("what happened").exit_code == 3
+
+
 def test_no_module_raises_the_base_class_itself() -> None:
     found = []
     for path in _sources():
