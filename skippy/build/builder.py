@@ -55,6 +55,7 @@ from skippy.build.roots import remove_tree
 from skippy.build.toolchain import parse_ninja_targets
 from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError
+from skippy.core.strays import stop_strays
 from skippy.core.ui import Console
 
 #: a compile step of Ninja's output, in any language a registered backend compiles
@@ -410,7 +411,7 @@ def _run_ninja(
             # ninja stopped its own jobs; sccache's server, a daemon outside our process groups,
             # still runs the compiles it was handed for this build dir: those are stopped too
             if plan.launcher is not None and plan.launcher.name == "sccache":
-                proc.stop_strays(plan.build_dir, daemon="sccache", grace=STRAY_GRACE)
+                stop_strays(plan.build_dir, daemon="sccache", grace=STRAY_GRACE)
             raise
         finally:
             shown.close()

@@ -16,9 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Final
-
-import sh
+from typing import BinaryIO, Final
 
 from skippy.core import proc
 from skippy.core.errors import SpotCheckFailed
@@ -97,24 +95,21 @@ class Server:
         self._log, self.log_path = own_log(log_path)
         self.started = time.monotonic()
         # own session, tied to this process: it dies with us even when we are SIGKILLed.  Its
-        # stdout and stderr are the log file itself (sh dups the file into the child; no thread
-        # of ours copies them), so the log is whole once the server has exited
+        # stdout and stderr are the log file itself (the child writes it; no thread of ours
+        # copies them), so the log is whole once the server has exited
         try:
-            self._running: Any = proc.spawn(exe, self.argv[1:], _env=dict(env), _out=self._log, _err_to_out=True)
+            self._running = proc.spawn(exe, self.argv[1:], env=env, log=self._log)
         except BaseException:
             self._log.close()  # never left open (a server that could not start is never stopped)
             raise
-        self.pid = int(self._running.pid)
+        #: also its process group id (it leads its own session)
+        self.pid = self._running.pid
         self.exit_code: int | None = None
+        #: it outlived the grace :meth:`stop` gave it after SIGTERM
         self.killed = False
 
-    def _signal_group(self, sig: int) -> None:
-        # the server leads its own session, so its process group id is its pid;
-        # asking sh (os.getpgid) fails once the leader is reaped, children or not
-        os.killpg(self.pid, sig)
-
     def alive(self) -> bool:
-        return bool(self._running.process.is_alive()[0])
+        return self._running.alive()
 
     def poll(self) -> int | None:
         if self.alive():
@@ -122,40 +117,20 @@ class Server:
         return self._finish()
 
     def _finish(self) -> int:
-        with contextlib.suppress(sh.ErrorReturnCode, sh.SignalException):
-            self._running.wait()
-            # join sh's output thread too: the last lines (why it exited) reach the log only then
-            self._running.process.wait()
-        code = self._running.exit_code
-        self.exit_code = int(code) if code is not None else -1
+        self.exit_code = self._running.wait()
         with contextlib.suppress(OSError, ValueError):
             self._log.flush()
         return self.exit_code
 
     def stop(self, grace: float) -> int:
-        """SIGTERM to the process group, SIGKILL after ``grace`` seconds; returns the exit code."""
-        if self.exit_code is None:
-            self._terminate(grace)
-        # the leader may be gone while children linger: the group goes either way
-        with contextlib.suppress(OSError):
-            self._signal_group(signal.SIGKILL)
+        """SIGTERM to the process group, SIGKILL after ``grace`` seconds (to the group either way:
+        the leader may be gone while children linger); returns the exit code."""
+        self.killed |= self._running.stop(grace)
+        code = self._finish()
         proc.release(self.pid)
         with contextlib.suppress(OSError):
             self._log.close()
-        return self.exit_code if self.exit_code is not None else -1
-
-    def _terminate(self, grace: float) -> None:
-        if self.alive():
-            with contextlib.suppress(OSError):
-                self._signal_group(signal.SIGTERM)
-            deadline = time.monotonic() + grace
-            while self.alive() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if self.alive():
-                self.killed = True
-            with contextlib.suppress(OSError):
-                self._signal_group(signal.SIGKILL)
-        self._finish()
+        return code
 
     def log_lines(self) -> list[str]:
         with contextlib.suppress(OSError, ValueError):

@@ -39,6 +39,10 @@ inside :func:`sigterm_unwinds`: it raises :class:`Terminated` in the main
 thread, so the command waiting on a child stops that child's whole process
 group (SIGTERM, then SIGKILL after the grace period) on its way out, and the
 entry point still reports (exit code 143, 128 + SIGTERM).
+
+``sh`` starts and reaps every child, used through its documented contract (special keyword
+arguments, ``RunningCommand``'s ``wait``, ``is_alive``, ``pid``, ``stdout``, ``exit_code`` and
+its ``ErrorReturnCode``) and only here: :class:`Running` is what the rest of skippy sees.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Final, TypedDict
 
 import sh
 
@@ -64,8 +68,6 @@ from skippy.core.errors import CommandError, ToolchainMissing
 
 LineSink = Callable[[str], None]
 
-#: exit codes sh must never raise on: we check them ourselves
-_ALL_CODES = list(range(-64, 256))
 TAIL_LINES = 40
 
 
@@ -101,7 +103,7 @@ GUARDS: frozenset[str] = frozenset({"pdeathsig", "pipe"} if sys.platform.startsw
 
 
 @functools.cache
-def _load_prctl() -> Any:
+def _load_prctl() -> Callable[..., int]:
     """libc's prctl, loaded in the parent (never between fork and exec)."""
     prctl = ctypes.CDLL(None, use_errno=True).prctl
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
@@ -244,19 +246,17 @@ class _Watchdog:
             write_end = moved
         os.set_inheritable(read_end, True)
         try:
+            # never waited for (it outlives us): _bg_exc=False, sh never raises its exit code
             with Path(os.devnull).open("wb") as sink:
                 sh.Command(sys.executable)(
-                    "-c",
-                    _WATCHDOG_SOURCE,
-                    str(read_end),
+                    *("-c", _WATCHDOG_SOURCE, str(read_end)),
                     _pass_fds={read_end},
+                    _out=sink,
+                    _err=sink,
                     _bg=True,
                     _bg_exc=False,
                     _tty_out=False,
                     _new_session=True,
-                    _out=sink,
-                    _err=sink,
-                    _ok_code=_ALL_CODES,
                 )
         except Exception:  # no supervisor (sh's own errors too): the pdeathsig guard stays
             os.close(write_end)
@@ -309,32 +309,122 @@ class _Watchdog:
 _watchdog = _Watchdog()
 
 
-def spawn(exe: str, args: Sequence[str], **options: Any) -> Any:
-    """Start ``exe`` in the background through ``sh``, in its own session, tied to this process.
+#: the block size in which output no caller reads line by line is taken from the child: sh's
+#: default reads it line by line, which took 0.6 s for 2.7 MB that a plain pipe reads in 0.01 s
+_BLOCK: Final = 1 << 16
 
-    ``options`` are ``sh`` special keyword arguments (``_env``, ``_out`` ...).  The
-    caller waits for the returned running command and then calls :func:`release`
-    with its pid.  The child's session (and process group) id is its pid.
+
+class Running:
+    """A child :func:`spawn` started: sh's ``RunningCommand``, through its documented contract."""
+
+    def __init__(self, command: sh.RunningCommand) -> None:
+        self._command = command
+        #: also its session and process group id: it leads its own session
+        self.pid = command.pid
+
+    def alive(self) -> bool:
+        """It has not exited (sh reaps it once it has)."""
+        return self._command.is_alive()
+
+    def wait(self) -> int:
+        """Wait until it has exited and its output was read whole; its exit code (-N: signal N)."""
+        try:
+            self._command.wait()
+        except sh.ErrorReturnCode as failed:  # SignalException is one too; raised on the first wait only
+            return failed.exit_code
+        return self._command.exit_code
+
+    def output(self) -> tuple[str, str]:
+        """Its stdout and stderr once it has exited ("" where a file or a line sink took them)."""
+        self.wait()
+        out, err = self._command.stdout, self._command.stderr
+        return out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace")
+
+    def signal_group(self, sig: int) -> None:
+        """``sig`` to its process group, if any of it is left.
+
+        By the group id, which is its pid: sh's own ``signal_group`` asks ``os.getpgid`` of the
+        leader, which fails once the leader was reaped, while what it started may still run.
+        """
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    def end(self, grace: float) -> bool:
+        """SIGTERM to its group if it still runs, SIGKILL ``grace`` seconds later (to the group either
+        way: what it started may outlive it); True when it outlived its grace.  Waits for nothing."""
+        if self.alive():
+            self.signal_group(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while self.alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        outlived = self.alive()
+        self.signal_group(signal.SIGKILL)
+        return outlived
+
+    def stop(self, grace: float) -> bool:
+        """:meth:`end`, then wait for it; True when it outlived its grace."""
+        outlived = self.end(grace)
+        with contextlib.suppress(OSError):  # reaped already (ECHILD)
+            self.wait()
+        return outlived
+
+
+def spawn(
+    exe: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    stdin: str | None = None,
+    log: IO[bytes] | None = None,
+    lines: tuple[LineSink, LineSink] | None = None,
+) -> Running:
+    """Start ``exe`` in the background, in its own session, tied to this process.
+
+    ``env`` is its whole environment.  Its stdout and stderr go to ``log`` (the child writes the
+    file itself), or line by line to ``lines`` (stdout's sink, stderr's), or else are read in
+    blocks for :meth:`Running.output`.  The caller waits for it, then calls :func:`release`.
     """
     hooks: list[Callable[[], None]] = []
     if "pipe" in GUARDS and (register := _watchdog.hook()) is not None:
         hooks.append(register)
     if "pdeathsig" in GUARDS:
         hooks.append(_death_signal_hook())
-    guard: dict[str, Any] = {"_preexec_fn": _chain(hooks)} if hooks else {}
-    running = sh.Command(exe)(
+    command = sh.Command(exe)(
         *args,
-        **options,
-        **guard,
+        _env=dict(env),
+        _cwd=str(cwd) if cwd is not None else None,
+        _in=stdin,
+        **_output(log, lines),
+        _decode_errors="replace",
+        _preexec_fn=_chain(hooks),
         _bg=True,
+        # its exit code is read by Running.wait, never raised in a thread of sh's own
         _bg_exc=False,
         _tty_out=False,
         # own session and process group: timeouts and Ctrl-C stop the whole tree
         _new_session=True,
-        _ok_code=_ALL_CODES,
         _return_cmd=True,
     )
-    return running
+    return Running(command)
+
+
+class _Output(TypedDict, total=False):
+    """Where sh sends a child's output (sh refuses a setting that another one makes moot)."""
+
+    _out: IO[bytes] | LineSink
+    _err: LineSink
+    _err_to_out: bool
+    _out_bufsize: int
+    _err_bufsize: int
+
+
+def _output(log: IO[bytes] | None, lines: tuple[LineSink, LineSink] | None) -> _Output:
+    if log is not None:
+        return {"_out": log, "_err_to_out": True}
+    if lines is not None:
+        return {"_out": lines[0], "_err": lines[1]}
+    return {"_out_bufsize": _BLOCK, "_err_bufsize": _BLOCK}
 
 
 def release(pid: int) -> None:
@@ -342,86 +432,6 @@ def release(pid: int) -> None:
     running there on purpose, a compiler cache's server, may outlive this process)."""
     if "pipe" in GUARDS:
         _watchdog.release(pid)
-
-
-def _processes() -> dict[int, tuple[int, str]]:
-    """Linux: every process's (parent pid, name), from /proc; {} where there is none."""
-    table: dict[int, tuple[int, str]] = {}
-    with contextlib.suppress(OSError):
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text(encoding="utf-8", errors="replace")
-            except OSError:
-                continue
-            name, _, rest = stat.partition(" (")[2].rpartition(") ")
-            fields = rest.split()
-            if len(fields) > 1 and fields[0] not in ("Z", "X"):
-                table[int(entry.name)] = (int(fields[1]), name)
-    return table
-
-
-def _works_in(pid: int, folder: Path) -> bool:
-    try:
-        cwd = Path(f"/proc/{pid}/cwd").readlink()
-    except OSError:
-        return False
-    return cwd == folder or folder in cwd.parents
-
-
-def _strays(folder: Path, daemon: str) -> list[int]:
-    """The descendants of the processes named ``daemon`` whose current directory is in ``folder``."""
-    table = _processes()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _name) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found: list[int] = []
-    frontier = [pid for pid, (_ppid, name) in table.items() if name == daemon]
-    while frontier:
-        for child in children.get(frontier.pop(), []):
-            frontier.append(child)
-            if _works_in(child, folder):
-                found.append(child)
-    return found
-
-
-#: a daemon is done with a folder once this many scans in a row (0.1 s apart, 2 s) find nothing
-#: of it there: sccache runs a compile after its preprocessing was stopped, late on busy cores
-_QUIET_SCANS: Final = 20
-
-
-def stop_strays(folder: Path, *, daemon: str, grace: float) -> list[int]:
-    """Stop what a daemon of ``daemon``'s name still runs in ``folder`` (Linux; elsewhere nothing).
-
-    A compiler cache's server (sccache) is a daemon of its own session, outside every process
-    group of ours: the compiles it runs for a build go on after the build was stopped, writing
-    into the build dir.  Its descendants working in ``folder`` (their current directory inside
-    it: ninja runs every compile there) get SIGTERM, then SIGKILL after ``grace`` seconds; the
-    daemon itself and its other work are left alone.  The daemon may still start work it was
-    handed (a compile after its preprocessing was stopped): the folder is scanned again until
-    it stays quiet.  Returns the pids signalled.
-    """
-    folder = folder.resolve()
-    signalled: list[int] = []
-    quiet = 0
-    deadline = time.monotonic() + 4 * grace + 1
-    while quiet < _QUIET_SCANS and time.monotonic() < deadline:
-        found = _strays(folder, daemon)
-        if not found:
-            quiet += 1
-            time.sleep(0.1)
-            continue
-        quiet = 0
-        signalled += found
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in found:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
-            until = time.monotonic() + (grace if sig == signal.SIGTERM else 0)
-            while time.monotonic() < until and set(found) & _processes().keys():
-                time.sleep(0.05)
-    return signalled
 
 
 #: where every command line goes when no caller asked for its own echo (``--verbose``: :func:`echoing`)
@@ -436,10 +446,6 @@ def echoing(sink: LineSink) -> Iterator[None]:
         yield
     finally:
         _ECHO.remove(sink)
-
-
-#: the block size in which output no caller reads line by line is taken from the child
-_BLOCK: Final = 1 << 16
 
 
 def run(
@@ -463,6 +469,37 @@ def run(
     as it arrives (stdout and stderr); ``echo`` receives the command line.
     """
     args = tuple(str(a) for a in argv)
+    exe = _program(args, env)
+    echo = echo if echo is not None else (_ECHO[-1] if _ECHO else None)
+    if echo is not None:
+        echo("$ " + " ".join(quote(a) for a in args))
+    out: list[str] = []
+    err: list[str] = []
+    # line sinks cost sh a polling thread (~0.1 s a call): only for a caller who wants them
+    lines = None if on_line is None else (_keep(out, on_line), _keep(err, on_line))
+    started = time.monotonic()
+    running = spawn(exe, args[1:], env=env, cwd=cwd, stdin=input, lines=lines)
+    try:
+        code, timed_out = _wait(running, timeout, grace)
+    finally:
+        # a child still running here (its stop cut short by a second Ctrl-C) stays registered:
+        # the supervisor stops its group when this process ends
+        if not running.alive():
+            release(running.pid)
+    stdout, stderr = running.output() if lines is None else ("".join(out), "".join(err))
+    result = Result(args, code, stdout, stderr, time.monotonic() - started)
+    if timed_out:
+        message = f"{what or args[0]} timed out after {timeout:g} s"
+    elif check and code != 0:
+        message = f"{what or ' '.join(args[:2])} failed (exit code {code})"
+    else:
+        return result
+    returncode = None if timed_out else code
+    raise CommandError(message, argv=args, returncode=returncode, output_tail=result.tail(), next_step=next_step)
+
+
+def _program(args: tuple[str, ...], env: Mapping[str, str]) -> str:
+    """The program ``args`` runs, found on ``env``'s PATH."""
     if not args:
         raise ValueError("empty argv")
     exe = which(args[0], env)
@@ -472,138 +509,45 @@ def run(
             untouched="everything: the command was not started",
             next_step=f"install {args[0]} or put it on PATH",
         )
-    echo = echo if echo is not None else (_ECHO[-1] if _ECHO else None)
-    if echo is not None:
-        echo("$ " + " ".join(quote(a) for a in args))
-    out: list[str] = []
-    err: list[str] = []
-
-    def sink(store: list[str]) -> Callable[[str], None]:
-        def take(line: str) -> None:
-            store.append(line)
-            if on_line is not None:
-                on_line(line.rstrip("\n"))
-
-        return take
-
-    started = time.monotonic()
-    # Line callbacks cost sh a polling thread (~0.1 s a call): use them only
-    # when the caller wants output as it arrives.
-    # Without them, output is read in blocks: sh's default reads it line by line, which took
-    # 0.6 s for 2.7 MB of output that a plain pipe reads in 0.01 s.
-    streaming: dict[str, Any] = {"_out_bufsize": _BLOCK, "_err_bufsize": _BLOCK}
-    if on_line is not None:
-        streaming = {"_out": sink(out), "_err": sink(err)}
-    running = spawn(
-        exe,
-        args[1:],
-        _cwd=str(cwd) if cwd is not None else None,
-        _env=dict(env),
-        _in=input,
-        **streaming,
-        _decode_errors="replace",
-    )
-    try:
-        return _wait(
-            running,
-            args=args,
-            check=check,
-            timeout=timeout,
-            grace=grace,
-            on_line=on_line,
-            out=out,
-            err=err,
-            started=started,
-            what=what,
-            next_step=next_step,
-        )
-    finally:
-        # a child still running here (its stop cut short by a second Ctrl-C) stays registered:
-        # the supervisor stops its group when this process ends
-        if running.process.exit_code is not None:
-            release(int(running.pid))
+    return exe
 
 
-def _wait(
-    running: Any,
-    *,
-    args: tuple[str, ...],
-    check: bool,
-    timeout: float | None,
-    grace: float,
-    on_line: LineSink | None,
-    out: list[str],
-    err: list[str],
-    started: float,
-    what: str | None,
-    next_step: str | None,
-) -> Result:
-    try:
-        if timeout is None:
-            running.wait()
-        else:
-            try:
-                running.wait(timeout=timeout)
-                # sh's timed wait only polls the pid: join its output threads
-                # too, or the tail of stdout/stderr can be lost
-                running.process.wait()
-            except sh.TimeoutException:
-                _stop(running, grace)
-                if on_line is None:
-                    out.append(_text(running.stdout))
-                    err.append(_text(running.stderr))
-                result = Result(args, -15, "".join(out), "".join(err), time.monotonic() - started)
-                raise CommandError(
-                    f"{what or args[0]} timed out after {timeout:g} s",
-                    argv=args,
-                    returncode=None,
-                    output_tail=result.tail(),
-                    next_step=next_step,
-                ) from None
-    except BaseException:
-        if running.process.is_alive()[0]:
-            _stop(running, grace)
-        raise
-    code = int(running.exit_code if running.exit_code is not None else -1)
-    if on_line is None:
-        out.append(_text(running.stdout))
-        err.append(_text(running.stderr))
-    result = Result(args, code, "".join(out), "".join(err), time.monotonic() - started)
-    if check and code != 0:
-        raise CommandError(
-            f"{what or ' '.join(args[:2])} failed (exit code {code})",
-            argv=args,
-            returncode=code,
-            output_tail=result.tail(),
-            next_step=next_step,
-        )
-    return result
+def _keep(store: list[str], on_line: LineSink) -> LineSink:
+    def take(line: str) -> None:
+        store.append(line)
+        on_line(line.rstrip("\n"))
+
+    return take
 
 
-def _stop(running: sh.RunningCommand, grace: float) -> None:
-    """SIGTERM to the process group, wait ``grace`` seconds, then SIGKILL.
+def _wait(running: Running, timeout: float | None, grace: float) -> tuple[int, bool]:
+    """Wait for ``running``: its exit code, and whether it ran past ``timeout``.
 
-    The child leads its own session, so its group id is its pid: signalling the
-    group by pid still reaches what it started after the leader was reaped.
+    Past ``timeout`` a timer stops its group (:meth:`Running.end`) while this waits on, so the
+    output is read whole (sh's own timed wait polls every 0.1 s, and returns before its threads
+    have read the last output).  Interrupted (Ctrl-C, :class:`Terminated`), it stops the group.
     """
-    pgid = running.pid
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while running.process.is_alive()[0] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    with contextlib.suppress(OSError, sh.ErrorReturnCode, sh.SignalException):
-        running.wait()
+    expired = threading.Event()
 
+    def expire() -> None:
+        expired.set()
+        running.end(grace)
 
-def _text(data: bytes | str | None) -> str:
-    if data is None:
-        return ""
-    if isinstance(data, bytes):
-        return data.decode("utf-8", errors="replace")
-    return data
+    timer = threading.Timer(timeout, expire) if timeout is not None else None
+    try:
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        code = running.wait()
+    except BaseException:
+        if running.alive():
+            running.stop(grace)
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+            timer.join()
+    return code, expired.is_set()
 
 
 def quote(arg: str) -> str:

@@ -108,10 +108,63 @@ def test_an_ignored_sigterm_stays_ignored() -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
-def test_output_larger_than_a_block_comes_back_whole() -> None:
+@pytest.mark.parametrize("timeout", [None, 60.0])
+def test_output_larger_than_a_block_comes_back_whole(timeout: float | None) -> None:
     """Output is read in blocks, not lines: several blocks' worth, with multi-byte characters across
-    the blocks' edges and a long line without a newline, comes back byte for byte."""
+    the blocks' edges and a long line without a newline, comes back byte for byte.  With a timeout
+    too (sh's own timed wait returned before its threads had read the last of it)."""
     code = "import sys; sys.stdout.write('é' * 100_000 + '\\n' + 'x' * 70_000 + 'ü' * 3)"
-    result = proc.run(["python3", "-c", code], env=ENV)
+    result = proc.run(["python3", "-c", code], env=ENV, timeout=timeout)
     assert result.stdout == "é" * 100_000 + "\n" + "x" * 70_000 + "ü" * 3
     assert len(result.stdout.encode()) > 3 * proc._BLOCK
+
+
+def test_a_child_killed_by_a_signal_has_that_signal_as_its_exit_code() -> None:
+    """sh's exceptions are left on: its SignalException becomes the exit code (-N), like any other."""
+    assert proc.run(["sh", "-c", "kill -9 $$"], env=ENV, check=False).returncode == -signal.SIGKILL
+    with pytest.raises(CommandError, match=r"exit code -9") as info:
+        proc.run(["sh", "-c", "echo last words; kill -9 $$"], env=ENV)
+    assert info.value.returncode == -signal.SIGKILL
+    assert "last words" in info.value.render()
+
+
+def _read_pid(path: Path) -> int:
+    deadline = time.monotonic() + 20
+    while not (path.exists() and path.read_text(encoding="utf-8").strip()):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+    return int(path.read_text(encoding="utf-8"))
+
+
+def test_a_spawned_child_writes_its_log_and_its_group_is_stopped(tmp_path: Path) -> None:
+    """:func:`proc.spawn`'s child writes its stdout and stderr into the log itself; ``stop`` gives
+    the group SIGTERM, then SIGKILL after the grace (said: it outlived it), the helper it started too."""
+    pidfile, log_path = tmp_path / "helper.pid", tmp_path / "server.log"
+    script = f"echo out; echo err >&2; trap '' TERM; sleep 60 & echo $! > {pidfile}; wait"
+    with log_path.open("wb") as log:
+        running = proc.spawn("/bin/sh", ["-c", script], env=ENV, log=log)
+        helper = _read_pid(pidfile)
+        assert running.alive()
+        assert running.stop(grace=0.3) is True
+    proc.release(running.pid)
+    assert not running.alive()
+    assert running.wait() == running.wait() == -signal.SIGKILL
+    assert log_path.read_text(encoding="utf-8").splitlines() == ["out", "err"]
+    deadline = time.monotonic() + 5
+    while _alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(helper), "the helper in the child's group must go with it"
+
+
+def test_a_child_that_stops_on_sigterm_is_not_killed(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    running = proc.spawn("/bin/sh", ["-c", f"echo started; echo $$ > {ready}; exec sleep 60"], env=ENV)
+    _read_pid(ready)
+    assert running.stop(grace=10) is False
+    proc.release(running.pid)
+    assert running.wait() == -signal.SIGTERM
+    assert running.output() == ("started\n", "")
+    done = proc.spawn("/bin/sh", ["-c", "echo no >&2; exit 3"], env=ENV)
+    assert done.wait() == done.wait() == 3  # sh raises its ErrorReturnCode on the first wait only
+    proc.release(done.pid)
+    assert done.output() == ("", "no\n")
