@@ -160,7 +160,13 @@ def parse_listing(text: str, build_dir: Path) -> tuple[Case, ...]:
     return tuple(cases)
 
 
-_ADD_TEST = re.compile(r'^add_test\("((?:[^"\\]|\\.)*)" "((?:[^"\\]|\\.)*)"', re.MULTILINE)
+def _cmake_arg(name: str) -> str:
+    """A CMake argument as CTestTestfile.cmake writes a test's name and program: quoted (CMake 4)
+    or bracketed, ``[=[name]=]`` (CMake 3.x); its value in group ``name`` or ``name_b``."""
+    return rf'(?:"(?P<{name}>(?:[^"\\]|\\.)*)"|\[(?P<{name}_eq>=*)\[(?P<{name}_b>.*?)\](?P={name}_eq)\])'
+
+
+_ADD_TEST = re.compile(rf"^add_test\({_cmake_arg('test')} {_cmake_arg('program')}", re.MULTILINE)
 
 
 def declared_programs(build_dir: Path) -> dict[str, str]:
@@ -171,7 +177,8 @@ def declared_programs(build_dir: Path) -> dict[str, str]:
     found: dict[str, str] = {}
     for path in sorted(build_dir.rglob("CTestTestfile.cmake")):
         for match in _ADD_TEST.finditer(path.read_text(encoding="utf-8", errors="replace")):
-            found[match.group(1)] = match.group(2)
+            test, program = (match.group(g) or match.group(f"{g}_b") or "" for g in ("test", "program"))
+            found[test] = program
     return found
 
 

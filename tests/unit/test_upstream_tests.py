@@ -81,6 +81,25 @@ def test_listing_that_is_not_ctest_json_is_refused() -> None:
         ctest.parse_listing("{}", BUILD)
 
 
+def test_the_programs_are_read_from_the_testfiles_cmake_3_and_4_write(tmp_path: Path) -> None:
+    """CMake 4 quotes a test's name, CMake 3.x brackets it: either way its program is found."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "CTestTestfile.cmake").write_text(
+        f'add_test("test-quoted" "{tmp_path}/bin/test-quoted")\nsubdirs("tests")\n', "utf-8"
+    )
+    (tmp_path / "tests" / "CTestTestfile.cmake").write_text(
+        f'add_test([=[test-bracketed]=] "{tmp_path}/bin/test-bracketed")\n'
+        f'set_tests_properties([=[test-bracketed]=] PROPERTIES LABELS "main")\n'
+        "add_test([[a test]] [==[/usr/bin/env]==] [==[true]==])\n",
+        "utf-8",
+    )
+    assert ctest.declared_programs(tmp_path) == {
+        "test-quoted": f"{tmp_path}/bin/test-quoted",
+        "test-bracketed": f"{tmp_path}/bin/test-bracketed",
+        "a test": "/usr/bin/env",
+    }
+
+
 def test_selection_is_the_main_label_plus_the_queues_own_tests() -> None:
     cases = ctest.parse_listing(json.dumps(LISTING), BUILD)
     picked = [c.name for c in ctest.select(cases, own_targets=["test-skippy-gemma3"])]
