@@ -188,18 +188,11 @@ class _Daemon:
         return self._running.alive()
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        with contextlib.suppress(OSError):
-            os.killpg(self.pid, sig)
+        self._running.signal_group(sig)
 
     def stop(self, grace: float = 5.0) -> None:
-        self.kill(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while self.alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if self.alive():
-            self.kill(signal.SIGKILL)
-        with contextlib.suppress(Exception):
-            self._running.wait()
+        """SIGTERM to its group, SIGKILL after ``grace`` seconds, reaped."""
+        self._running.stop(grace)
         proc.release(self.pid)
         self._log.close()
 
