@@ -14,19 +14,20 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from skippy.build.backends.rocm_root import INSIDE_ENV
-from skippy.build.builder import execute_plan
-from skippy.build.configure import parse_cmake_cache
-from skippy.build.plan import plan_build
-from skippy.build.roots import install_launcher, mounted, mounts_under, runner_program, runner_root
-from skippy.build.tool import Tool
-from skippy.build.toolchain import Toolchain, inspect_tree, tool_version
+from skippy.compile.backends.rocm_root import INSIDE_ENV
+from skippy.compile.builder import execute_plan
+from skippy.compile.configure import parse_cmake_cache
+from skippy.compile.plan import plan_build
+from skippy.compile.roots import install_launcher, mounted, mounts_under, runner_program, runner_root
+from skippy.compile.tool import Tool
+from skippy.compile.toolchain import Toolchain, inspect_tree, tool_version
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -80,10 +81,19 @@ def flow(work: Path) -> dict[str, Any]:
                 "misses": report.cache.misses if report.cache else None,
                 "mounts": mounts,
                 "socket": plan.env_overrides.get("SCCACHE_SERVER_UDS"),
-                "servers_left": processes(lambda _exe, argv0: argv0 == launcher.path),
+                "servers_left": _left_after(lambda _exe, argv0: argv0 == launcher.path),
             }
         )
     return out
+
+
+def _left_after(match: Callable[[str, str], bool], timeout: float = 15.0) -> list[int]:
+    """The processes ``match`` finds once they had ``timeout`` seconds to exit: sccache's server
+    answers ``--stop-server`` before it exits, so a busy machine may still list it at once."""
+    deadline = time.monotonic() + timeout
+    while (left := processes(match)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
 
 
 @pytest.fixture
