@@ -102,8 +102,8 @@ def _register_build_session(backend: str, title: str, gpu: bool) -> None:
 
 
 def _register_build_sessions() -> None:
-    """One build-<backend> session per registered backend (skippy.build.backends)."""
-    from skippy.build.backends import registry
+    """One build-<backend> session per registered backend (skippy.compile.backends)."""
+    from skippy.compile.backends import registry
 
     for name, spec in registry().items():
         _register_build_session(name, spec.title, spec.gpu)
@@ -134,7 +134,7 @@ def bench(session: nox.Session) -> None:
 @nox.session(name="dist-cluster", tags=["dist"])
 def dist_cluster(session: nox.Session) -> None:
     """An sccache-dist scheduler and N build servers (root, bwrap), fresh tokens; Ctrl-C stops them."""
-    from skippy.build.distcluster import run
+    from skippy.compile.distcluster import run
 
     code = run(session.posargs, os.environ, root=ROOT)
     if code:

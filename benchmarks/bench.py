@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import Null, Timing, timed
-from skippy.build.builder import COMPILE_LINE
 from skippy.cli.run import guarded, load
+from skippy.compile.builder import COMPILE_LINE
 from skippy.core import proc
 from skippy.core.git import Repo, hermetic_env
 from skippy.core.settings import Settings
@@ -378,9 +378,9 @@ def _build_once(
 ) -> tuple[Path, dict[str, str], float]:
     """Configure and build the bench tree exactly as ``nox -s build-cpu`` plans it (flags, launcher,
     provenance, build info); ``(build dir, its environment, seconds)``."""
-    from skippy.build.builder import execute_plan
-    from skippy.build.plan import plan_build
-    from skippy.build.toolchain import inspect_tree, probe_toolchain
+    from skippy.compile.builder import execute_plan
+    from skippy.compile.plan import plan_build
+    from skippy.compile.toolchain import inspect_tree, probe_toolchain
     from skippy.queue import workdir as wd
 
     first = wd.read_stamp(workdir / ".git")

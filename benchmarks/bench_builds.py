@@ -15,8 +15,8 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 
 if TYPE_CHECKING:
-    from skippy.build.builder import BuildReport
-    from skippy.build.plan import BuildOptions
+    from skippy.compile.builder import BuildReport
+    from skippy.compile.plan import BuildOptions
 
 from benchmarks.common import Null, Timing, timed
 
@@ -32,8 +32,8 @@ def bench_builds(settings: Settings, console: Console, *, python: str = sys.exec
     Over 80 lines on purpose for now: three measurements read in sequence, each on the build API
     (plan, execute, cache server) that is being reworked; it splits with that rework.
     """
-    from skippy.build.plan import BuildOptions, plan_build
-    from skippy.build.toolchain import inspect_tree, probe_toolchain
+    from skippy.compile.plan import BuildOptions, plan_build
+    from skippy.compile.toolchain import inspect_tree, probe_toolchain
     from skippy.core.settings import Settings as _Settings
 
     project = settings.cache_dir.parent / "bench" / "project"
@@ -89,7 +89,7 @@ def bench_builds(settings: Settings, console: Console, *, python: str = sys.exec
     started = time.perf_counter()
     warm = build_backend("cpu", warm_settings, quiet, source_dir=workdir, patched_sha=stamp)
     warm_wall = time.perf_counter() - started
-    from skippy.build.cachestats import stop_cache_server
+    from skippy.compile.cachestats import stop_cache_server
 
     stop_cache_server(
         plan_build(
@@ -155,10 +155,10 @@ def build_backend(
     """Probe, plan and execute a build of ``source_dir`` (no prepare, no spot check); with
     ``build=False`` configure only; ``targets``: those Ninja targets instead of the backend's;
     with ``stop`` the compiler cache server is stopped after."""
-    from skippy.build.builder import execute_plan
-    from skippy.build.cachestats import stop_cache_server
-    from skippy.build.plan import BuildOptions, plan_build, requested_defines
-    from skippy.build.toolchain import check_tree_needs, inspect_tree, probe_toolchain
+    from skippy.compile.builder import execute_plan
+    from skippy.compile.cachestats import stop_cache_server
+    from skippy.compile.plan import BuildOptions, plan_build, requested_defines
+    from skippy.compile.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 
     options = options or BuildOptions()
     toolchain = probe_toolchain(backend, settings, given=requested_defines(settings, options, backend))

@@ -46,11 +46,11 @@ from typing import Any, Final
 
 from benchmarks.bench_proofs import machine_settings, share_downloads
 from benchmarks.common import Null
-from skippy.build.backends.cuda import DEFAULT_CUDA_ARCHITECTURES, WHEEL_DEFAULT_ARCHITECTURES
-from skippy.build.builder import execute_plan
-from skippy.build.cachestats import stop_cache_server
-from skippy.build.plan import BuildOptions, plan_build, requested_defines
-from skippy.build.toolchain import check_tree_needs, inspect_tree, probe_toolchain
+from skippy.compile.backends.cuda import DEFAULT_CUDA_ARCHITECTURES, WHEEL_DEFAULT_ARCHITECTURES
+from skippy.compile.builder import execute_plan
+from skippy.compile.cachestats import stop_cache_server
+from skippy.compile.plan import BuildOptions, plan_build, requested_defines
+from skippy.compile.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd

@@ -3,7 +3,7 @@ cluster, beside local builds.
 
 In one run, on the prepared tree: a cold CPU build (llama-server and the RPC server) with an
 empty local sccache, then the same build with an empty cache sent to a scheduler and two build
-servers started on this machine (:mod:`skippy.build.distcluster`, bubblewrap sandboxes). The
+servers started on this machine (:mod:`skippy.compile.distcluster`, bubblewrap sandboxes). The
 servers share this machine's cores, so this measures what distribution costs, not what it
 gains: the compiles distributed, the wall times, and the overhead per compile. From those and
 the local build's own step times (Ninja's log) it estimates the wall time with N real servers
@@ -33,10 +33,10 @@ from typing import Any, Final
 
 from benchmarks.bench_builds import build_backend
 from benchmarks.bench_proofs import _quiet, machine_settings, share_downloads
-from skippy.build.builder import BuildReport
-from skippy.build.distcluster import find_sccache_dist, plan_cluster, running_cluster, write_cluster
-from skippy.build.plan import BuildOptions
-from skippy.build.toolchain import parse_ninja_targets
+from skippy.compile.builder import BuildReport
+from skippy.compile.distcluster import find_sccache_dist, plan_cluster, running_cluster, write_cluster
+from skippy.compile.plan import BuildOptions
+from skippy.compile.toolchain import parse_ninja_targets
 from skippy.core import proc
 from skippy.core.errors import SkippyError
 from skippy.core.settings import Settings

@@ -430,10 +430,10 @@ def _patched_files(patch: Path) -> list[str]:
 def _build(settings: Settings, copy: _Copy, base: Path, console: Console) -> dict[str, Any]:
     """Target ``llama`` of the patched tree in fresh build dirs: skippy's CPU plan with the project's
     compiler cache, then the same cmake + ninja command lines with no compiler cache."""
-    from skippy.build.builder import COMPILE_LINE, execute_plan
-    from skippy.build.cachestats import CacheProbe
-    from skippy.build.plan import plan_build
-    from skippy.build.toolchain import inspect_tree, probe_toolchain
+    from skippy.compile.builder import COMPILE_LINE, execute_plan
+    from skippy.compile.cachestats import CacheProbe
+    from skippy.compile.plan import plan_build
+    from skippy.compile.toolchain import inspect_tree, probe_toolchain
     from skippy.queue import workdir as wd
 
     stamp = wd.read_stamp(copy.workdir / ".git")

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from benchmarks.bench_proofs import share_downloads
-from skippy.build.builder import COMPILE_LINE
-from skippy.build.cachestats import stop_cache_server
-from skippy.build.plan import PROVENANCE_DEFINES, STAMP_NAME, plan_build, split_cmake_args
-from skippy.build.toolchain import inspect_tree, probe_toolchain
+from skippy.compile.builder import COMPILE_LINE
+from skippy.compile.cachestats import stop_cache_server
+from skippy.compile.plan import PROVENANCE_DEFINES, STAMP_NAME, plan_build, split_cmake_args
+from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.git import Repo, hermetic_env
 from skippy.core.settings import Settings

@@ -38,16 +38,16 @@ from pathlib import Path
 from typing import Any, Final
 
 from benchmarks.common import Null
-from skippy.build.backends import spec
-from skippy.build.backends.base import SERVER_TARGET
-from skippy.build.builder import BuildReport, execute_plan
-from skippy.build.cachestats import stop_cache_server as _stop_sccache
-from skippy.build.plan import BuildOptions, plan_build, requested_defines
-from skippy.build.roots import mounted, remove_tree
-from skippy.build.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 from skippy.check.evidence import artifact_markers_missing
 from skippy.check.models import DEFAULT_MODEL, parse_model_ref, resolve_model
 from skippy.check.spotcheck import spot_check
+from skippy.compile.backends import spec
+from skippy.compile.backends.base import SERVER_TARGET
+from skippy.compile.builder import BuildReport, execute_plan
+from skippy.compile.cachestats import stop_cache_server as _stop_sccache
+from skippy.compile.plan import BuildOptions, plan_build, requested_defines
+from skippy.compile.roots import mounted, remove_tree
+from skippy.compile.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionArgs, run_build_session

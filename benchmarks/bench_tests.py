@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_proofs import _prepared, _quiet, machine_settings, share_downloads
-from skippy.build.plan import BuildOptions, requested_defines
-from skippy.build.toolchain import probe_toolchain
+from skippy.compile.plan import BuildOptions, requested_defines
+from skippy.compile.toolchain import probe_toolchain
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

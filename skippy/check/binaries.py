@@ -8,16 +8,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from skippy.build.backends import names as backend_names
-from skippy.build.backends import reference_backend
-from skippy.build.backends.base import RPC_TARGETS, SERVER_TARGET
-from skippy.build.builder import built_from, read_stamp
-from skippy.build.plan import STAMP_NAME
 from skippy.check.evidence import parse_devices
 from skippy.check.report import Provenance
 from skippy.check.server import (
     describe_exit,
 )
+from skippy.compile.backends import names as backend_names
+from skippy.compile.backends import reference_backend
+from skippy.compile.backends.base import RPC_TARGETS, SERVER_TARGET
+from skippy.compile.builder import built_from, read_stamp
+from skippy.compile.plan import STAMP_NAME
 from skippy.core import proc
 from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings
@@ -128,7 +128,7 @@ def default_server(settings: Settings, backend: str | None = None) -> Path:
     """The newest llama-server of ``backend`` under build_root built from this workdir; without
     one, the newest CPU build, else the newest of any backend.
 
-    Builds live in ``<build_root>/<backend>-<digest>/bin/`` (see :mod:`skippy.build.builder`).
+    Builds live in ``<build_root>/<backend>-<digest>/bin/`` (see :mod:`skippy.compile.builder`).
     """
 
     def ours(server: Path) -> bool:

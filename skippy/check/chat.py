@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from skippy.build.backends import failure_patterns
 from skippy.check.report import ModelResult, Options
 from skippy.check.server import (
     HOST,
@@ -23,6 +22,7 @@ from skippy.check.server import (
     exited_early,
     http_status,
 )
+from skippy.compile.backends import failure_patterns
 
 PROMPT: Final = "Say OK"
 

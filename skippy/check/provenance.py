@@ -10,7 +10,7 @@ and a prepared build is refused where a local one is expected.
 
 from __future__ import annotations
 
-from skippy.build.localtree import LOCAL_QUEUE_DIGEST
+from skippy.compile.localtree import LOCAL_QUEUE_DIGEST
 
 
 def expected_queue_digest(prepared_digest: str, *, workdir_as_is: bool) -> str:

@@ -22,8 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from skippy.build.backends import spec as backend_spec
-from skippy.build.backends.base import SERVER_TARGET
 from skippy.check import kept
 from skippy.check.binaries import (
     backend_of,
@@ -70,6 +68,8 @@ from skippy.check.server import (
     running_server,
     wait_for_port,
 )
+from skippy.compile.backends import spec as backend_spec
+from skippy.compile.backends.base import SERVER_TARGET
 from skippy.core.errors import ModelCheckFailed, SkippyError, SpotCheckFailed
 from skippy.core.files import sha256_of, write_text_atomic
 from skippy.core.settings import Settings

@@ -164,7 +164,7 @@ def build_mode_text(build: Mapping[str, Any], settings: Settings) -> str:
 
 
 def status(options: StatusOptions, settings: Settings, console: Console) -> Report:
-    from skippy.build.builder import newest_builds
+    from skippy.compile.builder import newest_builds
     from skippy.queue.status import build_moved_on, compute_status
 
     found = compute_status(settings)

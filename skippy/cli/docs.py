@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from skippy.build.backends import registry
-from skippy.build.backends.base import COMMON_DEFINES, TREE_OPTIONAL_DEFINES, BackendSpec
 from skippy.check.report import Ending, shown_time
 from skippy.cli.exitcodes import render_exit_codes
 from skippy.cli.options import README_BEGIN, README_END, readme_block
+from skippy.compile.backends import registry
+from skippy.compile.backends.base import COMMON_DEFINES, TREE_OPTIONAL_DEFINES, BackendSpec
 from skippy.core import specs
 from skippy.core.specs import Spec
 from skippy.core.ui import Console
@@ -146,7 +146,7 @@ def render_backends(backends: Mapping[str, BackendSpec]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for b in backends.values():
-        # its own switch only (skippy.build.backends.switches), and OFF a switch the tree turns on by
+        # its own switch only (skippy.compile.backends.switches), and OFF a switch the tree turns on by
         # default on some host (Metal's on macOS) where that host builds it
         own = {b.switch: "ON"} if b.switch else {}
         host_off = [
@@ -816,7 +816,7 @@ def render_build_ending(recording: Mapping[str, Any], run: str) -> str:
 # --- the modules of each layer --------------------------------------------------------------
 
 #: the package's layers, top first (pyproject.toml [tool.importlinter])
-LAYERS: Final = ("cli", "flows", "maintain", "check", "queue", "build", "core")
+LAYERS: Final = ("cli", "flows", "maintain", "check", "queue", "compile", "core")
 
 
 _ROLE: Final = re.compile(r":[a-z]+:`~?([^`]+)`")
@@ -857,7 +857,7 @@ RENDERERS: Final[Mapping[str, Renderer]] = {
         Renderer("options", "skippy/cli/options.py", render_options),
         Renderer("settings", "skippy/core/specs.py", render_settings),
         Renderer("exit-codes", "skippy/core/errors.py", render_exit_codes),
-        Renderer("backends", "skippy.build.backends.registry()", lambda _root: render_backends(registry())),
+        Renderer("backends", "skippy.compile.backends.registry()", lambda _root: render_backends(registry())),
         Renderer("bench", BENCH_JSON, _bench_from_file),
         Renderer("build-ending", BUILD_JSON, lambda root: render_build_ending(_recording(root), "fresh")),
         Renderer("build-ending-kept", BUILD_JSON, lambda root: render_build_ending(_recording(root), "kept")),

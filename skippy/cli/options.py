@@ -55,7 +55,7 @@ def _define(text: str) -> str:
     element that is another define (``-DCMAKE_BUILD_TYPE=Debug;-DX=1``) would reach CMake as
     part of the first value, and is refused, as are a type CMake does not know and a line
     break (they would end in a failed configure or compile that blames the patch)."""
-    from skippy.build.plan import DEFINE_ARG
+    from skippy.compile.plan import DEFINE_ARG
 
     given = "-D" + text
     match = DEFINE_ARG.match(given)
@@ -163,7 +163,7 @@ def _pin_bump_sha(text: str) -> str:
 
 
 def _backend(text: str) -> str:
-    from skippy.build.backends import parse_backend
+    from skippy.compile.backends import parse_backend
 
     return parse_backend(text) if text else text
 

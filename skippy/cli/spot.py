@@ -6,8 +6,6 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from skippy.build.backends import spec
-from skippy.build.localtree import LOCAL_QUEUE_DIGEST
 from skippy.check.binaries import backend_of, default_server, rpc_server_beside
 from skippy.check.provenance import expected_queue_digest
 from skippy.check.report import Ending, Provenance, SpotCheckReport, model_check_failed, model_path, spot_proofs
@@ -15,6 +13,8 @@ from skippy.check.spotcheck import failure_next_step
 from skippy.check.spotcheck import spot_check as run_spot_check
 from skippy.cli.options import SpotCheckOptions
 from skippy.cli.run import Report, entry, nox_main
+from skippy.compile.backends import spec
+from skippy.compile.localtree import LOCAL_QUEUE_DIGEST
 from skippy.core.errors import ModelCheckFailed, SettingsError, SpotCheckFailed
 from skippy.core.paths import is_regular, path_kind
 from skippy.core.settings import Settings

@@ -16,16 +16,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, Protocol
 
-from skippy.build.backends import parse_backend, reference_backend, spec
-from skippy.build.backends.base import SERVER_TARGET, Backend
-from skippy.build.builder import KEEP_LOCAL_BUILDS, BuildReport, execute_plan, prune_local_builds
-from skippy.build.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, read_workdir_state
-from skippy.build.plan import PROVENANCE_DEFINES, BuildOptions, BuildPlan, plan_build, requested_defines
-from skippy.build.roots import BuildRoot, mounted
-from skippy.build.toolchain import Toolchain, check_tree_needs, inspect_tree, probe_toolchain
 from skippy.check.binaries import version_line
 from skippy.check.evidence import artifact_markers_missing
 from skippy.check.report import Ending, Proof, SpotCheckReport, model_check_failed, model_path, spot_proofs
+from skippy.compile.backends import parse_backend, reference_backend, spec
+from skippy.compile.backends.base import SERVER_TARGET, Backend
+from skippy.compile.builder import KEEP_LOCAL_BUILDS, BuildReport, execute_plan, prune_local_builds
+from skippy.compile.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, read_workdir_state
+from skippy.compile.plan import PROVENANCE_DEFINES, BuildOptions, BuildPlan, plan_build, requested_defines
+from skippy.compile.roots import BuildRoot, mounted
+from skippy.compile.toolchain import Toolchain, check_tree_needs, inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError, ModelCheckFailed, ToolchainMissing, UpstreamTestsFailed
 from skippy.core.settings import Settings

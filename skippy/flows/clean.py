@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from skippy.build.backends.base import SERVER_TARGET
-from skippy.build.builder import read_stamp, tests_only
-from skippy.build.localtree import MODE_LOCAL
-from skippy.build.plan import STAMP_NAME
-from skippy.build.roots import remove_tree
+from skippy.compile.backends.base import SERVER_TARGET
+from skippy.compile.builder import read_stamp, tests_only
+from skippy.compile.localtree import MODE_LOCAL
+from skippy.compile.plan import STAMP_NAME
+from skippy.compile.roots import remove_tree
 from skippy.core.errors import CleanFailed, SkippyError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, human_size, tree_size
@@ -51,7 +51,7 @@ from skippy.queue.testbed import LLAMA_CPP_PYTHON
 #: a build dir without a stamp changed more recently than this (seconds) may be a configure under way
 UNSTAMPED_GRACE: Final = 3600.0
 #: how a build names its dir: ``<backend>-<flags digest>``, ``...-local-<workdir state>`` for
-#: ``--workdir-as-is`` (:func:`skippy.build.plan.plan_build`); a stampless CMake dir named
+#: ``--workdir-as-is`` (:func:`skippy.compile.plan.plan_build`); a stampless CMake dir named
 #: otherwise is someone's own and stays
 BUILD_DIR_NAME: Final = re.compile(r"^[A-Za-z0-9_.]+-[0-9a-f]{10}(?:-local-[0-9a-f]{12})?$")
 #: what ``invoke clean`` never touches, said in its report

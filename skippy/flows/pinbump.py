@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from skippy.build.backends import reference_backend, upstream_areas
+from skippy.compile.backends import reference_backend, upstream_areas
 from skippy.core.annotations import Annotation, patch_line
 from skippy.core.errors import BuildSkipped, CarriedUpstream, ConflictError, SettingsError
 from skippy.core.files import write_text_atomic

@@ -32,11 +32,11 @@ from typing import Any, Final, Literal
 
 from filelock import FileLock
 
-from skippy.build.builder import BuildReport, execute_plan
-from skippy.build.configure import cmake_on, parse_cmake_cache
-from skippy.build.plan import TESTS_DEFINE, BuildOptions, BuildPlan, plan_build, workdir_key
-from skippy.build.toolchain import Toolchain, inspect_tree
 from skippy.check import backend_ops, ctest
+from skippy.compile.builder import BuildReport, execute_plan
+from skippy.compile.configure import cmake_on, parse_cmake_cache
+from skippy.compile.plan import TESTS_DEFINE, BuildOptions, BuildPlan, plan_build, workdir_key
+from skippy.compile.toolchain import Toolchain, inspect_tree
 from skippy.core import specs
 from skippy.core.errors import CommandError, NotPrepared
 from skippy.core.git import Repo

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends.base import SERVER_TARGET
-from skippy.build.builder import BuildReport
 from skippy.check.models import DEFAULT_MODEL, parse_model_ref, resolve_model
+from skippy.compile.backends.base import SERVER_TARGET
+from skippy.compile.builder import BuildReport
 from skippy.core.errors import NetworkError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import BuildReport, read_stamp
-from skippy.build.configure import parse_cmake_cache
 from skippy.check.report import Ending, SpotCheckReport, shown_time
+from skippy.compile.builder import BuildReport, read_stamp
+from skippy.compile.configure import parse_cmake_cache
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

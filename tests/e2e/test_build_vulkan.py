@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.configure import parse_cmake_cache
 from skippy.check.report import SpotCheckReport
+from skippy.compile.configure import parse_cmake_cache
 from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import execute_plan
-from skippy.build.cachestats import stop_cache_server
-from skippy.build.configure import parse_cmake_cache
-from skippy.build.plan import BuildOptions, plan_build
-from skippy.build.toolchain import Toolchain, check_tree_needs, inspect_tree, parse_ninja_targets, probe_toolchain
+from skippy.compile.builder import execute_plan
+from skippy.compile.cachestats import stop_cache_server
+from skippy.compile.configure import parse_cmake_cache
+from skippy.compile.plan import BuildOptions, plan_build
+from skippy.compile.toolchain import Toolchain, check_tree_needs, inspect_tree, parse_ninja_targets, probe_toolchain
 from skippy.core import proc
 from skippy.core.errors import NetworkError
 from skippy.core.settings import Settings

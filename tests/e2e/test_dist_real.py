@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import execute_plan
-from skippy.build.cachestats import CacheProbe, stop_cache_server
-from skippy.build.distcluster import find_sccache_dist, plan_cluster, running_cluster, write_cluster
-from skippy.build.plan import plan_build
-from skippy.build.toolchain import inspect_tree, probe_toolchain
+from skippy.compile.builder import execute_plan
+from skippy.compile.cachestats import CacheProbe, stop_cache_server
+from skippy.compile.distcluster import find_sccache_dist, plan_cluster, running_cluster, write_cluster
+from skippy.compile.plan import plan_build
+from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

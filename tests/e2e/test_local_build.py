@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends.base import SERVER_TARGET
-from skippy.build.builder import BuildReport, read_stamp
-from skippy.build.plan import STAMP_NAME
 from skippy.check.binaries import parse_provenance
 from skippy.check.report import SpotCheckReport
+from skippy.compile.backends.base import SERVER_TARGET
+from skippy.compile.builder import BuildReport, read_stamp
+from skippy.compile.plan import STAMP_NAME
 from skippy.core import proc
 from skippy.core.errors import DirtyWorkdirError
 from skippy.core.git import Repo

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import BuildReport
 from skippy.check.report import Provenance
 from skippy.check.spotcheck import spot_check
 from skippy.check.tinymodels import family as tiny_family
 from skippy.check.tinymodels import shape_for
+from skippy.compile.builder import BuildReport
 from skippy.core import proc
 from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import execute_plan
-from skippy.build.cacheserver import claimed_server
-from skippy.build.cachestats import CacheProbe, CacheStats
-from skippy.build.configure import parse_cmake_cache
-from skippy.build.fetched import MARKER
-from skippy.build.plan import BuildOptions, BuildPlan, plan_build
-from skippy.build.roots import mounted, mounts_under
-from skippy.build.toolchain import Toolchain, check_tree_needs, inspect_tree, parse_ninja_targets, probe_toolchain
+from skippy.compile.builder import execute_plan
+from skippy.compile.cacheserver import claimed_server
+from skippy.compile.cachestats import CacheProbe, CacheStats
+from skippy.compile.configure import parse_cmake_cache
+from skippy.compile.fetched import MARKER
+from skippy.compile.plan import BuildOptions, BuildPlan, plan_build
+from skippy.compile.roots import mounted, mounts_under
+from skippy.compile.toolchain import Toolchain, check_tree_needs, inspect_tree, parse_ninja_targets, probe_toolchain
 from skippy.core import proc
 from skippy.core.errors import NetworkError
 from skippy.core.settings import Settings

@@ -28,7 +28,7 @@ PLUGIN = """
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from skippy.build.backends.base import BackendSpec, Choice, CiJob, Found, InstallHint, PlanFacts, ProbeContext
+from skippy.compile.backends.base import BackendSpec, Choice, CiJob, Found, InstallHint, PlanFacts, ProbeContext
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,10 @@ BACKEND = _FakeGpu(
 KEYS = """
 import json
 from pathlib import Path
-from skippy.build.backends import failure_patterns, names, upstream_areas
-from skippy.build.plan import plan_build
-from skippy.build.tool import Tool
-from skippy.build.toolchain import Toolchain, TreeInfo
+from skippy.compile.backends import failure_patterns, names, upstream_areas
+from skippy.compile.plan import plan_build
+from skippy.compile.tool import Tool
+from skippy.compile.toolchain import Toolchain, TreeInfo
 from skippy.check.chat import scan_log
 from skippy.core.settings import Settings
 
@@ -102,11 +102,11 @@ print(json.dumps({
 DRIVER = """
 import json, sys
 from pathlib import Path
-from skippy.build.backends import registry
-from skippy.build.plan import BuildOptions, plan_build
-from skippy.build.builder import execute_plan
-from skippy.build.cachestats import stop_cache_server
-from skippy.build.toolchain import inspect_tree, probe_toolchain
+from skippy.compile.backends import registry
+from skippy.compile.plan import BuildOptions, plan_build
+from skippy.compile.builder import execute_plan
+from skippy.compile.cachestats import stop_cache_server
+from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -241,7 +241,7 @@ def test_a_plugin_backend_changes_no_other_backends_build_dir_and_brings_its_own
 def test_a_plugin_backend_gets_its_row_of_the_build_matrix(tmp_path: Path, plugin_env: dict[str, str]) -> None:
     workflow = tmp_path / "build.yml"
     shutil.copy(ROOT / ".github" / "workflows" / "build.yml", workflow)
-    generate = [sys.executable, "-m", "skippy.build.backends.matrix", str(workflow)]
+    generate = [sys.executable, "-m", "skippy.compile.backends.matrix", str(workflow)]
     stale = subprocess.run([*generate, "--check"], env=plugin_env, capture_output=True, text=True, check=False)
     assert stale.returncode == 1, stale.stdout + stale.stderr
     subprocess.run(generate, env=plugin_env, capture_output=True, text=True, check=True, timeout=120)
@@ -318,7 +318,7 @@ def test_a_plugin_backend_gets_its_row_of_the_docs_backends_table(plugin_env: di
         [
             sys.executable,
             "-c",
-            "from skippy.build.backends import registry\n"
+            "from skippy.compile.backends import registry\n"
             "from skippy.cli.docs import render_backends\n"
             "print(render_backends(registry()))",
         ],
@@ -330,8 +330,8 @@ def test_a_plugin_backend_gets_its_row_of_the_docs_backends_table(plugin_env: di
     ).stdout
     assert "build-fakegpu" in made and "PROBE_FAKEGPU" in made, made
     # the built-in rows are the shipped table's own
-    from skippy.build.backends import registry
     from skippy.cli.docs import render_backends
+    from skippy.compile.backends import registry
 
     shipped = render_backends(registry())
     assert all(line in made for line in shipped.splitlines()), made

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import BuildReport, execute_plan, newest_builds
-from skippy.build.cachestats import stop_cache_server
-from skippy.build.configure import parse_cmake_cache
-from skippy.build.plan import TESTS_DEFINE, BuildOptions, BuildPlan, plan_build
-from skippy.build.tool import Tool
-from skippy.build.toolchain import Toolchain, inspect_tree, parse_ninja_targets, probe_toolchain, tool_version
+from skippy.compile.builder import BuildReport, execute_plan, newest_builds
+from skippy.compile.cachestats import stop_cache_server
+from skippy.compile.configure import parse_cmake_cache
+from skippy.compile.plan import TESTS_DEFINE, BuildOptions, BuildPlan, plan_build
+from skippy.compile.tool import Tool
+from skippy.compile.toolchain import Toolchain, inspect_tree, parse_ninja_targets, probe_toolchain, tool_version
 from skippy.core import proc
 from skippy.core.errors import BuildError
 from skippy.core.settings import Settings

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from skippy.build.backends import registry
-from skippy.build.backends.base import Backend
 from skippy.check.report import SpotCheckReport
 from skippy.cli.build import build_main
+from skippy.compile.backends import registry
+from skippy.compile.backends.base import Backend
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

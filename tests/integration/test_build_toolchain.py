@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends.base import Backend
-from skippy.build.backends.cuda import find_cuda_library
-from skippy.build.toolchain import Toolchain, TreeInfo, check_tree_needs, probe_toolchain
+from skippy.compile.backends.base import Backend
+from skippy.compile.backends.cuda import find_cuda_library
+from skippy.compile.toolchain import Toolchain, TreeInfo, check_tree_needs, probe_toolchain
 from skippy.core.errors import NetworkError, SettingsError, ToolchainMissing
 from skippy.core.settings import Settings
 

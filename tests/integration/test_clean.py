@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import execute_plan
-from skippy.build.localtree import WorkdirState
-from skippy.build.plan import STAMP_NAME, BuildOptions, BuildPlan, plan_build
-from skippy.build.toolchain import inspect_tree, probe_toolchain
 from skippy.cli.clean import clean_main
+from skippy.compile.builder import execute_plan
+from skippy.compile.localtree import WorkdirState
+from skippy.compile.plan import STAMP_NAME, BuildOptions, BuildPlan, plan_build
+from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.clean import UNSTAMPED_GRACE, clean, plan_clean

@@ -101,10 +101,10 @@ def test_upstream_tests_show_each_test_as_it_finishes(build_dir: Path) -> None:
     from types import SimpleNamespace
     from typing import Any
 
-    from skippy.build.backends import parse_backend
-    from skippy.build.plan import BuildOptions
-    from skippy.build.tool import Tool
-    from skippy.build.toolchain import Toolchain
+    from skippy.compile.backends import parse_backend
+    from skippy.compile.plan import BuildOptions
+    from skippy.compile.tool import Tool
+    from skippy.compile.toolchain import Toolchain
     from skippy.core.settings import Settings
     from skippy.core.ui import Console
     from skippy.flows.upstream_tests import Subject, _Tree

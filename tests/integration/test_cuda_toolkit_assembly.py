@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends.cuda_toolkit import (
+from skippy.compile.backends.cuda_toolkit import (
     REQUIRED_WHEELS,
     AssemblyContext,
     WheelPin,
@@ -22,8 +22,8 @@ from skippy.build.backends.cuda_toolkit import (
     toolkit_home,
     wheels_home,
 )
-from skippy.build.fetched import MARKER
-from skippy.build.toolchain import Toolchain, probe_toolchain
+from skippy.compile.fetched import MARKER
+from skippy.compile.toolchain import Toolchain, probe_toolchain
 from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings

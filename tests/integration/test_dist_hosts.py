@@ -27,7 +27,7 @@ from typing import Final
 
 import pytest
 
-from skippy.build.distcluster import BuildServer, ClusterPlan, _Daemon, plan_cluster, running_cluster, write_cluster
+from skippy.compile.distcluster import BuildServer, ClusterPlan, _Daemon, plan_cluster, running_cluster, write_cluster
 from skippy.core import proc
 from tests.integration.test_dist_cluster import EXTRA_UNITS, Machine, _dist_env, _env, _needs, make_tree
 from tests.redisserver import free_port

@@ -265,10 +265,10 @@ PROBE = Path(__file__).parent / "cmake_probe"
 BUILD = """
     import os, sys
     from pathlib import Path
-    from skippy.build.builder import execute_plan
-    from skippy.build.cachestats import stop_cache_server
-    from skippy.build.plan import BuildOptions, plan_build
-    from skippy.build.toolchain import inspect_tree, probe_toolchain
+    from skippy.compile.builder import execute_plan
+    from skippy.compile.cachestats import stop_cache_server
+    from skippy.compile.plan import BuildOptions, plan_build
+    from skippy.compile.toolchain import inspect_tree, probe_toolchain
     from skippy.cli.build import build_main
     from skippy.flows.build_session import SessionOutcome
 

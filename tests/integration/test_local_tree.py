@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.localtree import read_workdir_state
+from skippy.compile.localtree import read_workdir_state
 from skippy.core.errors import BuildError
 from tests.gitfixtures import Upstream, git
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import BuildReport, execute_plan
-from skippy.build.cachestats import stop_cache_server
-from skippy.build.plan import plan_build
-from skippy.build.sharedcache import host_cpu_tag
-from skippy.build.toolchain import inspect_tree, probe_toolchain
+from skippy.compile.builder import BuildReport, execute_plan
+from skippy.compile.cachestats import stop_cache_server
+from skippy.compile.plan import plan_build
+from skippy.compile.sharedcache import host_cpu_tag
+from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

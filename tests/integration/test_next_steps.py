@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import execute_plan
-from skippy.build.cachestats import stop_cache_server
-from skippy.build.plan import BuildOptions, plan_build
-from skippy.build.toolchain import inspect_tree, probe_toolchain
 from skippy.check import spotcheck
 from skippy.cli.build import build_main
 from skippy.cli.spot import main as spot_main
+from skippy.compile.builder import execute_plan
+from skippy.compile.cachestats import stop_cache_server
+from skippy.compile.plan import BuildOptions, plan_build
+from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core.errors import BuildError, ModelCheckFailed, SettingsError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from skippy.build.backends import upstream_areas
+from skippy.compile.backends import upstream_areas
 from skippy.core.errors import ConflictError, SettingsError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

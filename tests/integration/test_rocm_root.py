@@ -17,21 +17,21 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends import rocm_root
-from skippy.build.backends.rocm_root import (
+from skippy.compile.backends import rocm_root
+from skippy.compile.backends.rocm_root import (
     RootContext,
     finished,
     make_root,
     parse_root_pin,
     root_home,
 )
-from skippy.build.builder import BuildReport
-from skippy.build.cache import launcher_env, root_launcher_env
-from skippy.build.fetched import MARKER
-from skippy.build.plan import BuildPlan, plan_build
-from skippy.build.roots import BuildRoot, mounted, runner_program
-from skippy.build.tool import Tool
-from skippy.build.toolchain import Toolchain, TreeInfo, probe_toolchain
+from skippy.compile.builder import BuildReport
+from skippy.compile.cache import launcher_env, root_launcher_env
+from skippy.compile.fetched import MARKER
+from skippy.compile.plan import BuildPlan, plan_build
+from skippy.compile.roots import BuildRoot, mounted, runner_program
+from skippy.compile.tool import Tool
+from skippy.compile.toolchain import Toolchain, TreeInfo, probe_toolchain
 from skippy.core.errors import BuildError, NetworkError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -678,9 +678,9 @@ def _tool() -> Tool:
 _SIGTERM_CHILD = """
 import sys, time
 from pathlib import Path
-from skippy.build.roots import BuildRoot
-from skippy.build.tool import Tool
-from skippy.build.roots import mounted
+from skippy.compile.roots import BuildRoot
+from skippy.compile.tool import Tool
+from skippy.compile.roots import mounted
 tool = Tool("cmake", "/usr/bin/cmake", "4")
 root = BuildRoot(path=Path(sys.argv[1]), program="chroot", env={}, cmake=tool, ninja=tool, label="test")
 env = {"PATH": sys.argv[2], "MOUNT_LOG": sys.argv[3]}

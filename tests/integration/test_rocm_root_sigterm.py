@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends.rocm_root import parse_root_pin, root_home
-from skippy.build.roots import mounts_under
+from skippy.compile.backends.rocm_root import parse_root_pin, root_home
+from skippy.compile.roots import mounts_under
 from skippy.core.errors import Interrupted, TerminatedError
 from tests.busy import default_interrupts
 from tests.e2e.needs import cannot_run

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.plan import STAMP_NAME
 from skippy.cli.app import status_main
+from skippy.compile.plan import STAMP_NAME
 from skippy.core.ui import Console
 from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project

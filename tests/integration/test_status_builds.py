@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.plan import STAMP_NAME
 from skippy.cli.app import status_main
+from skippy.compile.plan import STAMP_NAME
 from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project
 from tests.integration.test_change_loop import QUIET, run_git

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from skippy.build.backends import parse_backend
 from skippy.cli.build import build_main
 from skippy.cli.options import command
 from skippy.cli.run import Report, run
+from skippy.compile.backends import parse_backend
 from skippy.core.errors import DirtyWorkdirError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

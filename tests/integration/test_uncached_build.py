@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import BuildReport, execute_plan
-from skippy.build.cachestats import stop_cache_server
-from skippy.build.plan import BuildPlan, plan_build
-from skippy.build.toolchain import inspect_tree, probe_toolchain
+from skippy.compile.builder import BuildReport, execute_plan
+from skippy.compile.cachestats import stop_cache_server
+from skippy.compile.plan import BuildPlan, plan_build
+from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.cachestats import stop_cache_server
-from skippy.build.plan import BuildOptions, plan_build
-from skippy.build.toolchain import inspect_tree, probe_toolchain
 from skippy.check import ctest
+from skippy.compile.cachestats import stop_cache_server
+from skippy.compile.plan import BuildOptions, plan_build
+from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.upstream_tests import Subject, _judge, _Tree, _Verdicts

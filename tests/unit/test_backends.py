@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends import (
+from skippy.compile.backends import (
     failure_patterns,
     languages,
     names,
@@ -18,7 +18,7 @@ from skippy.build.backends import (
     switches,
     upstream_areas,
 )
-from skippy.build.backends.base import BASE_LANGUAGES, RPC_TARGETS, SERVER_TARGET, Platform
+from skippy.compile.backends.base import BASE_LANGUAGES, RPC_TARGETS, SERVER_TARGET, Platform
 
 #: the backends this package ships (a plug-in distribution may add more: the tests below
 #: iterate the registry, and hold these only to what each of them is)

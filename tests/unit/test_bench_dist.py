@@ -15,7 +15,7 @@ from benchmarks.bench_dist import (
     overhead_per_compile,
     sample_objects,
 )
-from skippy.build.builder import BuildReport
+from skippy.compile.builder import BuildReport
 
 
 def test_ninja_steps_keep_the_last_run_of_each_output(tmp_path: Path) -> None:

@@ -13,14 +13,15 @@ from typing import Any
 
 import pytest
 
-from skippy.build.backends.cuda import parse_cuda_compute_caps
-from skippy.build.backends.rocm import parse_amdgpu_targets
-from skippy.build.backends.vulkan import parse_vulkan_header
-from skippy.build.cachestats import ccache_counts, sccache_counts
-from skippy.build.configure import cache_mismatches, decide_configure, parse_cmake_cache, parse_unused_variables
-from skippy.build.plan import BuildPlan, plan_build
-from skippy.build.tool import Tool
-from skippy.build.toolchain import (
+from skippy.cli.build import session_args, session_options
+from skippy.compile.backends.cuda import parse_cuda_compute_caps
+from skippy.compile.backends.rocm import parse_amdgpu_targets
+from skippy.compile.backends.vulkan import parse_vulkan_header
+from skippy.compile.cachestats import ccache_counts, sccache_counts
+from skippy.compile.configure import cache_mismatches, decide_configure, parse_cmake_cache, parse_unused_variables
+from skippy.compile.plan import BuildPlan, plan_build
+from skippy.compile.tool import Tool
+from skippy.compile.toolchain import (
     Toolchain,
     TreeInfo,
     check_tree_needs,
@@ -32,7 +33,6 @@ from skippy.build.toolchain import (
     parse_rpc_target,
     probe_toolchain,
 )
-from skippy.cli.build import session_args, session_options
 from skippy.core.errors import SettingsError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -296,7 +296,7 @@ def test_unavailable_backend_fails_unless_skipping_was_asked(tmp_path: Path) -> 
 
 def test_provenance_defines_only_for_trees_that_declare_them(tmp_path: Path) -> None:
     """The queue's provenance goes to trees that know the variables, and stays out of the dir digest."""
-    from skippy.build.plan import PROVENANCE_DEFINES
+    from skippy.compile.plan import PROVENANCE_DEFINES
 
     assert parse_cmake_options('set(SKIPPY_UPSTREAM_SHA "" CACHE STRING "x")\noption(GGML_RPC "rpc" OFF)\n') == {
         "SKIPPY_UPSTREAM_SHA",
@@ -336,7 +336,7 @@ def test_provenance_defines_only_for_trees_that_declare_them(tmp_path: Path) -> 
 def test_build_info_is_pinned_to_the_upstream_commit(tmp_path: Path) -> None:
     """A new patched commit must not recompile all of libllama: the tree's git-derived build info is
     replaced by the upstream commit, for trees that accept it from -D."""
-    from skippy.build.toolchain import inspect_tree
+    from skippy.compile.toolchain import inspect_tree
 
     src = tmp_path / "src"
     src.mkdir()
@@ -372,7 +372,7 @@ def test_build_info_is_pinned_to_the_upstream_commit(tmp_path: Path) -> None:
 
 
 def test_backend_uses_and_the_readers_their_lines_lack(tmp_path: Path) -> None:
-    from skippy.build.configure import backend_uses, unreached_readers
+    from skippy.compile.configure import backend_uses, unreached_readers
 
     src = tmp_path / "tree"
     commands: list[dict[str, Any]] = [

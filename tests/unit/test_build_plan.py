@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends import names, registry, spec
-from skippy.build.backends.base import Backend
-from skippy.build.backends.cuda import DEFAULT_COMPRESSION_MODE, DEFAULT_CUDA_ARCHITECTURES
-from skippy.build.backends.rocm import DEFAULT_AMDGPU_TARGETS, ROOT_DEFAULT_AMDGPU_TARGETS
-from skippy.build.plan import BuildOptions, BuildPlan, plan_build, requested_defines, split_cmake_args
-from skippy.build.tool import Tool
-from skippy.build.toolchain import Toolchain, TreeInfo
+from skippy.compile.backends import names, registry, spec
+from skippy.compile.backends.base import Backend
+from skippy.compile.backends.cuda import DEFAULT_COMPRESSION_MODE, DEFAULT_CUDA_ARCHITECTURES
+from skippy.compile.backends.rocm import DEFAULT_AMDGPU_TARGETS, ROOT_DEFAULT_AMDGPU_TARGETS
+from skippy.compile.plan import BuildOptions, BuildPlan, plan_build, requested_defines, split_cmake_args
+from skippy.compile.tool import Tool
+from skippy.compile.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError, SettingsError
 from skippy.core.settings import Settings
 
@@ -145,7 +145,7 @@ def test_no_launcher_means_no_launcher_defines_and_no_cache_env(tmp_path: Path) 
 def test_ccache_launcher_env(tmp_path: Path) -> None:
     p = plan(tmp_path, "cpu", tc={"launcher": Tool("ccache", "/usr/bin/ccache", "ccache 4.8")})
     assert defines(p)["CMAKE_CXX_COMPILER_LAUNCHER"] == "/usr/bin/ccache"
-    # depend mode: no preprocessor on a hit, and sound for nvcc (see skippy.build.cache.launcher_env)
+    # depend mode: no preprocessor on a hit, and sound for nvcc (see skippy.compile.cache.launcher_env)
     assert p.env_overrides == {
         "CCACHE_DIR": str(tmp_path / "proj" / ".deps" / "cache" / "ccache"),
         "CCACHE_DEPEND": "true",

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import BuildReport
-from skippy.build.cache import (
+from skippy.compile.builder import BuildReport
+from skippy.compile.cache import (
     CacheStorage,
     local_fallback_env,
     reachable,
     select_storage,
 )
-from skippy.build.cachestats import CacheStats
-from skippy.build.tool import Tool
+from skippy.compile.cachestats import CacheStats
+from skippy.compile.tool import Tool
 from skippy.core.errors import SettingsError
 from skippy.core.redact import redact_url
 from tests.redisserver import Listener, free_port

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends.cuda import DEFAULT_CUDA_ARCHITECTURES, WHEEL_DEFAULT_ARCHITECTURES, nvcc_release
-from skippy.build.backends.cuda_toolkit import (
+from skippy.compile.backends.cuda import DEFAULT_CUDA_ARCHITECTURES, WHEEL_DEFAULT_ARCHITECTURES, nvcc_release
+from skippy.compile.backends.cuda_toolkit import (
     REQUIRED_WHEELS,
     WheelPin,
     driver_entry_points,

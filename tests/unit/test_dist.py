@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.cache import select_storage
-from skippy.build.cachestats import CacheProbe, CacheStats
-from skippy.build.dist import (
+from skippy.compile.cache import select_storage
+from skippy.compile.cachestats import CacheProbe, CacheStats
+from skippy.compile.dist import (
     DistCounts,
     client_config,
     dist_counts,
@@ -21,9 +21,9 @@ from skippy.build.dist import (
     select_dist,
     write_client_config,
 )
-from skippy.build.distcluster import plan_cluster, scheduler_toml, server_toml
-from skippy.build.sharedcache import native_cpu_tag, native_namespace, read_only, read_only_reason
-from skippy.build.tool import Tool
+from skippy.compile.distcluster import plan_cluster, scheduler_toml, server_toml
+from skippy.compile.sharedcache import native_cpu_tag, native_namespace, read_only, read_only_reason
+from skippy.compile.tool import Tool
 from skippy.core.errors import SettingsError
 from skippy.core.ui import Console
 from tests.unit.test_build_plan import plan

@@ -12,9 +12,9 @@ from types import MappingProxyType
 
 import pytest
 
-from skippy.build.backends import ENTRY_POINT_GROUP, registry
-from skippy.build.backends.base import BackendSpec, InstallHint
 from skippy.cli import docs
+from skippy.compile.backends import ENTRY_POINT_GROUP, registry
+from skippy.compile.backends.base import BackendSpec, InstallHint
 from skippy.core.specs import SPOT_CHECK, Spec
 
 ROOT = Path(__file__).resolve().parents[2]

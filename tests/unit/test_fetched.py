@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from skippy.build.fetched import MARKER, fetch_once, read_marker
+from skippy.compile.fetched import MARKER, fetch_once, read_marker
 from skippy.core.errors import ToolchainMissing
 
 

@@ -22,14 +22,14 @@ def test_import_contracts_are_kept() -> None:
 
 def test_the_tree_shows_the_layers() -> None:
     packages = {p.name for p in (ROOT / "skippy").iterdir() if (p / "__init__.py").is_file()}
-    assert {"core", "queue", "maintain", "build", "check", "flows", "cli"} <= packages
+    assert {"core", "queue", "maintain", "compile", "check", "flows", "cli"} <= packages
     flat = sorted(p.name for p in (ROOT / "skippy").glob("*.py") if p.name != "__init__.py")
     assert flat == [], f"modules outside the layers: {flat}"
 
 
 def test_inside_the_build_the_backends_sit_over_the_roots() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    (inner,) = [c for c in config["tool"]["importlinter"]["contracts"] if c.get("containers") == ["skippy.build"]]
+    (inner,) = [c for c in config["tool"]["importlinter"]["contracts"] if c.get("containers") == ["skippy.compile"]]
     layers = [layer.strip() for layer in inner["layers"]]
     # each above the next: the plan over the backends, the backends over the fetch-once helper and the roots
     assert layers.index("plan") < layers.index("backends") < layers.index("fetched") < layers.index("roots")
@@ -50,7 +50,7 @@ def test_no_build_module_re_exports_another_modules_names() -> None:
     """Every name is imported from the module that defines it: no facade (``__all__`` lists only
     the module's own names, and nothing imports a name through a module that merely imported it)."""
     modules: dict[str, set[str]] = {}
-    for path in (ROOT / "skippy" / "build").rglob("*.py"):
+    for path in (ROOT / "skippy" / "compile").rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         tree = ast.parse(path.read_text(encoding="utf-8"))

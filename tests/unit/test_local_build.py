@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.builder import newest_builds, prune_local_builds
-from skippy.build.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, local_dir_name, state_key, untracked_digest
-from skippy.build.noise import UI_NOTE, NoiseFilter
-from skippy.build.plan import STAMP_NAME, BuildPlan, plan_build
 from skippy.check.provenance import expected_queue_digest, stale_next_step
 from skippy.cli.app import build_mode_text
 from skippy.cli.build import outcome_report
 from skippy.cli.build import session_options as parse_session_args
 from skippy.cli.options import command, render_table
+from skippy.compile.builder import newest_builds, prune_local_builds
+from skippy.compile.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, local_dir_name, state_key, untracked_digest
+from skippy.compile.noise import UI_NOTE, NoiseFilter
+from skippy.compile.plan import STAMP_NAME, BuildPlan, plan_build
 from skippy.core.errors import SettingsError
 from skippy.core.ui import Console
 from skippy.flows.build_session import LocalTree, SessionOutcome

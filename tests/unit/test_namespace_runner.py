@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 import pytest
 
-from skippy.build.backends.rocm_root import (
+from skippy.compile.backends.rocm_root import (
     INSIDE_ENV,
     DebianRoot,
     RootContext,
@@ -20,8 +20,8 @@ from skippy.build.backends.rocm_root import (
     mmdebstrap_argv,
     parse_root_pin,
 )
-from skippy.build.plan import BuildPlan, plan_build
-from skippy.build.roots import (
+from skippy.compile.plan import BuildPlan, plan_build
+from skippy.compile.roots import (
     NAMESPACE_LAUNCHERS,
     BuildRoot,
     install_launcher,
@@ -29,8 +29,8 @@ from skippy.build.roots import (
     resolve_runner,
     runner_root,
 )
-from skippy.build.tool import Tool
-from skippy.build.toolchain import Toolchain, TreeInfo
+from skippy.compile.tool import Tool
+from skippy.compile.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError, SettingsError, ToolchainMissing
 from skippy.core.settings import Settings
 

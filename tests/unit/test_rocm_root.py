@@ -9,7 +9,7 @@ from types import MappingProxyType
 
 import pytest
 
-from skippy.build.backends.rocm_root import (
+from skippy.compile.backends.rocm_root import (
     INSIDE_ENV,
     DebianRoot,
     RootPin,
@@ -20,10 +20,10 @@ from skippy.build.backends.rocm_root import (
     root_home,
     versions_digest,
 )
-from skippy.build.plan import BuildOptions, BuildPlan, plan_build
-from skippy.build.roots import BuildRoot, mounts_under, parse_mount_points, plan_mounts, remove_tree
-from skippy.build.tool import Tool
-from skippy.build.toolchain import Toolchain, TreeInfo
+from skippy.compile.plan import BuildOptions, BuildPlan, plan_build
+from skippy.compile.roots import BuildRoot, mounts_under, parse_mount_points, plan_mounts, remove_tree
+from skippy.compile.tool import Tool
+from skippy.compile.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError, SettingsError
 from skippy.core.settings import Settings
 

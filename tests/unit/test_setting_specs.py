@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from skippy.build.plan import _native, _table_jobs
 from skippy.check.report import Options
+from skippy.compile.plan import _native, _table_jobs
 from skippy.core import specs
 from skippy.core.errors import SettingsError
 from skippy.core.settings import Settings

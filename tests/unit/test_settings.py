@@ -85,8 +85,8 @@ def test_find_root_walks_up(tmp_path: Path) -> None:
 
 
 def test_subtables_refuse_non_tables_and_unknown_keys(tmp_path: Path) -> None:
-    from skippy.build.plan import build_table_keys
     from skippy.check.report import Options
+    from skippy.compile.plan import build_table_keys
     from skippy.maintain.parity import ParityConfig
 
     write_pyproject(tmp_path, "[tool.skippy.build]\njobs = 2\n")

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends import spec
 from skippy.check import spotcheck
 from skippy.check.binaries import backend_of, default_server, parse_provenance, provenance_mismatch, version_line
 from skippy.check.chat import Answer, completion_request, judge, parse_stream, plan_server_argv, scan_log
@@ -19,6 +18,7 @@ from skippy.check.server import ServerFailure, describe_exit
 from skippy.check.spotcheck import log_dir
 from skippy.cli.options import SpotCheckOptions, command, make
 from skippy.cli.run import nox_values
+from skippy.compile.backends import spec
 from skippy.core.errors import SettingsError, SpotCheckFailed
 from skippy.core.settings import Settings
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from skippy.build.uncached import find_uncached_sources, launcher_text, uncached_launcher
+from skippy.compile.uncached import find_uncached_sources, launcher_text, uncached_launcher
 from tests.unit.test_build_plan import defines, plan
 
 

@@ -226,7 +226,7 @@ def test_backend_ops_time_box_cuts_short_and_says_so(tmp_path: Path) -> None:
 
 
 def test_a_flaky_test_is_reported_and_keeps_nothing_from_passing(tmp_path: Path) -> None:
-    from skippy.build.builder import BuildReport
+    from skippy.compile.builder import BuildReport
     from skippy.flows.upstream_tests import TestOutcome, UpstreamTestsReport
 
     build = BuildReport(

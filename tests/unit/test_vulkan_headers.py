@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends.debian import debian_mirror, present_keyring, sources_line, system_mirror
-from skippy.build.backends.vulkan_headers import (
+from skippy.compile.backends.debian import debian_mirror, present_keyring, sources_line, system_mirror
+from skippy.compile.backends.vulkan_headers import (
     HeaderPin,
     apt_options,
     parse_header_pin,

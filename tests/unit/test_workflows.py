@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from skippy.build.backends import matrix, registry
-from skippy.build.backends.cuda_toolkit import TOOLKIT_ENV, resolve_toolkit_choice
-from skippy.build.cache import ENV_VAR as CACHE_STORAGE_ENV
-from skippy.build.cache import reachable, select_storage
 from skippy.cli.build import session_args, session_options
 from skippy.cli.ci import COMMANDS
+from skippy.compile.backends import matrix, registry
+from skippy.compile.backends.cuda_toolkit import TOOLKIT_ENV, resolve_toolkit_choice
+from skippy.compile.cache import ENV_VAR as CACHE_STORAGE_ENV
+from skippy.compile.cache import reachable, select_storage
 from tests.workflowtools import (
     WORKFLOW_DIR,
     WORKFLOWS,
@@ -67,7 +67,7 @@ def build_entries() -> list[dict[str, Any]]:
 
 def test_the_build_matrix_is_generated_from_the_registry_and_up_to_date() -> None:
     text = BUILD.read_text(encoding="utf-8")
-    # the committed workflow is what the generator writes (else: python -m skippy.build.backends.matrix)
+    # the committed workflow is what the generator writes (else: python -m skippy.compile.backends.matrix)
     assert matrix.rewrite(text) == text
     entries = build_entries()
     assert entries == matrix.rows()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.build.backends import parse_backend
-from skippy.build.toolchain import probe_toolchain
+from skippy.compile.backends import parse_backend
+from skippy.compile.toolchain import probe_toolchain
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings
 

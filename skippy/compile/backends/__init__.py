@@ -2,10 +2,10 @@
 installed distribution declares under the ``skippy.backends`` entry-point group
 (``name = "package.module:BACKEND"``).
 
-Adding a backend is one module (a :class:`~skippy.build.backends.base.BackendSpec`
+Adding a backend is one module (a :class:`~skippy.compile.backends.base.BackendSpec`
 instance named ``BACKEND``) and one line in ``_BUILTIN`` (or an entry point of another
 distribution).  ``plan_build``, the toolchain probe, ``nox -s build-<name>``, the build
-workflow's matrix (:mod:`skippy.build.backends.matrix`), the spot check's log patterns,
+workflow's matrix (:mod:`skippy.compile.backends.matrix`), the spot check's log patterns,
 the upstream summary's areas and the tests all read the registry; nothing else names a
 backend.
 """
@@ -18,8 +18,8 @@ from importlib import metadata
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends import cpu, cuda, metal, rocm, vulkan
-from skippy.build.backends.base import BASE_LANGUAGES, Backend, BackendSpec
+from skippy.compile.backends import cpu, cuda, metal, rocm, vulkan
+from skippy.compile.backends.base import BASE_LANGUAGES, Backend, BackendSpec
 
 __all__ = [
     "ENTRY_POINT_GROUP",

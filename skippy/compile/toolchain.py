@@ -3,7 +3,7 @@ GPU architectures visible, the Vulkan headers, and what the tree declares.
 
 Probing runs programs (``--version``, ``nvidia-smi``, ``rocminfo``,
 ``hipconfig``) through :func:`skippy.core.proc.run` and reads files; planning
-(:func:`skippy.build.builder.plan_build`) takes the results as plain data.  The
+(:func:`skippy.compile.builder.plan_build`) takes the results as plain data.  The
 parsers are pure functions so the unit tests cover them without the tools.
 A missing toolchain raises :class:`~skippy.core.errors.ToolchainMissing` with the
 install hints of every platform, the host's first.
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from skippy.build.backends import languages, spec
-from skippy.build.backends.base import RPC_TARGETS, Backend, BackendSpec, PlanFacts, Platform
-from skippy.build.roots import BuildRoot, install_launcher
-from skippy.build.tool import Tool
-from skippy.build.uncached import find_uncached_sources
+from skippy.compile.backends import languages, spec
+from skippy.compile.backends.base import RPC_TARGETS, Backend, BackendSpec, PlanFacts, Platform
+from skippy.compile.roots import BuildRoot, install_launcher
+from skippy.compile.tool import Tool
+from skippy.compile.uncached import find_uncached_sources
 from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings
@@ -59,7 +59,7 @@ class TreeInfo:
     #: (else it asks git for HEAD, so every new patched commit recompiles all of libllama)
     build_info_overridable: bool = False
     #: sources whose objects depend on files no compiler cache sees (``.incbin``, ``#embed``):
-    #: compiled outside the cache (:mod:`skippy.build.uncached`)
+    #: compiled outside the cache (:mod:`skippy.compile.uncached`)
     uncached_sources: tuple[Path, ...] = ()
 
 
@@ -318,13 +318,13 @@ def _require(
 
 
 def _build_table(settings: Settings) -> Mapping[str, object]:
-    """``[tool.skippy.build]`` as a mapping (its keys are validated by skippy.build.builder, the owner)."""
+    """``[tool.skippy.build]`` as a mapping (its keys are validated by skippy.compile.builder, the owner)."""
     table = settings.raw.get("build", {})
     return table if isinstance(table, Mapping) else {}
 
 
 def compiler_cache_choice(settings: Settings) -> str:
-    table = settings.raw.get("build", {})  # validated by skippy.build.builder (the table's owner)
+    table = settings.raw.get("build", {})  # validated by skippy.compile.builder (the table's owner)
     value = settings.env.get("SKIPPY_COMPILER_CACHE") or (
         table.get("compiler_cache") if isinstance(table, Mapping) else None
     )

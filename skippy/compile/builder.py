@@ -1,11 +1,11 @@
 """Execute a build plan: configure when needed, build, report.
 
-The build is planned by :func:`skippy.build.plan.plan_build` (pure); here
+The build is planned by :func:`skippy.compile.plan.plan_build` (pure); here
 :func:`execute_plan` runs it through :func:`skippy.core.proc.run`: configure only
 when the stamp changed (a stale cache is wiped, a generator mismatch or a cmake
-that moved is recovered, :mod:`skippy.build.configure` decides), fail on unused
+that moved is recovered, :mod:`skippy.compile.configure` decides), fail on unused
 ``-D`` variables and on cache values that differ from the plan, then Ninja, then
-report timings and the compiler cache hit rate (:mod:`skippy.build.cachestats`).
+report timings and the compiler cache hit rate (:mod:`skippy.compile.cachestats`).
 :func:`skippy.flows.build_session.run_build_session` is what ``nox -s
 build-<backend>`` calls: probe, prepare, plan, execute, spot check.
 """
@@ -24,14 +24,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from skippy.build.backends import languages
-from skippy.build.backends.base import RPC_TARGETS, SERVER_TARGET, Backend
-from skippy.build.cacheserver import claimed_server
-from skippy.build.cachestats import (
+from skippy.compile.backends import languages
+from skippy.compile.backends.base import RPC_TARGETS, SERVER_TARGET, Backend
+from skippy.compile.cacheserver import claimed_server
+from skippy.compile.cachestats import (
     CacheProbe,
     CacheStats,
 )
-from skippy.build.configure import (
+from skippy.compile.configure import (
     ConfigureDecision,
     backend_uses,
     cache_mismatches,
@@ -44,15 +44,15 @@ from skippy.build.configure import (
     unknown_given,
     unreached_readers,
 )
-from skippy.build.localtree import MODE_LOCAL, MODE_PREPARED
-from skippy.build.noise import NoiseFilter
-from skippy.build.plan import (
+from skippy.compile.localtree import MODE_LOCAL, MODE_PREPARED
+from skippy.compile.noise import NoiseFilter
+from skippy.compile.plan import (
     STAMP_NAME,
     TESTS_DEFINE,
     BuildPlan,
 )
-from skippy.build.roots import remove_tree
-from skippy.build.toolchain import parse_ninja_targets
+from skippy.compile.roots import remove_tree
+from skippy.compile.toolchain import parse_ninja_targets
 from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError
 from skippy.core.strays import stop_strays

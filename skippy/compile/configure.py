@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from skippy.build.plan import GENERATOR, BuildPlan
+from skippy.compile.plan import GENERATOR, BuildPlan
 
 _TRUE = frozenset({"ON", "TRUE", "YES", "Y", "1"})
 _FALSE = frozenset({"OFF", "FALSE", "NO", "N", "0", ""})

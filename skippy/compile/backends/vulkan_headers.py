@@ -12,9 +12,9 @@ with ``dpkg-deb -x`` once, and hands back the include directory for
 ``-DVulkan_INCLUDE_DIR``.  The linker still uses the system's Vulkan loader: only
 the headers are newer.
 
-The headers are fetched once (:func:`skippy.build.fetched.fetch_once`): a folder
+The headers are fetched once (:func:`skippy.compile.fetched.fetch_once`): a folder
 without its marker (an interrupted run) is never used.  The pure parts (the pin, the choice, the apt options;
-the mirror and the sources line in :mod:`skippy.build.backends.debian`) are separate
+the mirror and the sources line in :mod:`skippy.compile.backends.debian`) are separate
 functions for the unit tests.
 """
 
@@ -28,9 +28,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
-from skippy.build.backends.base import resolve_choice
-from skippy.build.backends.debian import DEBIAN_KEYRING, present_keyring, sources_line, system_mirror
-from skippy.build.fetched import fetch_once
+from skippy.compile.backends.base import resolve_choice
+from skippy.compile.backends.debian import DEBIAN_KEYRING, present_keyring, sources_line, system_mirror
+from skippy.compile.fetched import fetch_once
 from skippy.core import proc
 from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
-from skippy.build.dist import ENV_VAR as DIST_VAR
-from skippy.build.dist import TOKEN_VAR, write_client_config
+from skippy.compile.dist import ENV_VAR as DIST_VAR
+from skippy.compile.dist import TOKEN_VAR, write_client_config
 from skippy.core import proc
 from skippy.core.errors import ClusterError, SkippyError, ToolchainMissing
 

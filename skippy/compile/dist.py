@@ -9,7 +9,7 @@ sandbox.
 
 Pure decisions here (:func:`select_dist`, :func:`client_config`, the parsers of
 ``sccache --dist-status`` and of the stats); :func:`write_client_config` writes the file and
-:mod:`skippy.build.cachestats` checks the cluster before the build (reachable, at least one
+:mod:`skippy.compile.cachestats` checks the cluster before the build (reachable, at least one
 build server, the token accepted by a probe compile) and falls back to local compiles with
 one warning when it cannot be used.
 """

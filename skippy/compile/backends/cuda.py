@@ -1,7 +1,7 @@
 """NVIDIA CUDA: nvcc and cuBLAS; a GPU is needed only to run, not to build.
 
 The toolkit is a system one (nvcc plus cuBLAS) or one assembled from the package
-index's wheels (:mod:`skippy.build.backends.cuda_toolkit`): ``[tool.skippy.build]
+index's wheels (:mod:`skippy.compile.backends.cuda_toolkit`): ``[tool.skippy.build]
 cuda_toolkit`` / ``SKIPPY_CUDA_TOOLKIT`` = ``auto`` (a complete system toolkit, else
 the wheels), ``system`` or ``wheels``.  The kind and version are toolchain facts: they
 name the build directory and go into the stamp.
@@ -17,8 +17,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import BackendSpec, Choice, CiJob, Found, InstallHint, PlanFacts, ProbeContext
-from skippy.build.backends.cuda_toolkit import (
+from skippy.compile.backends.base import BackendSpec, Choice, CiJob, Found, InstallHint, PlanFacts, ProbeContext
+from skippy.compile.backends.cuda_toolkit import (
     TOOLKIT_ENV,
     AssemblyContext,
     assemble,
@@ -26,7 +26,7 @@ from skippy.build.backends.cuda_toolkit import (
     resolve_toolkit_choice,
     wheels_supported,
 )
-from skippy.build.tool import Tool
+from skippy.compile.tool import Tool
 from skippy.core.errors import ToolchainMissing
 
 #: CUDA architectures used when none is given and no GPU is visible

@@ -9,8 +9,8 @@ reads the shared cache without writing it.
   (:func:`github_event`), whether this job may write; :func:`read_only` sets sccache's
   ``*_RW_MODE`` for the storage, or refuses it where sccache cannot read without writing.
 
-The storage itself (:class:`skippy.build.cache.CacheStorage`) is chosen in
-:mod:`skippy.build.cache`; these only narrow it.
+The storage itself (:class:`skippy.compile.cache.CacheStorage`) is chosen in
+:mod:`skippy.compile.cache`; these only narrow it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
-from skippy.build.cache import CacheStorage
+from skippy.compile.cache import CacheStorage
 from skippy.core import proc
 from skippy.core.errors import SkippyError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from skippy.build.backends.base import BackendSpec, CiJob, Found, InstallHint, ProbeContext
+from skippy.compile.backends.base import BackendSpec, CiJob, Found, InstallHint, ProbeContext
 
 
 @dataclass(frozen=True)

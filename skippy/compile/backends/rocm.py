@@ -3,7 +3,7 @@
 The toolkit is a system one (``hipconfig`` and its clang) or Debian's ROCm packages in a
 root file system under the project cache, where the configure and the build run with
 ``chroot`` (root) or ``bwrap`` in a user namespace (everyone else; ``root_runner`` /
-``SKIPPY_ROOT_RUNNER``) (:mod:`skippy.build.backends.rocm_root`): ``[tool.skippy.build] rocm_toolkit``
+``SKIPPY_ROOT_RUNNER``) (:mod:`skippy.compile.backends.rocm_root`): ``[tool.skippy.build] rocm_toolkit``
 / ``SKIPPY_ROCM_TOOLKIT`` = ``auto`` (a complete system ROCm, else the Debian root),
 ``system`` or ``debian-root``.  The root's package versions are toolchain facts: they
 name the build directory and go into the stamp.
@@ -19,8 +19,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import BackendSpec, Choice, CiJob, Found, InstallHint, PlanFacts, ProbeContext
-from skippy.build.backends.rocm_root import (
+from skippy.compile.backends.base import BackendSpec, Choice, CiJob, Found, InstallHint, PlanFacts, ProbeContext
+from skippy.compile.backends.rocm_root import (
     PIN_TABLE,
     TOOLKIT_KEY,
     WHAT,
@@ -30,8 +30,8 @@ from skippy.build.backends.rocm_root import (
     parse_root_pin,
     resolve_toolkit_choice,
 )
-from skippy.build.roots import RUNNER_KEY, resolve_runner, runner_program
-from skippy.build.tool import Tool
+from skippy.compile.roots import RUNNER_KEY, resolve_runner, runner_program
+from skippy.compile.tool import Tool
 from skippy.core.errors import ToolchainMissing
 
 #: AMD GPU targets used when none is given and no GPU is visible

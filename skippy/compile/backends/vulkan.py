@@ -3,7 +3,7 @@
 The headers are the system's, or (``[tool.skippy.build] vulkan_headers`` /
 ``SKIPPY_VULKAN_HEADERS`` = ``auto``, the default, when the system's are too old for
 current trees; or ``debian``) a newer Debian release's ``libvulkan-dev`` unpacked
-under the project cache (:mod:`skippy.build.backends.vulkan_headers`).  Where the
+under the project cache (:mod:`skippy.compile.backends.vulkan_headers`).  Where the
 headers came from is a toolchain fact: it names the build directory and goes into
 the stamp.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import BackendSpec, Choice, CiJob, Found, InstallHint, PlanFacts, ProbeContext
-from skippy.build.backends.vulkan_headers import (
+from skippy.compile.backends.base import BackendSpec, Choice, CiJob, Found, InstallHint, PlanFacts, ProbeContext
+from skippy.compile.backends.vulkan_headers import (
     PIN_TABLE,
     FetchContext,
     can_fetch,
@@ -202,7 +202,7 @@ BACKEND: Final = _Vulkan(
             keep=("mesa-shaders", ".deps/cache/mesa-shader-cache"),
             notes=(
                 "Ubuntu 24.04's Vulkan headers (1.3.275) have VK_EXT_layer_settings; the spot check",
-                "runs on lavapipe with the env skippy.build.backends.vulkan sets (GGML_VK_VISIBLE_DEVICES=0,",
+                "runs on lavapipe with the env skippy.compile.backends.vulkan sets (GGML_VK_VISIBLE_DEVICES=0,",
                 "GGML_VK_DISABLE_GRAPH_OPTIMIZE=1, MESA_SHADER_CACHE_DIR under .deps/cache, kept between runs)",
             ),
         ),

@@ -4,7 +4,7 @@ build; ``bwrap`` in an unprivileged user namespace, the namespace runner, bindin
 command line), and never deleting through a mount one leaves.
 
 A root is made by a backend's toolkit (the ROCm toolkit from Debian's packages,
-:mod:`skippy.build.backends.rocm_root`); this module knows nothing of backends.  With the
+:mod:`skippy.compile.backends.rocm_root`); this module knows nothing of backends.  With the
 namespace runner the binds are in the command line itself and nothing is mounted on the host:
 :func:`mounted` only makes the work folders.  With ``chroot``, around the commands
 :func:`mounted` mounts ``/proc`` (a fresh proc file system) and ``/dev`` (bound) inside the
@@ -37,7 +37,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.tool import Tool
+from skippy.compile.tool import Tool
 from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError, SettingsError, ToolchainMissing
 from skippy.core.proc import sigterm_unwinds

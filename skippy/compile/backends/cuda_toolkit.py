@@ -17,7 +17,7 @@ FindCUDAToolkit accept:
 
 Files are hard links into the unpacked wheels (copies across file systems), so resolving
 a path (CMake resolves nvcc's) never leaves the merged tree.  The toolkit is made
-once (:func:`skippy.build.fetched.fetch_once`): a folder without its marker (an interrupted
+once (:func:`skippy.compile.fetched.fetch_once`): a folder without its marker (an interrupted
 run) is never used; the downloaded wheels are kept apart (:func:`wheels_home`).
 
 The pure parts (pins, the choice of toolkit, the merge layout, the stub's source) are
@@ -40,8 +40,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Final
 
-from skippy.build.backends.base import resolve_choice
-from skippy.build.fetched import fetch_once
+from skippy.compile.backends.base import resolve_choice
+from skippy.compile.fetched import fetch_once
 from skippy.core import pip, proc
 from skippy.core.errors import CommandError, NetworkError, SettingsError, ToolchainMissing
 from skippy.core.files import sha256_of
@@ -299,7 +299,7 @@ def _record(pins: Iterable[WheelPin]) -> dict[str, object]:
 
 def assemble(pins: tuple[WheelPin, ...], ctx: AssemblyContext) -> WheelToolkit:
     """The toolkit for ``pins`` under the cache: reused when finished, else made
-    (:func:`skippy.build.fetched.fetch_once`)."""
+    (:func:`skippy.compile.fetched.fetch_once`)."""
     version, digest = toolkit_version(pins), pins_digest(pins)
     stats: dict[str, float] = {}
 

@@ -16,7 +16,7 @@ Pure decisions, no I/O except :func:`reachable` (one bounded TCP connect):
   its local directory, the remote storage's variables, the socket of a server of its own.
 
 What keeps a shared storage from serving a wrong object (the host CPU of a ``-march=native``
-build, read-only jobs) is in :mod:`skippy.build.sharedcache`.
+build, read-only jobs) is in :mod:`skippy.compile.sharedcache`.
 """
 
 from __future__ import annotations

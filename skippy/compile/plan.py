@@ -1,11 +1,11 @@
 """Plan a CMake + Ninja build of one backend, without running anything.
 
 :func:`plan_build` is pure: from the backend's registry entry, the settings, what
-the tree declares (:class:`~skippy.build.toolchain.TreeInfo`) and the tools found
-(:class:`~skippy.build.toolchain.Toolchain`) it computes the configure and build
+the tree declares (:class:`~skippy.compile.toolchain.TreeInfo`) and the tools found
+(:class:`~skippy.compile.toolchain.Toolchain`) it computes the configure and build
 command lines, the targets and binaries, the compiler launchers, the values
 CMakeCache.txt must hold afterwards, the spot-check environment and the stamp
-that says when configuring can be skipped.  :mod:`skippy.build.builder` runs it.
+that says when configuring can be skipped.  :mod:`skippy.compile.builder` runs it.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from skippy.build.backends import registry, spec, switches
-from skippy.build.backends.base import COMMON_DEFINES, RPC_TARGETS, TREE_OPTIONAL_DEFINES, Backend, BackendSpec
-from skippy.build.cache import (
+from skippy.compile.backends import registry, spec, switches
+from skippy.compile.backends.base import COMMON_DEFINES, RPC_TARGETS, TREE_OPTIONAL_DEFINES, Backend, BackendSpec
+from skippy.compile.cache import (
     CacheStorage,
     basedirs_env,
     launcher_env,
@@ -30,13 +30,13 @@ from skippy.build.cache import (
     root_launcher_env,
     select_storage,
 )
-from skippy.build.dist import DistCluster, DistSetup, client_config, config_path, dist_env, select_dist
-from skippy.build.localtree import MODE_LOCAL, WorkdirState, local_dir_name
-from skippy.build.roots import BuildRoot
-from skippy.build.sharedcache import github_event, host_cpu_tag, native_namespace, read_only, read_only_reason
-from skippy.build.tool import Tool
-from skippy.build.toolchain import Toolchain, TreeInfo
-from skippy.build.uncached import UNCACHED_LANGUAGES, LauncherScript, uncached_launcher
+from skippy.compile.dist import DistCluster, DistSetup, client_config, config_path, dist_env, select_dist
+from skippy.compile.localtree import MODE_LOCAL, WorkdirState, local_dir_name
+from skippy.compile.roots import BuildRoot
+from skippy.compile.sharedcache import github_event, host_cpu_tag, native_namespace, read_only, read_only_reason
+from skippy.compile.tool import Tool
+from skippy.compile.toolchain import Toolchain, TreeInfo
+from skippy.compile.uncached import UNCACHED_LANGUAGES, LauncherScript, uncached_launcher
 from skippy.core import specs
 from skippy.core.errors import BuildError
 from skippy.core.settings import Settings
@@ -107,12 +107,12 @@ class BuildPlan:
     #: the sccache-dist cluster the compiles are sent to, when one is set (``dist``)
     dist: DistSetup | None = field(default=None, repr=False)
     #: the compiler launcher that keeps sources embedding files out of the cache (written before
-    #: configure; :mod:`skippy.build.uncached`), None when the tree has none
+    #: configure; :mod:`skippy.compile.uncached`), None when the tree has none
     launcher_script: LauncherScript | None = field(default=None, repr=False)
     #: why the configured compile cluster is not used by this build (a root's, ccache's)
     dist_unused: str | None = None
     #: set when configure and build run inside a root file system (their argv start with
-    #: ``runner``; :func:`skippy.build.roots.mounted` binds the work folders in around them
+    #: ``runner``; :func:`skippy.compile.roots.mounted` binds the work folders in around them
     #: for chroot, a namespace runner's binds are in ``runner`` itself)
     build_root: BuildRoot | None = None
 
@@ -429,7 +429,7 @@ def plan_build(
     provenance (they declare ``SKIPPY_UPSTREAM_SHA``/``SKIPPY_QUEUE_DIGEST``); they are
     kept out of the build-dir digest, so a queue change reuses the dir (and its objects).
     ``local_state`` (``--workdir-as-is``) puts the build in a dir of its own, named by
-    the workdir's state (:func:`skippy.build.localtree.local_dir_name`), and records
+    the workdir's state (:func:`skippy.compile.localtree.local_dir_name`), and records
     that mode in its stamp.
     """
     options = options or BuildOptions()

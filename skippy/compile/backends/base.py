@@ -1,15 +1,15 @@
 """What every backend shares, and the one protocol a backend module implements.
 
 A backend is a :class:`BackendSpec` instance in a module of its own
-(``skippy/build/backends/<name>.py``): data (title, CMake switch, languages,
+(``skippy/compile/backends/<name>.py``): data (title, CMake switch, languages,
 install hints, spot-check environment and arguments) and a handful of hooks
 with do-nothing defaults (probe the toolchain, choose CMake values, check the
-tree).  The registry (:mod:`skippy.build.backends`) lists the modules;
+tree).  The registry (:mod:`skippy.compile.backends`) lists the modules;
 ``plan_build``, ``probe_toolchain``, the nox sessions and the workflows' matrix
 are driven by it, and no code outside a backend module branches on a backend.
 
 This module imports from the build layer only what lies below the backends (the
-roots and :class:`~skippy.build.tool.Tool`): the probe helpers reach a backend
+roots and :class:`~skippy.compile.tool.Tool`): the probe helpers reach a backend
 through :class:`ProbeContext`, so each backend can be tested alone.
 """
 
@@ -22,8 +22,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Protocol
 
-from skippy.build.roots import BuildRoot
-from skippy.build.tool import Tool
+from skippy.compile.roots import BuildRoot
+from skippy.compile.tool import Tool
 
 if TYPE_CHECKING:
     from skippy.core.errors import ToolchainMissing
@@ -113,7 +113,7 @@ class Found:
 
 
 class ProbeContext(Protocol):
-    """The probe helpers a backend uses; :func:`skippy.build.toolchain.probe_toolchain` provides them."""
+    """The probe helpers a backend uses; :func:`skippy.compile.toolchain.probe_toolchain` provides them."""
 
     @property
     def env(self) -> Mapping[str, str]: ...
@@ -194,7 +194,7 @@ class PlanFacts:
 @dataclass(frozen=True)
 class CiJob:
     """One row of the build workflow's matrix (``.github/workflows/build.yml``, written by
-    :mod:`skippy.build.backends.matrix` from the registry): where ``nox -s build-<name>`` runs."""
+    :mod:`skippy.compile.backends.matrix` from the registry): where ``nox -s build-<name>`` runs."""
 
     #: what the job's title says after the session's name (``ubuntu, build + spot check``)
     title: str

@@ -7,7 +7,7 @@ carries ROCm 6.4 (hipcc, libamdhip64-dev, librocblas-dev, libhipblas-dev, rocm-c
 cache (``<cache>/rocm-root/<suite>-<pin digest>/root``), from the Debian mirror the
 system's apt already uses (or the pin's ``snapshot`` URL, passed through as the
 mirror).  The configure and the build then run inside it
-(:class:`~skippy.build.roots.BuildRoot`, :mod:`skippy.build.roots`), by one of
+(:class:`~skippy.compile.roots.BuildRoot`, :mod:`skippy.compile.roots`), by one of
 two runners (``[tool.skippy.build] root_runner`` / ``SKIPPY_ROOT_RUNNER``):
 
 * ``chroot`` (the default for root): the work folders mounted into the root around the build;
@@ -47,11 +47,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from skippy.build.backends.base import resolve_choice
-from skippy.build.backends.debian import DEBIAN_KEYRING, present_keyring, sources_line, system_mirror
-from skippy.build.fetched import fetch_once, read_marker
-from skippy.build.roots import BuildRoot, remove_tree, runner_program, runner_root, unmount_under
-from skippy.build.tool import Tool
+from skippy.compile.backends.base import resolve_choice
+from skippy.compile.backends.debian import DEBIAN_KEYRING, present_keyring, sources_line, system_mirror
+from skippy.compile.fetched import fetch_once, read_marker
+from skippy.compile.roots import BuildRoot, remove_tree, runner_program, runner_root, unmount_under
+from skippy.compile.tool import Tool
 from skippy.core import proc
 from skippy.core.errors import (
     CommandError,
@@ -232,7 +232,7 @@ class RootContext:
     env: Mapping[str, str] = field(repr=False)
     #: the effective user (chroot and mmdebstrap --mode=root need 0)
     uid: int = field(default_factory=os.geteuid)
-    #: how commands run in the root (:func:`skippy.build.roots.resolve_runner`)
+    #: how commands run in the root (:func:`skippy.compile.roots.resolve_runner`)
     runner: str = "chroot"
     #: the subordinate id files (tests pass their own)
     subid_files: tuple[Path, ...] = SUBID_FILES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from skippy.build.backends.base import BackendSpec, CiJob, InstallHint
+from skippy.compile.backends.base import BackendSpec, CiJob, InstallHint
 
 BACKEND: Final = BackendSpec(
     name="cpu",

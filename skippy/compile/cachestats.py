@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from skippy.build.cache import CacheStorage, local_fallback_env, reachable
-from skippy.build.dist import DistCounts, DistSetup, dist_counts, parse_dist_status, probe_failure
-from skippy.build.plan import BuildPlan
+from skippy.compile.cache import CacheStorage, local_fallback_env, reachable
+from skippy.compile.dist import DistCounts, DistSetup, dist_counts, parse_dist_status, probe_failure
+from skippy.compile.plan import BuildPlan
 from skippy.core import proc
 from skippy.core.errors import CommandError
 from skippy.core.ui import Console
