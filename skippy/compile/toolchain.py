@@ -15,7 +15,7 @@ import os
 import platform as _platform
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -29,7 +29,7 @@ from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings
 
-#: directories never scanned when reading a tree's CMake files
+#: directories never scanned when reading a tree's CMake files and sources
 _SKIP_DIRS = frozenset({".git", "node_modules", "build", ".deps"})
 
 #: where a system-installed toolkit puts its libraries (Debian/Ubuntu, Fedora, Arch)
@@ -179,12 +179,13 @@ def first_line(text: str) -> str:
 # --- tree ---------------------------------------------------------------------
 
 
-def _cmake_files(source_dir: Path) -> Iterable[Path]:
+def tree_files(source_dir: Path) -> Iterator[Path]:
+    """Every file of ``source_dir`` that inspecting the tree reads from (none under ``.git``,
+    ``node_modules``, ``.deps`` or a build dir)."""
     for dirpath, dirnames, filenames in os.walk(source_dir):
         dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("build-")]
         for name in filenames:
-            if name == "CMakeLists.txt" or name.endswith(".cmake"):
-                yield Path(dirpath) / name
+            yield Path(dirpath) / name
 
 
 def inspect_tree(source_dir: Path) -> TreeInfo:
@@ -198,7 +199,8 @@ def inspect_tree(source_dir: Path) -> TreeInfo:
         )
     options: set[str] = set()
     languages: set[str] = set()
-    for path in _cmake_files(source_dir):
+    files = list(tree_files(source_dir))  # one walk: the CMake files here, the sources below
+    for path in (p for p in files if p.name == "CMakeLists.txt" or p.name.endswith(".cmake")):
         text = path.read_text(encoding="utf-8", errors="replace")
         options |= parse_cmake_options(text)
         languages |= parse_cmake_languages(text)
@@ -218,7 +220,7 @@ def inspect_tree(source_dir: Path) -> TreeInfo:
         build_info_overridable=all(
             re.search(rf"if\s*\(\s*NOT\s+DEFINED\s+{name}\s*\)", top) for name in BUILD_INFO_DEFINES
         ),
-        uncached_sources=find_uncached_sources(source_dir),
+        uncached_sources=find_uncached_sources(files),
     )
 
 
@@ -324,10 +326,7 @@ def _build_table(settings: Settings) -> Mapping[str, object]:
 
 
 def compiler_cache_choice(settings: Settings) -> str:
-    table = settings.raw.get("build", {})  # validated by skippy.compile.builder (the table's owner)
-    value = settings.env.get("SKIPPY_COMPILER_CACHE") or (
-        table.get("compiler_cache") if isinstance(table, Mapping) else None
-    )
+    value = settings.env.get("SKIPPY_COMPILER_CACHE") or _build_table(settings).get("compiler_cache")
     choice = str(value or "auto").lower()
     if choice not in ("auto", "none", *COMPILER_CACHES):
         raise ToolchainMissing(

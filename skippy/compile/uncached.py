@@ -24,7 +24,7 @@ import hashlib
 import os
 import re
 import shlex
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Final
@@ -45,16 +45,6 @@ _INCLUDE: Final = re.compile(rb"#[ \t]*include[ \t]*[<\"]([^>\"\n]+)[>\"]")
 LAUNCHER_FOLDER: Final = ".launchers"
 
 
-def _c_family_files(source_dir: Path) -> Iterator[Path]:
-    suffixes = SOURCE_SUFFIXES | HEADER_SUFFIXES
-    for folder, dirs, files in os.walk(source_dir):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "node_modules")
-        for name in sorted(files):
-            path = Path(folder, name)
-            if path.suffix in suffixes:
-                yield path
-
-
 def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()
@@ -66,11 +56,13 @@ def _included_names(data: bytes) -> set[str]:
     return {PurePosixPath(m.decode("utf-8", "replace")).name for m in _INCLUDE.findall(data)}
 
 
-def find_uncached_sources(source_dir: Path) -> tuple[Path, ...]:
-    """The sources under ``source_dir`` whose objects depend on a file no compiler cache sees:
-    those containing ``.incbin``/``#embed``, and those including (by file name, through any
-    number of headers) a header that does. Sorted; empty for the llama.cpp trees seen so far."""
-    files = list(_c_family_files(source_dir))
+def find_uncached_sources(tree_files: Iterable[Path]) -> tuple[Path, ...]:
+    """The sources among ``tree_files`` (a tree's files: :func:`skippy.compile.toolchain.tree_files`)
+    whose objects depend on a file no compiler cache sees: those containing ``.incbin``/``#embed``,
+    and those including (by file name, through any number of headers) a header that does.
+    Sorted; empty for the llama.cpp trees seen so far."""
+    suffixes = SOURCE_SUFFIXES | HEADER_SUFFIXES
+    files = [p for p in tree_files if p.suffix in suffixes]
     marked = {p for p in files if _opaque(_read(p))}
     names = {p.name for p in marked if p.suffix in HEADER_SUFFIXES}
     if names:

@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from skippy.compile.toolchain import tree_files
 from skippy.compile.uncached import find_uncached_sources, launcher_text, uncached_launcher
 from tests.unit.test_build_plan import defines, plan
 
@@ -22,15 +23,15 @@ def test_a_tree_without_embedded_files_has_none(tmp_path: Path) -> None:
     _write(tmp_path, "src/llama.cpp", '#include "llama.h"\nint n_embd_head = 0; // the embedding size\n')
     _write(tmp_path, "src/llama.h", "int llama_embed(void);\n")
     _write(tmp_path, "ggml/metal/CMakeLists.txt", 'COMMAND echo .incbin "x" >> embed.s\n')  # not C
-    assert find_uncached_sources(tmp_path) == ()
+    assert find_uncached_sources(tree_files(tmp_path)) == ()
 
 
 def test_incbin_and_embed_sources_are_found(tmp_path: Path) -> None:
     asm = _write(tmp_path, "ggml/blob.c", '__asm__(".incbin \\"weights.bin\\"");\n')
     embed = _write(tmp_path, "src/table.cpp", 'static const char t[] = {\n  #  embed "t.bin"\n};\n')
     _write(tmp_path, "src/plain.c", "int x;\n")
-    _write(tmp_path, ".git/hooks/x.c", '__asm__(".incbin \\"y\\"");\n')  # hidden folders are skipped
-    assert find_uncached_sources(tmp_path) == (asm, embed)
+    _write(tmp_path, ".git/hooks/x.c", '__asm__(".incbin \\"y\\"");\n')  # .git is skipped
+    assert find_uncached_sources(tree_files(tmp_path)) == (asm, embed)
 
 
 def test_a_header_that_embeds_marks_every_source_including_it_through_other_headers(tmp_path: Path) -> None:
@@ -39,7 +40,7 @@ def test_a_header_that_embeds_marks_every_source_including_it_through_other_head
     direct = _write(tmp_path, "src/a.c", "#include <shaders.h>\n")
     through = _write(tmp_path, "src/b.cu", '#include "../include/wrap.hpp"\n')
     _write(tmp_path, "src/c.c", '#include "other.h"\n')
-    assert find_uncached_sources(tmp_path) == (direct, through)
+    assert find_uncached_sources(tree_files(tmp_path)) == (direct, through)
 
 
 def _run(script: Path, *args: str) -> str:
