@@ -609,39 +609,17 @@ def _proof_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def _dist_side(name: str, side: Mapping[str, Any]) -> tuple[str, str, str, str]:
-    """One part of the dist section (the CPU build, CUDA's sampled objects): local beside sent."""
-    local, there = side["local"], side["dist"]
-    counts = there.get("counts") or {}
-    estimate = " / ".join(
-        f"{n}: {_s(s)}" for n, s in sorted(side["estimate_build_s"].items(), key=lambda kv: int(kv[0]))
-    )
+def _sent(
+    local: Mapping[str, Any], sent: Mapping[str, Any], overhead: float, per: str, estimate: Mapping[str, float]
+) -> str:
+    """A dist figure: the local build beside the one sent, where the compiles ran, the overhead
+    per compile (``per``: what one is), the estimate for N servers."""
+    counts = sent.get("counts") or {}
+    by_n = " / ".join(f"{n}: {_s(s)}" for n, s in sorted(estimate.items(), key=lambda kv: int(kv[0])))
     return (
-        f"{name}, {local['compiles']} compiles: a local build / sent to {side['servers']} build servers on the same "
-        f"{side['cores']} cores (`--only dist`); estimate with N real servers",
-        f"{_s(local['build_s'])} / {_s(there['build_s'])}: {counts.get('remote', '?')} ran remotely, "
+        f"{_s(local['build_s'])} / {_s(sent['build_s'])}: {counts.get('remote', '?')} ran remotely, "
         f"{counts.get('local', '?')} locally, {counts.get('failed_over', '?')} failed over; overhead "
-        f"{there['overhead_per_compile_s']:g} core-s per compile; estimate (an upper bound) {estimate}",
-        "-",
-        "-",
-    )
-
-
-def _dist_cuda_row(cuda: Mapping[str, Any], *, servers: int, cores: int) -> tuple[str, str, str, str]:
-    """CUDA's sampled objects built here and sent, and the estimate of every CUDA object."""
-    counts = cuda["dist"].get("counts") or {}
-    estimate = " / ".join(
-        f"{n}: {_s(s)}" for n, s in sorted(cuda["estimate_objects_s"].items(), key=lambda kv: int(kv[0]))
-    )
-    return (
-        f"a sample of CUDA's objects ({cuda['sample']} of {cuda['objects']}, every k-th by name): a local build / "
-        f"sent to {servers} build servers on the same {cores} cores (`--only dist`); estimate of every object with "
-        "N servers",
-        f"{_s(cuda['local']['build_s'])} / {_s(cuda['dist']['build_s'])}: {counts.get('remote', '?')} ran remotely, "
-        f"{counts.get('local', '?')} locally, {counts.get('failed_over', '?')} failed over; overhead "
-        f"{cuda['overhead_per_compile_s']:g} core-s per object; estimate (an upper bound) {estimate}",
-        "-",
-        "-",
+        f"{overhead:g} core-s per {per}; estimate (an upper bound) {by_n}"
     )
 
 
@@ -650,10 +628,30 @@ def _dist_rows(report: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     dist = report.get("dist")
     if not dist:
         return []
-    rows = [_dist_side("the CPU build (llama-server and the RPC server)", dist)]
+    local, sent, servers, cores = dist["local"], dist["dist"], dist["servers"], dist["cores"]
+    rows = [
+        (
+            f"the CPU build (llama-server and the RPC server), {local['compiles']} compiles: a local build / sent "
+            f"to {servers} build servers on the same {cores} cores (`--only dist`); estimate with N real servers",
+            _sent(local, sent, sent["overhead_per_compile_s"], "compile", dist["estimate_build_s"]),
+            "-",
+            "-",
+        )
+    ]
     cuda = dist.get("cuda")
     if cuda:
-        rows.append(_dist_cuda_row(cuda, servers=dist["servers"], cores=dist["cores"]))
+        rows.append(
+            (
+                f"a sample of CUDA's objects ({cuda['sample']} of {cuda['objects']}, every k-th by name): a local "
+                f"build / sent to {servers} build servers on the same {cores} cores (`--only dist`); estimate of "
+                "every object with N servers",
+                _sent(
+                    cuda["local"], cuda["dist"], cuda["overhead_per_compile_s"], "object", cuda["estimate_objects_s"]
+                ),
+                "-",
+                "-",
+            )
+        )
     steps = dist.get("compile_steps") or {}
     if steps:
         rows.append(
