@@ -34,6 +34,7 @@ from typing import Any, Final
 from benchmarks.bench_builds import build_backend
 from benchmarks.bench_proofs import _quiet, machine_settings, share_downloads
 from skippy.compile.builder import BuildReport
+from skippy.compile.configure import parse_cmake_cache
 from skippy.compile.distcluster import find_sccache_dist, plan_cluster, running_cluster, write_cluster
 from skippy.compile.plan import BuildOptions
 from skippy.compile.toolchain import parse_ninja_targets
@@ -108,8 +109,7 @@ def sample_objects(targets: Iterable[str], size: int) -> tuple[str, ...]:
 
 def _ninja_tool(build_dir: Path, env: Mapping[str, str], *args: str) -> str:
     """``ninja -C build_dir -t <args>`` with the Ninja the build dir was configured with."""
-    cache = (build_dir / "CMakeCache.txt").read_text("utf-8", errors="replace")
-    ninja = next(line.partition("=")[2] for line in cache.splitlines() if line.startswith("CMAKE_MAKE_PROGRAM:"))
+    ninja = parse_cmake_cache((build_dir / "CMakeCache.txt").read_text("utf-8", errors="replace"))["CMAKE_MAKE_PROGRAM"]
     return proc.run([ninja, "-C", str(build_dir), "-t", *args], env=env).stdout
 
 
