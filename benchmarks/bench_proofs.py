@@ -38,21 +38,21 @@ from pathlib import Path
 from typing import Any, Final
 
 from benchmarks.common import Null
-from skippy.check.evidence import artifact_markers_missing
-from skippy.check.models import DEFAULT_MODEL, parse_model_ref, resolve_model
-from skippy.check.spotcheck import spot_check
 from skippy.compile.backends import spec
 from skippy.compile.backends.base import SERVER_TARGET
 from skippy.compile.builder import BuildReport, execute_plan
 from skippy.compile.cachestats import stop_cache_server as _stop_sccache
 from skippy.compile.plan import BuildOptions, plan_build, requested_defines
-from skippy.compile.roots import mounted, remove_tree
+from skippy.compile.rootfs import mounted, remove_tree
 from skippy.compile.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionArgs, run_build_session
 from skippy.queue import workdir as wd
 from skippy.queue.prepare import Target, prepare
+from skippy.spot.evidence import artifact_markers_missing
+from skippy.spot.models import DEFAULT_MODEL, parse_model_ref, resolve_model
+from skippy.spot.spotcheck import spot_check
 
 SPOT_CHECK_TARGET_S: Final = 15.0
 #: the project's own CPU build, up to date (``nox -s build-cpu -- --no-spot-check``)
@@ -195,7 +195,7 @@ def _build(
     started = time.perf_counter()
     try:
         # a build inside a root file system (ROCm's Debian root) has the work folders mounted there
-        with mounted(plan.build_root, plan.root_binds, env=settings.env):
+        with mounted(plan.rootfs, plan.rootfs_binds, env=settings.env):
             report = execute_plan(plan, _quiet())
     finally:
         if stop:

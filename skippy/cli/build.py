@@ -9,8 +9,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from skippy.check.models import check_model_args
-from skippy.check.report import SpotCheckReport
 from skippy.cli.options import BuildOptions, command, make
 from skippy.cli.run import Report, entry, nox_main, nox_values
 from skippy.core.settings import Settings
@@ -22,6 +20,8 @@ from skippy.flows.build_session import (
     run_build_session,
     session_ending,
 )
+from skippy.spot.models import check_model_args
+from skippy.spot.report import SpotCheckReport
 
 
 def session_args(options: BuildOptions) -> SessionArgs:

@@ -14,7 +14,7 @@ A unit test runs the check, so a table the code no longer produces fails the sui
 ``--record-build`` runs ``nox -s build-cpu`` twice, on the path the nox session takes (proofs made
 with ``--recheck``, then kept), stores each run's ``--json`` report and ending in
 ``docs/figures/build-cpu.json``, then makes the blocks again: the sample endings of
-docs/building.md are shown by the ending's own code (:meth:`skippy.check.report.Ending.show`).
+docs/building.md are shown by the ending's own code (:meth:`skippy.spot.report.Ending.show`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from skippy.check.report import Ending, shown_time
 from skippy.cli.exitcodes import render_exit_codes
 from skippy.cli.options import README_BEGIN, README_END, readme_block
 from skippy.compile.backends import registry
@@ -39,6 +38,7 @@ from skippy.compile.backends.base import COMMON_DEFINES, TREE_OPTIONAL_DEFINES, 
 from skippy.core import specs
 from skippy.core.specs import Spec
 from skippy.core.ui import Console
+from skippy.spot.report import Ending, shown_time
 
 #: the command every marker names
 COMMAND: Final = "python -m skippy.cli.docs"
@@ -814,7 +814,7 @@ def render_build_ending(recording: Mapping[str, Any], run: str) -> str:
 # --- the modules of each layer --------------------------------------------------------------
 
 #: the package's layers, top first (pyproject.toml [tool.importlinter])
-LAYERS: Final = ("cli", "flows", "maintain", "check", "queue", "compile", "core")
+LAYERS: Final = ("cli", "flows", "maintain", "spot", "queue", "compile", "core")
 
 
 _ROLE: Final = re.compile(r":[a-z]+:`~?([^`]+)`")

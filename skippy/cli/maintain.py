@@ -61,7 +61,7 @@ def parity(options: AuditOptions, settings: Settings, console: Console) -> Repor
 
 
 def check(options: AuditOptions, settings: Settings, console: Console) -> Report:
-    from skippy.maintain import check as audit
+    from skippy.maintain import review as audit
 
     report = audit.run_check(settings, console=console, checkout=_path(options.checkout), offline=options.offline)
     console.summary(report.markdown())

@@ -29,7 +29,7 @@ from skippy.core.settings import Settings, find_root
 from skippy.core.ui import Console, OptionParser, print_json, say
 
 if TYPE_CHECKING:  # the build sessions' ending: imported where a failure carries one (a prepare never loads it)
-    from skippy.check.report import Ending
+    from skippy.spot.report import Ending
 
 #: the exit code of a run that finished
 OK: Final = 0

@@ -6,11 +6,6 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from skippy.check.binaries import backend_of, default_server, rpc_server_beside
-from skippy.check.provenance import expected_queue_digest
-from skippy.check.report import Ending, Provenance, SpotCheckReport, model_check_failed, model_path, spot_proofs
-from skippy.check.spotcheck import failure_next_step
-from skippy.check.spotcheck import spot_check as run_spot_check
 from skippy.cli.options import SpotCheckOptions
 from skippy.cli.run import Report, entry, nox_main
 from skippy.compile.backends import spec
@@ -20,6 +15,11 @@ from skippy.core.paths import is_regular, path_kind
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue import workdir as wd
+from skippy.spot.binaries import backend_of, default_server, rpc_server_beside
+from skippy.spot.provenance import expected_queue_digest
+from skippy.spot.report import Ending, Provenance, SpotCheckReport, model_check_failed, model_path, spot_proofs
+from skippy.spot.spotcheck import failure_next_step
+from skippy.spot.spotcheck import spot_check as run_spot_check
 
 
 def expected_provenance(settings: Settings, *, workdir_as_is: bool = False) -> Provenance:

@@ -51,7 +51,7 @@ from skippy.compile.plan import (
     TESTS_DEFINE,
     BuildPlan,
 )
-from skippy.compile.roots import remove_tree
+from skippy.compile.rootfs import remove_tree
 from skippy.compile.toolchain import parse_ninja_targets
 from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError
@@ -448,7 +448,7 @@ def execute_plan(
     server: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if plan.launcher is not None and plan.launcher.name == "sccache":
         # inside a root the server runs there: stopped when the build ends, before the unmounts
-        stop = plan.build_root is not None
+        stop = plan.rootfs is not None
         if plan.dist is not None:
             plan.dist.write()  # sccache reads its cluster's client config when its server starts
         server = claimed_server(plan.launcher_argv, plan.cache_server_envs, console, stop_after=stop)

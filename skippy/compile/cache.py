@@ -12,7 +12,7 @@ Pure decisions, no I/O except :func:`reachable` (one bounded TCP connect):
   appear (:func:`redact_url`, :meth:`CacheStorage.scrub`).
 * :func:`local_fallback_env` is the environment of a local build when the remote
   cannot be reached: every storage variable removed, the local directory kept.
-* :func:`launcher_env` and :func:`root_launcher_env` are the compiler cache's environment:
+* :func:`launcher_env` and :func:`rootfs_launcher_env` are the compiler cache's environment:
   its local directory, the remote storage's variables, the socket of a server of its own.
 
 What keeps a shared storage from serving a wrong object (the host CPU of a ``-march=native``
@@ -495,7 +495,7 @@ def launcher_env(
 ROOT_SERVERS: Final = "sccache-root"
 
 
-def root_launcher_env(cache_dir: Path, tag: str) -> dict[str, str]:
+def rootfs_launcher_env(cache_dir: Path, tag: str) -> dict[str, str]:
     """sccache's environment for a build inside a root file system: the same local directory
     (bound into the root at its own path), a server of the root's own (socket ``<tag>.sock``
     in :data:`ROOT_SERVERS`, bound in too), never the host's. Local directory only."""
@@ -521,6 +521,6 @@ __all__ = [
     "local_fallback_env",
     "local_storage",
     "reachable",
-    "root_launcher_env",
+    "rootfs_launcher_env",
     "select_storage",
 ]

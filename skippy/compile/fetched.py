@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from skippy.compile.roots import remove_tree
+from skippy.compile.rootfs import remove_tree
 from skippy.core.errors import BuildError
 from skippy.core.files import made_once
 
@@ -62,7 +62,7 @@ def fetch_once(
     ``done(home, record)`` is the toolkit a finished ``home`` holds when its marker's record
     is the one asked for, else None.  ``make(folder)`` fills ``folder`` (beside ``home``, made
     0755 so other users' runners can read it) and returns the record for the marker.
-    ``remove`` deletes leftovers (never through a mount: :func:`skippy.compile.roots.remove_tree`);
+    ``remove`` deletes leftovers (never through a mount: :func:`skippy.compile.rootfs.remove_tree`);
     ``check`` raises when the toolkit cannot be made here, before anything is removed or made."""
 
     def finished() -> T | None:

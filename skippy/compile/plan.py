@@ -27,12 +27,12 @@ from skippy.compile.cache import (
     launcher_env,
     local_fallback_env,
     local_storage,
-    root_launcher_env,
+    rootfs_launcher_env,
     select_storage,
 )
 from skippy.compile.dist import DistCluster, DistSetup, client_config, config_path, dist_env, select_dist
 from skippy.compile.localtree import MODE_LOCAL, WorkdirState, local_dir_name
-from skippy.compile.roots import BuildRoot
+from skippy.compile.rootfs import Rootfs
 from skippy.compile.sharedcache import github_event, host_cpu_tag, native_namespace, read_only, read_only_reason
 from skippy.compile.tool import Tool
 from skippy.compile.toolchain import Toolchain, TreeInfo
@@ -112,9 +112,9 @@ class BuildPlan:
     #: why the configured compile cluster is not used by this build (a root's, ccache's)
     dist_unused: str | None = None
     #: set when configure and build run inside a root file system (their argv start with
-    #: ``runner``; :func:`skippy.compile.roots.mounted` binds the work folders in around them
+    #: ``runner``; :func:`skippy.compile.rootfs.mounted` binds the work folders in around them
     #: for chroot, a namespace runner's binds are in ``runner`` itself)
-    build_root: BuildRoot | None = None
+    rootfs: Rootfs | None = None
 
     @property
     def stamp_path(self) -> Path:
@@ -130,7 +130,7 @@ class BuildPlan:
     @property
     def runner(self) -> tuple[str, ...]:
         """What the configure and build argv start with before cmake/ninja (empty on the host)."""
-        return self.build_root.prefix if self.build_root is not None else ()
+        return self.rootfs.prefix if self.rootfs is not None else ()
 
     @property
     def launcher_argv(self) -> tuple[str, ...]:
@@ -139,16 +139,16 @@ class BuildPlan:
         return (*self.runner, self.launcher.path) if self.launcher is not None else ()
 
     @property
-    def root_binds(self) -> tuple[Path, ...]:
+    def rootfs_binds(self) -> tuple[Path, ...]:
         """The host folders a build inside a root binds at their own paths: the source tree,
         the build dir, and the compiler cache's directory and server socket folder."""
-        if self.build_root is None:
+        if self.rootfs is None:
             return (self.source_dir, self.build_dir)
-        return root_binds(self.source_dir, self.build_dir, self.launcher, self.env_overrides)
+        return rootfs_binds(self.source_dir, self.build_dir, self.launcher, self.env_overrides)
 
     def host_path(self, path: str) -> Path:
         """Where a tool path CMake recorded is on this host (inside the root when there is one)."""
-        return self.build_root.host_path(path) if self.build_root is not None else Path(path)
+        return self.rootfs.host_path(path) if self.rootfs is not None else Path(path)
 
     def define(self, name: str) -> str | None:
         for d in self.defines:
@@ -298,12 +298,12 @@ def _launcher_setup(
     for lang in (lang for lang in wanted if lang not in UNCACHED_LANGUAGES):
         out.put(f"CMAKE_{lang}_COMPILER_LAUNCHER", command, path=True, source=source)
     cluster = select_dist(_build_table(settings).get("dist"), settings.env)
-    if toolchain.build_root is not None:
+    if toolchain.rootfs is not None:
         # inside a root: a server of the root's own, with the local directory (bound in); a
         # namespace runner's server sees only the folders bound when it started: they name it
         setup.storage = local_storage("inside the root: local directory only")
-        tagged = toolchain.build_root.with_binds((tree.source_dir, settings.build_root))
-        setup.env_overrides.update(root_launcher_env(settings.cache_dir, tagged.server_tag))
+        tagged = toolchain.rootfs.with_binds((tree.source_dir, settings.build_root))
+        setup.env_overrides.update(rootfs_launcher_env(settings.cache_dir, tagged.server_tag))
         setup.dist_unused = _unused(cluster, "the build runs inside a root file system, whose compiler it cannot send")
         return setup
     storage = _shared_storage(settings)
@@ -461,10 +461,10 @@ def plan_build(
     configure_argv, build_argv = _commands(
         toolchain, source_dir, build_dir, defines=defines, extra_args=extra_args, jobs=jobs, targets=targets
     )
-    inside = _root_with_cache(toolchain.build_root, setup.env_overrides)
+    inside = _rootfs_with_cache(toolchain.rootfs, setup.env_overrides)
     if inside is not None and inside.namespace:
         # binds in the command line: the source tree, the build root, the cache and its socket
-        inside = inside.with_binds(root_binds(source_dir, build_root, toolchain.launcher, setup.env_overrides))
+        inside = inside.with_binds(rootfs_binds(source_dir, build_root, toolchain.launcher, setup.env_overrides))
     if inside is not None:
         configure_argv, build_argv = inside.wrap(configure_argv), inside.wrap(build_argv)
     stamp = {
@@ -506,11 +506,13 @@ def plan_build(
         launcher_script=setup.script,
         dist_unused=setup.dist_unused,
         toolkit=toolchain.facts.get("toolkit"),
-        build_root=inside,
+        rootfs=inside,
     )
 
 
-def root_binds(source_dir: Path, build: Path, launcher: Tool | None, overrides: Mapping[str, str]) -> tuple[Path, ...]:
+def rootfs_binds(
+    source_dir: Path, build: Path, launcher: Tool | None, overrides: Mapping[str, str]
+) -> tuple[Path, ...]:
     """The host folders a build inside a root needs at their own paths: the source tree,
     ``build`` (the build dir, or the folder of build dirs), and the compiler cache's
     directory and server socket folder."""
@@ -527,7 +529,7 @@ def root_binds(source_dir: Path, build: Path, launcher: Tool | None, overrides: 
 _ROOT_CACHE_VARS: Final = ("SCCACHE_DIR", "SCCACHE_SERVER_UDS", "SCCACHE_SERVER_PORT", "SCCACHE_BASEDIRS")
 
 
-def _root_with_cache(root: BuildRoot | None, overrides: Mapping[str, str]) -> BuildRoot | None:
+def _rootfs_with_cache(root: Rootfs | None, overrides: Mapping[str, str]) -> Rootfs | None:
     """``root`` whose commands get the compiler cache's variables (its local directory, its
     server's socket, the base directories: the same paths inside and out)."""
     if root is None:

@@ -22,7 +22,7 @@ from typing import Final
 
 from skippy.compile.backends import languages, spec
 from skippy.compile.backends.base import RPC_TARGETS, Backend, BackendSpec, PlanFacts, Platform
-from skippy.compile.roots import BuildRoot, install_launcher
+from skippy.compile.rootfs import Rootfs, install_launcher
 from skippy.compile.tool import Tool
 from skippy.compile.uncached import find_uncached_sources
 from skippy.core import proc
@@ -82,7 +82,7 @@ class Toolchain:
     platform: Platform | None = None
     notes: tuple[str, ...] = field(default=())
     #: set when the configure and the build run inside a root file system (cmake and ninja are its own)
-    build_root: BuildRoot | None = None
+    rootfs: Rootfs | None = None
 
     def plan_facts(self, given: Mapping[str, str], source_dir: Path) -> PlanFacts:
         return PlanFacts(given=given, facts=self.facts, features=self.features, source_dir=source_dir)
@@ -376,14 +376,14 @@ def probe_toolchain(
     cmake = context.require("cmake", extra_dirs=wheel_dirs)
     ninja = context.require("ninja", extra_dirs=wheel_dirs)
     found = s.probe(context)
-    tools = found.tools if found.build_root is not None else (*_host_compilers(context), *found.tools)
+    tools = found.tools if found.rootfs is not None else (*_host_compilers(context), *found.tools)
     choice = compiler_cache_choice(settings)
-    launcher = _launcher(choice, settings.env, found.build_root, s, plat)
+    launcher = _launcher(choice, settings.env, found.rootfs, s, plat)
     notes = found.notes
-    if found.build_root is not None:
+    if found.rootfs is not None:
         # cmake, ninja, the compilers and the compiler cache (a copy, with a server of its own) run inside
-        cmake, ninja = found.build_root.cmake, found.build_root.ninja
-        notes = (*notes, _root_cache_note(launcher, choice))
+        cmake, ninja = found.rootfs.cmake, found.rootfs.ninja
+        notes = (*notes, _rootfs_cache_note(launcher, choice))
     return Toolchain(
         backend=s.name,
         system=system,
@@ -395,7 +395,7 @@ def probe_toolchain(
         notes=notes,
         facts=dict(found.facts),
         features=found.features,
-        build_root=found.build_root,
+        rootfs=found.rootfs,
     )
 
 
@@ -426,26 +426,26 @@ ROOT_CACHES: Final = ("sccache",)
 
 
 def _launcher(
-    choice: str, env: Mapping[str, str], build_root: BuildRoot | None, s: BackendSpec, plat: Platform | None
+    choice: str, env: Mapping[str, str], rootfs: Rootfs | None, s: BackendSpec, plat: Platform | None
 ) -> Tool | None:
     """The compiler launcher: the first of the chosen caches found (copied into the root when
     the build runs inside one: only sccache goes there)."""
     if choice == "none":
         return None
     names: tuple[str, ...] = COMPILER_CACHES if choice == "auto" else (choice,)
-    if build_root is not None:
+    if rootfs is not None:
         names = tuple(name for name in names if name in ROOT_CACHES)
     for name in names:
         path = find_program(name, env, (_interpreter_bin(),))
         if path:
             tool = Tool(name, path, tool_version(path, env))
-            return install_launcher(build_root, tool) if build_root is not None else tool
+            return install_launcher(rootfs, tool) if rootfs is not None else tool
     if choice != "auto" and choice in names:
         raise _missing(s, f"was asked to use {choice}, which is not on PATH", plat)
     return None
 
 
-def _root_cache_note(launcher: Tool | None, choice: str) -> str:
+def _rootfs_cache_note(launcher: Tool | None, choice: str) -> str:
     if launcher is not None:
         return (
             f"compiler cache inside the root: {launcher.name} (a copy at {launcher.path}) with a server of the "

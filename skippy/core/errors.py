@@ -31,7 +31,7 @@ class Reported(Protocol):
 
 
 class Shown(Protocol):
-    """The block a run ends with (skippy.check.report.Ending): shown before the error, its proofs
+    """The block a run ends with (skippy.spot.report.Ending): shown before the error, its proofs
     in the JSON report."""
 
     def as_dict(self) -> Mapping[str, object]: ...
@@ -273,7 +273,7 @@ class CheckFailed(QueueError):
         self, what: str, *, untouched: str, next_step: str, details: str | None = None, report: Reported
     ) -> None:
         super().__init__(what, untouched=untouched, next_step=next_step, details=details)
-        #: the check's report (skippy.maintain.check.CheckReport)
+        #: the check's report (skippy.maintain.review.CheckReport)
         self.report = report
 
     def as_dict(self) -> dict[str, object]:
@@ -328,7 +328,7 @@ class ModelCheckFailed(SpotCheckFailed):
         ending: Shown | None = None,
     ) -> None:
         super().__init__(what, untouched=untouched, next_step=next_step, details=details)
-        #: the spot check's report (skippy.check.report.SpotCheckReport)
+        #: the spot check's report (skippy.spot.report.SpotCheckReport)
         self.report = report
         self.ending = ending
 

@@ -229,7 +229,7 @@ BUILD: Final[tuple[Spec, ...]] = (
     ),
 )
 
-#: ``[tool.skippy.spot_check]`` (:class:`skippy.check.report.Options` has the same defaults)
+#: ``[tool.skippy.spot_check]`` (:class:`skippy.spot.report.Options` has the same defaults)
 SPOT_CHECK: Final[tuple[Spec, ...]] = (
     Spec("load_timeout", "float", 300.0, "seconds for llama-server to load a model", low=1, high=86400),
     Spec("request_timeout", "float", 120.0, "seconds for one completion", low=1, high=86400),

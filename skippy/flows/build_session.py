@@ -16,15 +16,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, Protocol
 
-from skippy.check.binaries import version_line
-from skippy.check.evidence import artifact_markers_missing
-from skippy.check.report import Ending, Proof, SpotCheckReport, model_check_failed, model_path, spot_proofs
 from skippy.compile.backends import parse_backend, reference_backend, spec
 from skippy.compile.backends.base import SERVER_TARGET, Backend
 from skippy.compile.builder import KEEP_LOCAL_BUILDS, BuildReport, execute_plan, prune_local_builds
 from skippy.compile.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, read_workdir_state
 from skippy.compile.plan import PROVENANCE_DEFINES, BuildOptions, BuildPlan, plan_build, requested_defines
-from skippy.compile.roots import BuildRoot, mounted
+from skippy.compile.rootfs import Rootfs, mounted
 from skippy.compile.toolchain import Toolchain, check_tree_needs, inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.errors import BuildError, CommandError, ModelCheckFailed, ToolchainMissing, UpstreamTestsFailed
@@ -33,6 +30,9 @@ from skippy.core.ui import Console
 from skippy.flows import follow
 from skippy.flows.follow import Following
 from skippy.flows.upstream_tests import Subject, UpstreamTestsReport, run_backend_ops, run_upstream_tests
+from skippy.spot.binaries import version_line
+from skippy.spot.evidence import artifact_markers_missing
+from skippy.spot.report import Ending, Proof, SpotCheckReport, model_check_failed, model_path, spot_proofs
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class SessionOutcome:
     #: why the spot check did not run, when it did not
     spot_not_run: str | None = None
     #: the root file system the binaries must run in (None: this host)
-    build_root: BuildRoot | None = None
+    rootfs: Rootfs | None = None
     #: the model families the change touches, checked with their tiny models (None: no spot check
     #: on this host)
     following: Following | None = None
@@ -208,8 +208,8 @@ def _pinned_prepare(backend: Backend) -> PrepareFn:
 
 
 def _default_spot_check(settings: Settings, request: SpotCheckRequest, console: Console) -> object:
-    from skippy.check.report import Provenance
-    from skippy.check.spotcheck import spot_check
+    from skippy.spot.report import Provenance
+    from skippy.spot.spotcheck import spot_check
 
     return spot_check(
         settings,
@@ -261,9 +261,9 @@ def artifact_gate(backend: Backend, plan: BuildPlan, report: BuildReport, consol
     return Proof("artifact gate", "pass", found)
 
 
-def root_spot_check(plan: BuildPlan) -> str:
+def rootfs_spot_check(plan: BuildPlan) -> str:
     """Why a build made inside a root file system is not spot-checked on the host."""
-    inside = plan.build_root
+    inside = plan.rootfs
     label = f" ({inside.label})" if inside is not None else ""
     return (
         f"the binaries were built inside a root file system{label} and link its libraries "
@@ -272,12 +272,12 @@ def root_spot_check(plan: BuildPlan) -> str:
     )
 
 
-def root_gate(plan: BuildPlan, report: BuildReport, env: Mapping[str, str], console: Console) -> str:
+def rootfs_gate(plan: BuildPlan, report: BuildReport, env: Mapping[str, str], console: Console) -> str:
     """A binary built inside a root file system links the root's libraries: ``llama-server
     --version`` must run there (the build dir bound in, as for the build).  Returns its
-    backend's start-up line (``BackendSpec.root_gate_line``: for ROCm ``ggml_cuda_init: failed to
+    backend's start-up line (``BackendSpec.rootfs_gate_line``: for ROCm ``ggml_cuda_init: failed to
     initialize ROCm: ...`` without a GPU)."""
-    inside = plan.build_root
+    inside = plan.rootfs
     assert inside is not None
     server = report.binaries[SERVER_TARGET]
     with mounted(inside, (plan.build_dir,), env=env, log=console.warn):
@@ -294,7 +294,7 @@ def root_gate(plan: BuildPlan, report: BuildReport, env: Mapping[str, str], cons
             + " and read what it says",
             details=result.tail(),
         )
-    mark = spec(plan.backend).root_gate_line
+    mark = spec(plan.backend).rootfs_gate_line
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if mark is None:
         init = lines[0] if lines else "no output"
@@ -305,7 +305,7 @@ def root_gate(plan: BuildPlan, report: BuildReport, env: Mapping[str, str], cons
 
 
 def where(
-    report: BuildReport, settings: Settings, inside: BuildRoot | None = None, model: str | None = None
+    report: BuildReport, settings: Settings, inside: Rootfs | None = None, model: str | None = None
 ) -> tuple[str, ...]:
     """Where the binaries are, and one line to run them (also in ``invoke status --json``) on
     ``model`` (the model file the spot check loaded; a placeholder without one); binaries built
@@ -337,8 +337,8 @@ def where(
 def _gates(plan: BuildPlan, report: BuildReport, settings: Settings, console: Console, *, local: bool) -> list[Proof]:
     """After a build: the artifact gate (and the root's), older local build dirs pruned."""
     proofs = [artifact_gate(plan.backend, plan, report, console)]
-    if plan.build_root is not None:
-        init = root_gate(plan, report, settings.env, console)
+    if plan.rootfs is not None:
+        init = rootfs_gate(plan, report, settings.env, console)
         proofs.append(Proof("runs in the root", "pass", f"llama-server --version runs inside the root: {init}"))
     if local:
         removed = prune_local_builds(report.build_dir)
@@ -368,14 +368,14 @@ def _spot_check(
     families the change touches (``following``)."""
     spot = None
     not_run = None if args.spot_check else "--no-spot-check"
-    if args.spot_check and plan.build_root is not None:
-        not_run = root_spot_check(plan)
+    if args.spot_check and plan.rootfs is not None:
+        not_run = rootfs_spot_check(plan)
         console.warn(f"spot check not run: {not_run}")
     elif args.spot_check:
 
         def failure(spot: SpotCheckReport) -> ModelCheckFailed:
             """The failure ends with the same block: what the build proved, what the spot check did not."""
-            from skippy.check.spotcheck import failure_next_step
+            from skippy.spot.spotcheck import failure_next_step
 
             failed = SessionOutcome(
                 b, build=report, patched_sha=prepared.patched_sha, spot=spot, proofs=proofs, following=following
@@ -405,7 +405,7 @@ def _follow(
 ) -> Following | None:
     """The model families the change touches (:mod:`skippy.flows.follow`), said before the build;
     None when no spot check runs on this host."""
-    if not args.spot_check or plan.build_root is not None:
+    if not args.spot_check or plan.rootfs is not None:
         return None
     following = follow.follow_change(
         settings,
@@ -489,7 +489,7 @@ def run_build_session(
     for name, source in plan.provenance.items():
         console.detail(f"{name}={plan.define(name)} ({source})")
     following = _follow(args, plan, prepared, settings, console, as_is=local is not None)
-    with mounted(plan.build_root, plan.root_binds, env=settings.env, log=console.warn):
+    with mounted(plan.rootfs, plan.rootfs_binds, env=settings.env, log=console.warn):
         report = execute_plan(plan, console)
     what = (
         "the workdir as it stands (a local, unregistered tree: queue digest 'local')" if local else "the prepared tree"
@@ -534,7 +534,7 @@ def run_build_session(
         local=local,
         proofs=proofs,
         spot_not_run=not_run,
-        build_root=plan.build_root,
+        rootfs=plan.rootfs,
         upstream=upstream,
         following=following,
     )
@@ -566,8 +566,8 @@ def session_ending(outcome: SessionOutcome, settings: Settings) -> Ending:
     verdict = "every proof made holds" if all(p.verdict != "fail" for p in proofs) else "FAILED"
     title = f"build-{b}{mode}: {verdict}"
     model = model_path(spot)
-    shown = str(settings.relative(Path(model))) if model and outcome.build_root is None else model
-    return Ending(title, proofs, where(outcome.build, settings, outcome.build_root, shown))
+    shown = str(settings.relative(Path(model))) if model and outcome.rootfs is None else model
+    return Ending(title, proofs, where(outcome.build, settings, outcome.rootfs, shown))
 
 
 def _kept_family(proof: Proof, following: Following | None, spot: SpotCheckReport | None) -> Proof:
@@ -597,7 +597,7 @@ def _upstream_tests(
 ) -> UpstreamTestsReport | None:
     """Upstream's tests on the tree just built; a test the queue breaks (or, as it stands, any
     failing test) fails the session with the report."""
-    if plan.build_root is not None:
+    if plan.rootfs is not None:
         console.warn("upstream tests not run: the build runs inside a root file system, its tests would too")
         return None
     subject = Subject(

@@ -40,7 +40,7 @@ from skippy.compile.backends.base import SERVER_TARGET
 from skippy.compile.builder import read_stamp, tests_only
 from skippy.compile.localtree import MODE_LOCAL
 from skippy.compile.plan import STAMP_NAME
-from skippy.compile.roots import remove_tree
+from skippy.compile.rootfs import remove_tree
 from skippy.core.errors import CleanFailed, SkippyError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, human_size, tree_size

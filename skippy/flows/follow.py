@@ -4,7 +4,7 @@ The maintainers' rule: "If the change adds or touches support for a specific mod
 spot-check a model of that family as well."  A build session's spot check runs the models asked
 for (the default model when none) plus ``tiny:<name>`` of every family the change touches
 (:mod:`skippy.maintain.touched`; the tiny model of an arch is
-:func:`skippy.check.tinymodels.for_arch`).  A touched family with no tiny model is shown in the
+:func:`skippy.spot.tinymodels.for_arch`).  A touched family with no tiny model is shown in the
 ending as **not run, no tiny model for <family>**, never passed in silence.
 
 The change is measured from a *baseline*: after a session whose spot check passed on a prepared
@@ -25,9 +25,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from skippy.check import tinymodels
-from skippy.check.models import DEFAULT_MODEL
-from skippy.check.report import Proof, SpotCheckReport
 from skippy.core.errors import CommandError
 from skippy.core.files import write_text_atomic
 from skippy.core.git import Repo
@@ -35,6 +32,9 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain.touched import Touched, touched_between, touched_in_work_tree
 from skippy.queue import workdir as wd
+from skippy.spot import tinymodels
+from skippy.spot.models import DEFAULT_MODEL
+from skippy.spot.report import Proof, SpotCheckReport
 
 #: the records' folder under the cache dir
 RECORD_DIR: Final = "certified"

@@ -32,7 +32,6 @@ from typing import Any, Final, Literal
 
 from filelock import FileLock
 
-from skippy.check import backend_ops, ctest
 from skippy.compile.builder import BuildReport, execute_plan
 from skippy.compile.configure import cmake_on, parse_cmake_cache
 from skippy.compile.plan import TESTS_DEFINE, BuildOptions, BuildPlan, plan_build, workdir_key
@@ -45,6 +44,7 @@ from skippy.core.ui import Console
 from skippy.queue import workdir as wd
 from skippy.queue.mail import label_of
 from skippy.queue.model import Queue, load_queue
+from skippy.spot import backend_ops, ctest
 
 #: the build commit of the baseline and attribution builds (test binaries, never shipped): one
 #: value for every commit and pin, so that moving the tree beside the workdir recompiles only the

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.models import DEFAULT_MODEL, parse_model_ref, resolve_model
 from skippy.compile.backends.base import SERVER_TARGET
 from skippy.compile.builder import BuildReport
 from skippy.core.errors import NetworkError
@@ -28,6 +27,7 @@ from skippy.core.ui import Console
 from skippy.flows.build_session import SessionArgs, run_build_session
 from skippy.queue import archive_fetch
 from skippy.queue.testbed import LLAMA_CPP_PYTHON, LlamaTestbed, project_testbed
+from skippy.spot.models import DEFAULT_MODEL, parse_model_ref, resolve_model
 
 # on CI a skip fails: the hook is registered for every tier in tests/conftest.py
 from tests.e2e.needs import ENV_AT_START, cannot_run

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.report import Ending, SpotCheckReport, shown_time
 from skippy.compile.builder import BuildReport, read_stamp
 from skippy.compile.configure import parse_cmake_cache
 from skippy.core import proc
@@ -25,6 +24,7 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionArgs, run_build_session, session_ending
 from skippy.flows.follow import FOLLOWED
+from skippy.spot.report import Ending, SpotCheckReport, shown_time
 
 pytestmark = pytest.mark.e2e
 

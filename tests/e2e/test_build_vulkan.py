@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.report import SpotCheckReport
 from skippy.compile.configure import parse_cmake_cache
 from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionArgs, run_build_session
+from skippy.spot.report import SpotCheckReport
 from tests.e2e.needs import cannot_run
 
 pytestmark = pytest.mark.e2e

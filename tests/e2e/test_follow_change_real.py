@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from skippy.check.models import DEFAULT_MODEL
 from skippy.core.settings import Settings
 from skippy.flows import follow
+from skippy.spot.models import DEFAULT_MODEL
 from tests.e2e.copies import copy_project
 
 ROOT = Path(__file__).resolve().parents[2]

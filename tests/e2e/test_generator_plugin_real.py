@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.spotcheck import spot_check
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import generate
+from skippy.spot.spotcheck import spot_check
 from tests.e2e.copies import copy_project
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.binaries import parse_provenance
-from skippy.check.report import SpotCheckReport
 from skippy.compile.backends.base import SERVER_TARGET
 from skippy.compile.builder import BuildReport, read_stamp
 from skippy.compile.plan import STAMP_NAME
@@ -31,6 +29,8 @@ from skippy.core.ui import Console
 from skippy.flows.build_session import SessionArgs, run_build_session
 from skippy.queue import workdir as wd
 from skippy.queue.prepare import Target, prepare
+from skippy.spot.binaries import parse_provenance
+from skippy.spot.report import SpotCheckReport
 
 pytestmark = pytest.mark.e2e
 

@@ -14,19 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.report import Provenance
-from skippy.check.spotcheck import spot_check
-from skippy.check.tinymodels import family as tiny_family
-from skippy.check.tinymodels import shape_for
 from skippy.compile.builder import BuildReport
 from skippy.core import proc
 from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain.check import run_check
+from skippy.maintain.review import run_check
 from skippy.queue import workdir as wd
 from skippy.queue.model import load_queue
 from skippy.queue.prepare import Target, prepare
+from skippy.spot.report import Provenance
+from skippy.spot.spotcheck import spot_check
+from skippy.spot.tinymodels import family as tiny_family
+from skippy.spot.tinymodels import shape_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PIN = "4df29be4f4c3673f428170fda944a5b19f743bb8"

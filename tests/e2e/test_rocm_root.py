@@ -28,7 +28,7 @@ from skippy.compile.cachestats import CacheProbe, CacheStats
 from skippy.compile.configure import parse_cmake_cache
 from skippy.compile.fetched import MARKER
 from skippy.compile.plan import BuildOptions, BuildPlan, plan_build
-from skippy.compile.roots import mounted, mounts_under
+from skippy.compile.rootfs import mounted, mounts_under
 from skippy.compile.toolchain import Toolchain, check_tree_needs, inspect_tree, parse_ninja_targets, probe_toolchain
 from skippy.core import proc
 from skippy.core.errors import NetworkError
@@ -79,7 +79,7 @@ def _nice(argv: tuple[str, ...]) -> list[str]:
 
 
 def test_the_root_holds_debians_rocm_and_no_gpu_kernels(root_toolchain: Toolchain, root_settings: Settings) -> None:
-    inside = root_toolchain.build_root
+    inside = root_toolchain.rootfs
     assert inside is not None
     root = inside.path
     assert root.is_relative_to(root_settings.cache_dir / "rocm-root")
@@ -120,12 +120,12 @@ def test_the_patched_tree_configures_with_hip_inside_the_root_and_compiles_a_few
         patched_sha=prepared.patched_sha,
         options=BuildOptions(cmake_args=(f"-DAMDGPU_TARGETS={TARGETS}",)),
     )
-    inside = plan.build_root
+    inside = plan.rootfs
     assert inside is not None
     assert plan.configure_argv[:2] == (inside.program, str(inside.path))
     assert plan.stamp["tools"]["deb:hipcc"]["version"] == root_toolchain.tool_versions()["deb:hipcc"]["version"]
     started = time.monotonic()
-    with mounted(inside, plan.root_binds, env=root_settings.env):
+    with mounted(inside, plan.rootfs_binds, env=root_settings.env):
         report = execute_plan(plan, console, build=False)
         configured = time.monotonic() - started
         ninja = (*plan.runner, inside.ninja.path)
@@ -171,7 +171,7 @@ def _servers_in(plan: BuildPlan) -> list[int]:
     """Processes running a program of ``plan``'s root (a compiler cache server left inside): by
     their real path under a chroot root, by the launcher's path inside for a namespace runner
     (the kernel names a program by its path in the process's own mount namespace)."""
-    inside = plan.build_root
+    inside = plan.rootfs
     assert inside is not None
     real = os.path.realpath(inside.path) + "/"
     if plan.launcher is not None and inside.namespace:
@@ -195,9 +195,9 @@ def _servers_gone(plan: BuildPlan, within: float = 60.0) -> bool:
 def _objects_through_the_cache(plan: BuildPlan, console: Console, env: Mapping[str, str]) -> tuple[CacheStats, float]:
     """Configure ``plan``'s build dir inside the root, then compile the few HIP objects there
     through the compiler cache; the cache's figures read as the build report reads them."""
-    inside = plan.build_root
+    inside = plan.rootfs
     assert inside is not None
-    with mounted(inside, plan.root_binds, env=env):
+    with mounted(inside, plan.rootfs_binds, env=env):
         execute_plan(plan, console, build=False)
         ninja = (*plan.runner, inside.ninja.path)
         objects = _hip_objects(plan, ninja)
@@ -260,7 +260,7 @@ def test_hip_objects_from_the_cache_inside_the_root_are_all_hits_in_a_fresh_buil
 # --- the namespace runner, as an unprivileged user ------------------------------------------------
 
 
-def namespace_flow(work: Path, project: Path, root_home: Path) -> dict[str, object]:
+def namespace_flow(work: Path, project: Path, rootfs_home: Path) -> dict[str, object]:
     """As the user running it (``nobody``): the root made by root, reached through a link in a
     cache of this user's own, its namespace runner (``bwrap``); the tree configured with
     GGML_HIP=ON and the few HIP objects compiled, twice (two build roots, one cache)."""
@@ -268,11 +268,11 @@ def namespace_flow(work: Path, project: Path, root_home: Path) -> dict[str, obje
     project_settings = Settings.load(project, env)
     cache_dir = work / "cache"
     (cache_dir / "rocm-root").mkdir(parents=True, exist_ok=True)
-    (cache_dir / "rocm-root" / root_home.name).symlink_to(root_home)
+    (cache_dir / "rocm-root" / rootfs_home.name).symlink_to(rootfs_home)
     table = {**project_settings.raw, "cache_dir": str(cache_dir), "workdir": str(project_settings.workdir)}
     settings = Settings.from_table(project, {**table, "build_root": str(work / "first")}, env)
     toolchain = probe_toolchain("rocm", settings, given={"AMDGPU_TARGETS": TARGETS})
-    assert toolchain.build_root is not None and toolchain.build_root.namespace, toolchain.notes
+    assert toolchain.rootfs is not None and toolchain.rootfs.namespace, toolchain.notes
     tree = inspect_tree(project_settings.workdir)
     console = Console(env={}, stream=io.StringIO())
     out: dict[str, object] = {"uid": os.geteuid(), "notes": list(toolchain.notes), "builds": []}
@@ -312,7 +312,7 @@ def test_nobody_compiles_hip_objects_in_the_root_through_the_namespace_runner(
     to it, its own build dirs and compiler cache."""
     if shutil.which("bwrap") is None:
         cannot_run("bwrap is not installed (apt-get install bubblewrap)")
-    inside = root_toolchain.build_root
+    inside = root_toolchain.rootfs
     assert inside is not None
     work = Path(tempfile.mkdtemp(prefix="skippy-rocm-ns-"))
     try:

@@ -13,13 +13,13 @@ from pathlib import Path
 import gguf
 import pytest
 
-from skippy.check import tinymodels
-from skippy.check.report import Provenance, spot_report_of
-from skippy.check.server import port_is_free
-from skippy.check.spotcheck import spot_check
 from skippy.core.errors import ModelCheckFailed, SpotCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from skippy.spot import tinymodels
+from skippy.spot.report import Provenance, spot_report_of
+from skippy.spot.server import port_is_free
+from skippy.spot.spotcheck import spot_check
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +59,7 @@ def test_default_model_is_real_gemma_and_answers(project: Settings, server: Path
 def test_default_model_computes_like_the_committed_reference_directly_and_over_rpc(
     project: Settings, server: Path, default_model: Path
 ) -> None:
-    from skippy.check.binaries import rpc_server_beside
+    from skippy.spot.binaries import rpc_server_beside
 
     rpc = rpc_server_beside(server)
     assert rpc is not None, "GGML_RPC=ON builds the RPC server beside llama-server"

@@ -43,8 +43,8 @@ import pytest
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import generate
-from skippy.maintain.check import run_check
 from skippy.maintain.regenerate import regenerate
+from skippy.maintain.review import run_check
 from skippy.queue.model import Lane, load_queue
 from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project

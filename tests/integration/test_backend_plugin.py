@@ -76,7 +76,7 @@ from skippy.compile.backends import failure_patterns, names, upstream_areas
 from skippy.compile.plan import plan_build
 from skippy.compile.tool import Tool
 from skippy.compile.toolchain import Toolchain, TreeInfo
-from skippy.check.chat import scan_log
+from skippy.spot.chat import scan_log
 from skippy.core.settings import Settings
 
 proj = Path("/nonexistent/proj")

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from skippy.check.server import free_port
 from skippy.cli.build import session_options
 from skippy.cli.options import PinBumpOptions, make
 from skippy.core.errors import ModelCheckFailed, QueueError, SettingsError, ToolchainMissing
 from skippy.queue.patchpaths import paths_outside_the_tree
+from skippy.spot.server import free_port
 from tests.conftest import Project
 from tests.integration.test_spotcheck import FAST, Rig
 from tests.outside import tree_state, written_outside

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from skippy.check.report import SpotCheckReport
 from skippy.cli.build import build_main
 from skippy.compile.backends import registry
 from skippy.compile.backends.base import Backend
@@ -20,6 +19,7 @@ from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionArgs, SessionFn, SessionOutcome
+from skippy.spot.report import SpotCheckReport
 from tests.conftest import Project
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ from skippy.cli.maintain import check_main
 from skippy.core.errors import CheckFailed
 from skippy.core.ui import Console
 from skippy.maintain import generate
-from skippy.maintain.check import run_check
+from skippy.maintain.review import run_check
 from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project
 from tests.gitfixtures import git

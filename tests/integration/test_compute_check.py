@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.report import SpotCheckReport, spot_report_of
-from skippy.check.server import port_is_free
-from skippy.check.spotcheck import reference_dir, spot_check
 from skippy.core.errors import ModelCheckFailed
 from skippy.core.ui import Console
+from skippy.spot.report import SpotCheckReport, spot_report_of
+from skippy.spot.server import port_is_free
+from skippy.spot.spotcheck import reference_dir, spot_check
 from tests.integration import fake_server
 from tests.integration.test_spotcheck import Rig, wait_gone
 

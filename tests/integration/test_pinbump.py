@@ -293,9 +293,9 @@ def test_pin_bump_keeps_the_pin_files_comments_and_mode(history: tuple[Project, 
 def test_pin_bump_reports_greedy_drift_and_rewrites_the_reference(history: tuple[Project, dict[str, str]]) -> None:
     from types import SimpleNamespace
 
-    from skippy.check.fingerprint import Fingerprint, Run, Step, read_reference, reference_path, render_reference
-    from skippy.check.report import ModelResult, SpotCheckReport
-    from skippy.check.spotcheck import reference_dir
+    from skippy.spot.fingerprint import Fingerprint, Run, Step, read_reference, reference_path, render_reference
+    from skippy.spot.report import ModelResult, SpotCheckReport
+    from skippy.spot.spotcheck import reference_dir
 
     project, shas = history
     settings = project.settings()

@@ -17,19 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from skippy.compile.backends import rocm_root
-from skippy.compile.backends.rocm_root import (
-    RootContext,
+from skippy.compile.backends import rocm_rootfs
+from skippy.compile.backends.rocm_rootfs import (
+    RootfsContext,
     finished,
-    make_root,
-    parse_root_pin,
-    root_home,
+    make_rootfs,
+    parse_rootfs_pin,
+    rootfs_home,
 )
 from skippy.compile.builder import BuildReport
-from skippy.compile.cache import launcher_env, root_launcher_env
+from skippy.compile.cache import launcher_env, rootfs_launcher_env
 from skippy.compile.fetched import MARKER
 from skippy.compile.plan import BuildPlan, plan_build
-from skippy.compile.roots import BuildRoot, mounted, runner_program
+from skippy.compile.rootfs import Rootfs, mounted, runner_program
 from skippy.compile.tool import Tool
 from skippy.compile.toolchain import Toolchain, TreeInfo, probe_toolchain
 from skippy.core.errors import BuildError, NetworkError, ToolchainMissing
@@ -39,8 +39,8 @@ from skippy.flows.build_session import (
     SessionArgs,
     SessionOutcome,
     SpotCheckRequest,
-    root_gate,
-    root_spot_check,
+    rootfs_gate,
+    rootfs_spot_check,
     run_build_session,
     session_ending,
 )
@@ -100,9 +100,9 @@ def host(tmp_path: Path) -> Host:
     return h
 
 
-def _ctx(host: Host, uid: int = 0, **env: str) -> RootContext:
+def _ctx(host: Host, uid: int = 0, **env: str) -> RootfsContext:
     base = {"PATH": f"{host.bin}:/usr/bin:/bin", "ROOT_LOG": str(host.root / "root.log")}
-    return RootContext(cache_dir=host.root / "cache", env={**base, **env}, uid=uid, keyring=None)
+    return RootfsContext(cache_dir=host.root / "cache", env={**base, **env}, uid=uid, keyring=None)
 
 
 def _calls(host: Host) -> list[str]:
@@ -110,22 +110,22 @@ def _calls(host: Host) -> list[str]:
     return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
 
 
-def _program(ctx: RootContext) -> str:
-    return runner_program(ctx.runner, uid=ctx.uid, env=ctx.env, what=rocm_root.WHAT)
+def _program(ctx: RootfsContext) -> str:
+    return runner_program(ctx.runner, uid=ctx.uid, env=ctx.env, what=rocm_rootfs.WHAT)
 
 
-PIN = parse_root_pin({"suite": "sid", "packages": PACKAGES})
+PIN = parse_rootfs_pin({"suite": "sid", "packages": PACKAGES})
 
 
 def test_the_root_is_made_once_and_reused(host: Host) -> None:
-    home = root_home(host.root / "cache", PIN)
+    home = rootfs_home(host.root / "cache", PIN)
     # leftovers of an interrupted run: a partial folder beside, and a home without its marker
     stale = home.with_name(home.name + ".partial-killed")
     (stale / "root" / "usr").mkdir(parents=True)
     (home / "root" / "usr" / "bin").mkdir(parents=True)
     (home / "root" / "usr" / "bin" / "cmake").touch()
     assert finished(home, PIN) is None, "a root without its marker is never used"
-    root = make_root(PIN, _ctx(host))
+    root = make_rootfs(PIN, _ctx(host))
     assert root.path == home / "root" and not root.reused
     assert not stale.exists()
     assert [p.name for p in home.parent.iterdir() if ".partial-" in p.name] == []
@@ -136,24 +136,24 @@ def test_the_root_is_made_once_and_reused(host: Host) -> None:
     marker = json.loads((home / MARKER).read_text(encoding="utf-8"))
     assert marker["versions"]["hipcc"] == "7.0.2-1" and marker["suite"] == "sid"
     assert root.toolkit.startswith("rocm debian-root sid hip 6.4.3-1 ")
-    again = make_root(PIN, _ctx(host))
+    again = make_rootfs(PIN, _ctx(host))
     assert again.reused and again.versions == root.versions
     assert len(_calls(host)) == 2, "reused: no second mmdebstrap"
     # a root of ours an older skippy left 0700 is opened to the other users' namespace runner
     home.chmod(0o700)
-    assert make_root(PIN, replace(_ctx(host), uid=os.geteuid())).reused
+    assert make_rootfs(PIN, replace(_ctx(host), uid=os.geteuid())).reused
     assert home.stat().st_mode & 0o777 == 0o755
     # another pin is another root; a marker of another pin is not this root
-    other = parse_root_pin({"suite": "sid", "packages": [*PACKAGES, "git"]})
+    other = parse_rootfs_pin({"suite": "sid", "packages": [*PACKAGES, "git"]})
     assert finished(home, other) is None
     (home / MARKER).write_text(json.dumps({**marker, "packages": ["hipcc"]}), encoding="utf-8")
     assert finished(home, PIN) is None
 
 
 def test_a_failed_mmdebstrap_leaves_no_root_and_says_what_next(host: Host) -> None:
-    home = root_home(host.root / "cache", PIN)
+    home = rootfs_home(host.root / "cache", PIN)
     with pytest.raises(NetworkError) as info:
-        make_root(PIN, _ctx(host, MMDEBSTRAP_FAIL="1"))
+        make_rootfs(PIN, _ctx(host, MMDEBSTRAP_FAIL="1"))
     err = info.value
     assert err.what == "mmdebstrap could not make the ROCm Debian root (sid)"
     assert "[tool.skippy.build.rocm_debian_root]" in (err.next_step or "")
@@ -162,14 +162,14 @@ def test_a_failed_mmdebstrap_leaves_no_root_and_says_what_next(host: Host) -> No
     assert finished(home, PIN) is None
     # the next run removes the half-made one and makes it
     assert len(list(home.parent.glob("*.partial-*"))) == 1
-    root = make_root(PIN, _ctx(host))
+    root = make_rootfs(PIN, _ctx(host))
     assert root.path.is_dir() and list(home.parent.glob("*.partial-*")) == []
 
 
 def test_a_package_missing_after_mmdebstrap_is_refused(host: Host) -> None:
     with pytest.raises(ToolchainMissing, match="lacks hipcc after mmdebstrap"):
-        make_root(PIN, _ctx(host, CHROOT_NO_HIPCC="1"))
-    assert not root_home(host.root / "cache", PIN).exists()
+        make_rootfs(PIN, _ctx(host, CHROOT_NO_HIPCC="1"))
+    assert not rootfs_home(host.root / "cache", PIN).exists()
 
 
 def test_not_root_or_no_mmdebstrap_name_the_way_out(host: Host) -> None:
@@ -179,7 +179,7 @@ def test_not_root_or_no_mmdebstrap_name_the_way_out(host: Host) -> None:
     assert "SKIPPY_ROOT_RUNNER=namespace" in (info.value.next_step or "")
     (host.bin / "mmdebstrap").unlink()
     with pytest.raises(ToolchainMissing) as none:
-        make_root(PIN, RootContext(cache_dir=host.root / "cache", env={"PATH": str(host.bin)}, uid=0))
+        make_rootfs(PIN, RootfsContext(cache_dir=host.root / "cache", env={"PATH": str(host.bin)}, uid=0))
     assert none.value.next_step == "apt-get install mmdebstrap, then run the build again"
     assert _calls(host) == []
 
@@ -204,7 +204,7 @@ _FAKE_UNSHARE_HELPER = """[ "$1" = "--unshare-helper" ] && {
 """
 
 
-def _rootless(host: Host, tmp_path: Path, subuid: str = "1000:100000:65536\n") -> RootContext:
+def _rootless(host: Host, tmp_path: Path, subuid: str = "1000:100000:65536\n") -> RootfsContext:
     """Not root: the namespace runner, uidmap's programs and a subordinate range (files of the test)."""
     text = (host.bin / "mmdebstrap").read_text(encoding="utf-8")
     _script(host.bin, "mmdebstrap", text.replace("\n", "\n" + _FAKE_UNSHARE_HELPER, 1))
@@ -220,12 +220,12 @@ def test_without_root_the_root_is_made_in_unshare_mode_and_read_in_a_namespace(
     host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ctx = _rootless(host, tmp_path)
-    home = root_home(ctx.cache_dir, PIN)
+    home = rootfs_home(ctx.cache_dir, PIN)
     # a half-made root of an earlier run, of files the user cannot delete (the subordinate ids')
     stale = home.with_name(home.name + ".partial-killed")
     (stale / "root" / "usr").mkdir(parents=True)
-    monkeypatch.setattr(rocm_root, "remove_tree", lambda _folder: None)
-    root = make_root(PIN, ctx)
+    monkeypatch.setattr(rocm_rootfs, "remove_tree", lambda _folder: None)
+    root = make_rootfs(PIN, ctx)
     assert not stale.exists(), "removed through mmdebstrap --unshare-helper"
     calls = _calls(host)
     assert calls[0].startswith("bwrap --unshare-user --uid 0 --gid 0 --ro-bind / / -- true"), "the namespace check"
@@ -242,7 +242,7 @@ def test_without_root_the_root_is_made_in_unshare_mode_and_read_in_a_namespace(
     # no subordinate range: the way to get one, and nothing was made
     other = _rootless(host, tmp_path, subuid="someone:100000:65536\n")
     with pytest.raises(ToolchainMissing) as info:
-        make_root(PIN, replace(other, cache_dir=tmp_path / "cache2"))
+        make_rootfs(PIN, replace(other, cache_dir=tmp_path / "cache2"))
     assert "usermod --add-subuids" in (info.value.next_step or "")
     assert not (tmp_path / "cache2" / "rocm-root" / PIN.dirname).exists()
 
@@ -252,12 +252,12 @@ def test_a_half_made_root_that_cannot_be_removed_is_named_with_the_commands(
 ) -> None:
     ctx = _rootless(host, tmp_path)
     ctx = replace(ctx, env={**ctx.env, "HELPER_FAIL": "1"})
-    home = root_home(ctx.cache_dir, PIN)
+    home = rootfs_home(ctx.cache_dir, PIN)
     stale = home.with_name(home.name + ".partial-killed")
     (stale / "root" / "usr").mkdir(parents=True)
-    monkeypatch.setattr(rocm_root, "remove_tree", lambda _folder: None)
+    monkeypatch.setattr(rocm_rootfs, "remove_tree", lambda _folder: None)
     with pytest.raises(ToolchainMissing) as info:
-        make_root(PIN, ctx)
+        make_rootfs(PIN, ctx)
     err = info.value
     assert err.what == f"could not remove the half-made ROCm Debian root {stale}"
     assert f"mmdebstrap --unshare-helper rm -rf -- {stale}" in (err.next_step or "")
@@ -268,13 +268,13 @@ def test_a_half_made_root_that_cannot_be_removed_is_named_with_the_commands(
 def test_a_root_of_another_user_that_cannot_be_read_is_left_as_it_is(
     host: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    made = make_root(PIN, _ctx(host))
+    made = make_rootfs(PIN, _ctx(host))
     home = made.path.parent
     marker = (home / MARKER).read_bytes()
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == home else real_access(path, mode))
     with pytest.raises(ToolchainMissing) as info:
-        make_root(PIN, replace(_ctx(host), uid=1000))
+        make_rootfs(PIN, replace(_ctx(host), uid=1000))
     err = info.value
     assert err.what == f"the ROCm Debian root {home} belongs to another user and cannot be read"
     assert f"chmod 755 {home}" in (err.next_step or "") and "cache_dir" in (err.next_step or "")
@@ -307,12 +307,12 @@ def test_auto_takes_the_debian_root_without_a_system_rocm(host: Host) -> None:
     assert isinstance(tc, Toolchain)
     assert tc.facts["rocm_toolkit"] == "debian-root"
     assert tc.facts["toolkit"].startswith("rocm debian-root sid hip 6.4.3-1 ")
-    assert tc.build_root is not None and tc.build_root.env["HIP_PLATFORM"] == "amd"
+    assert tc.rootfs is not None and tc.rootfs.env["HIP_PLATFORM"] == "amd"
     assert (tc.cmake.path, tc.ninja.path) == ("/usr/bin/cmake", "/usr/bin/ninja")
     # the host's sccache, copied into the root by its content, runs there (a path inside the root)
     assert tc.launcher is not None and tc.launcher.name == "sccache"
     assert tc.launcher.path.startswith("/opt/skippy/sccache-") and tc.launcher.path.endswith("/sccache")
-    copied = tc.build_root.host_path(tc.launcher.path)
+    copied = tc.rootfs.host_path(tc.launcher.path)
     assert copied.read_bytes() == (host.bin / "sccache").read_bytes()
     assert any("auto: no complete system ROCm" in note for note in tc.notes)
     assert any(note.startswith("compiler cache inside the root: sccache") for note in tc.notes)
@@ -331,10 +331,10 @@ def test_auto_takes_the_debian_root_without_a_system_rocm(host: Host) -> None:
     fake_tool(clang, "clang++")
     fake_tool(host.bin, "hipconfig", {"-l": str(clang), "--path": str(host.root / "rocm")})
     system = _probe(host)
-    assert isinstance(system, Toolchain) and system.build_root is None
+    assert isinstance(system, Toolchain) and system.rootfs is None
     assert system.launcher is not None
     forced = _probe(host, SKIPPY_ROCM_TOOLKIT="debian-root")
-    assert isinstance(forced, Toolchain) and forced.build_root is not None
+    assert isinstance(forced, Toolchain) and forced.rootfs is not None
 
 
 def test_auto_with_neither_rocm_nor_mmdebstrap_says_both(host: Host) -> None:
@@ -351,11 +351,11 @@ def test_auto_with_neither_rocm_nor_mmdebstrap_says_both(host: Host) -> None:
 # --- the mounts around a build --------------------------------------------------------------
 
 
-def _build_root(tmp_path: Path) -> BuildRoot:
+def _rootfs(tmp_path: Path) -> Rootfs:
     path = tmp_path / "rootfs"
     path.mkdir()
     tool = Tool("cmake", "/usr/bin/cmake", "4")
-    return BuildRoot(path=path, program="chroot", env={"PATH": "/usr/bin"}, cmake=tool, ninja=tool, label="test")
+    return Rootfs(path=path, program="chroot", env={"PATH": "/usr/bin"}, cmake=tool, ninja=tool, label="test")
 
 
 def _mount_env(tmp_path: Path, **env: str) -> dict[str, str]:
@@ -370,7 +370,7 @@ def _mount_log(tmp_path: Path) -> list[str]:
 
 
 def test_mounted_binds_then_unmounts_in_reverse(tmp_path: Path) -> None:
-    root = _build_root(tmp_path)
+    root = _rootfs(tmp_path)
     src, build = tmp_path / "src", tmp_path / "builds" / "rocm-1"
     src.mkdir()
     with mounted(root, (src, build), env=_mount_env(tmp_path)):
@@ -384,7 +384,7 @@ def test_mounted_binds_then_unmounts_in_reverse(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("error", [RuntimeError("the build failed"), KeyboardInterrupt()])
 def test_mounted_unmounts_on_failure_and_ctrl_c(tmp_path: Path, error: BaseException) -> None:
-    root = _build_root(tmp_path)
+    root = _rootfs(tmp_path)
     with pytest.raises(type(error)), mounted(root, (tmp_path,), env=_mount_env(tmp_path)):
         raise error
     log = _mount_log(tmp_path)
@@ -393,7 +393,7 @@ def test_mounted_unmounts_on_failure_and_ctrl_c(tmp_path: Path, error: BaseExcep
 
 
 def test_a_mount_that_fails_unmounts_what_was_mounted(tmp_path: Path) -> None:
-    root = _build_root(tmp_path)
+    root = _rootfs(tmp_path)
     env = _mount_env(tmp_path, MOUNT_FAIL_AT="--bind /dev")
     with pytest.raises(BuildError, match="could not mount") as info, mounted(root, (tmp_path,), env=env):
         pytest.fail("the body must not run")
@@ -402,7 +402,7 @@ def test_a_mount_that_fails_unmounts_what_was_mounted(tmp_path: Path) -> None:
 
 
 def test_an_unmount_that_fails_names_the_command(tmp_path: Path) -> None:
-    root = _build_root(tmp_path)
+    root = _rootfs(tmp_path)
     warned: list[str] = []
     env = _mount_env(tmp_path, UMOUNT_FAIL="1")
     with (
@@ -432,7 +432,7 @@ def _gate_plan(tmp_path: Path, env: dict[str, str]) -> tuple[BuildPlan, BuildRep
     _script(tmp_path / "bin", "chroot", _FAKE_RUN_CHROOT)
     tool = Tool("cmake", "/usr/bin/cmake", "4")
     (tmp_path / "rootfs").mkdir()
-    inside = BuildRoot(
+    inside = Rootfs(
         path=tmp_path / "rootfs",
         program=str(tmp_path / "bin" / "chroot"),
         env={"PATH": "/usr/bin"},
@@ -440,7 +440,7 @@ def _gate_plan(tmp_path: Path, env: dict[str, str]) -> tuple[BuildPlan, BuildRep
         ninja=Tool("ninja", "/usr/bin/ninja", "1"),
         label="debian-root sid (packages x)",
     )
-    toolchain = Toolchain(backend="rocm", system="Linux", cmake=tool, ninja=inside.ninja, build_root=inside)
+    toolchain = Toolchain(backend="rocm", system="Linux", cmake=tool, ninja=inside.ninja, rootfs=inside)
     tree = TreeInfo(tmp_path / "src", frozenset(), frozenset({"C", "CXX", "HIP"}), "ggml-rpc-server")
     settings = Settings.from_table(tmp_path / "proj", {}, env)
     plan = plan_build("rocm", settings, tree=tree, toolchain=toolchain, patched_sha="a" * 40)
@@ -464,7 +464,7 @@ def test_the_root_gate_runs_the_binary_inside_the_root(tmp_path: Path) -> None:
     env = _mount_env(tmp_path)
     plan, report = _gate_plan(tmp_path, env)
     console = Console(env={}, stream=io.StringIO())
-    init = root_gate(plan, report, env, console)
+    init = rootfs_gate(plan, report, env, console)
     assert init == "ggml_cuda_init: failed to initialize ROCm: no ROCm-capable device is detected"
     log = _mount_log(tmp_path)
     run = next(line for line in log if line.startswith("chroot "))
@@ -473,11 +473,11 @@ def test_the_root_gate_runs_the_binary_inside_the_root(tmp_path: Path) -> None:
     assert log.index(run) == 3 and log[2].endswith(str(plan.build_dir))
     assert [line.split()[0] for line in log[4:]] == ["umount"] * 3
     with pytest.raises(BuildError, match="does not run inside debian-root sid") as info:
-        root_gate(plan, report, {**env, "NO_GLIBC": "1"}, console)
+        rootfs_gate(plan, report, {**env, "NO_GLIBC": "1"}, console)
     assert "GLIBC_2.43 not found" in (info.value.details or "")
     assert _mount_log(tmp_path)[-1].startswith("umount "), "unmounted after the failure too"
     # why the spot check is not run on the host: the root's name, and what the ROCm backend says it links
-    why = root_spot_check(plan)
+    why = rootfs_spot_check(plan)
     assert "inside a root file system (debian-root sid" in why and "(a newer glibc, the ROCm runtime)" in why
 
 
@@ -591,7 +591,7 @@ def test_a_build_session_runs_inside_the_root_with_its_own_cache_server(host: Ho
     assert build.cache.storage == "local directory"
     assert checked == [], "not spot-checked on the host"
     # the root's own server: the cache's local directory, a socket (or a loopback port) not the host's
-    inside_env = root_launcher_env(settings.cache_dir, outcome_root_tag(settings))
+    inside_env = rootfs_launcher_env(settings.cache_dir, outcome_root_tag(settings))
     server_var = "SCCACHE_SERVER_UDS" if "SCCACHE_SERVER_UDS" in inside_env else "SCCACHE_SERVER_PORT"
     host_env = launcher_env("sccache", settings.cache_dir)
     assert inside_env[server_var] != host_env.get(server_var)
@@ -639,8 +639,8 @@ def outcome_root_tag(settings: Settings) -> str:
     return _root_at(root).server_tag
 
 
-def _root_at(path: Path) -> BuildRoot:
-    return BuildRoot(path=path, program="chroot", env={}, cmake=_tool(), ninja=_tool(), label="x")
+def _root_at(path: Path) -> Rootfs:
+    return Rootfs(path=path, program="chroot", env={}, cmake=_tool(), ninja=_tool(), label="x")
 
 
 def test_a_failed_build_inside_the_root_stops_its_cache_server_before_unmounting(host: Host, tmp_path: Path) -> None:
@@ -655,13 +655,13 @@ def test_a_failed_build_inside_the_root_stops_its_cache_server_before_unmounting
 
 def test_the_roots_server_is_not_the_hosts(tmp_path: Path) -> None:
     host_env = launcher_env("sccache", tmp_path / "cache")
-    one = root_launcher_env(tmp_path / "cache", _build_root(tmp_path).server_tag)
+    one = rootfs_launcher_env(tmp_path / "cache", _rootfs(tmp_path).server_tag)
     assert one["SCCACHE_DIR"] == host_env["SCCACHE_DIR"], "the same objects"
     assert one.get("SCCACHE_SERVER_UDS") != host_env.get("SCCACHE_SERVER_UDS")
     long = Path("/" + "x" * 120)  # too long for a Unix socket: loopback ports, the root's another one
-    assert root_launcher_env(long, "t")["SCCACHE_SERVER_PORT"] != launcher_env("sccache", long)["SCCACHE_SERVER_PORT"]
-    assert root_launcher_env(tmp_path / "cache", _root_at(tmp_path / "other").server_tag) != one, "a server per root"
-    short = root_launcher_env(Path("/c"), "t")
+    assert rootfs_launcher_env(long, "t")["SCCACHE_SERVER_PORT"] != launcher_env("sccache", long)["SCCACHE_SERVER_PORT"]
+    assert rootfs_launcher_env(tmp_path / "cache", _root_at(tmp_path / "other").server_tag) != one, "a server per root"
+    short = rootfs_launcher_env(Path("/c"), "t")
     assert (
         short["SCCACHE_SERVER_UDS"]
         == "/c/sccache-root/t.sock"
@@ -678,11 +678,11 @@ def _tool() -> Tool:
 _SIGTERM_CHILD = """
 import sys, time
 from pathlib import Path
-from skippy.compile.roots import BuildRoot
+from skippy.compile.rootfs import Rootfs
 from skippy.compile.tool import Tool
-from skippy.compile.roots import mounted
+from skippy.compile.rootfs import mounted
 tool = Tool("cmake", "/usr/bin/cmake", "4")
-root = BuildRoot(path=Path(sys.argv[1]), program="chroot", env={}, cmake=tool, ninja=tool, label="test")
+root = Rootfs(path=Path(sys.argv[1]), program="chroot", env={}, cmake=tool, ninja=tool, label="test")
 env = {"PATH": sys.argv[2], "MOUNT_LOG": sys.argv[3]}
 try:
     with mounted(root, (Path(sys.argv[4]),), env=env):
@@ -694,7 +694,7 @@ finally:
 
 
 def test_sigterm_while_mounted_unmounts_then_exits_143(tmp_path: Path) -> None:
-    root = _build_root(tmp_path)
+    root = _rootfs(tmp_path)
     env = _mount_env(tmp_path)
     child = subprocess.Popen(
         [sys.executable, "-c", _SIGTERM_CHILD, str(root.path), env["PATH"], env["MOUNT_LOG"], str(tmp_path / "w")],
@@ -714,7 +714,7 @@ def test_sigterm_while_mounted_unmounts_then_exits_143(tmp_path: Path) -> None:
 
 
 def test_mounted_restores_the_previous_sigterm_handler(tmp_path: Path) -> None:
-    root = _build_root(tmp_path)
+    root = _rootfs(tmp_path)
     before = signal.getsignal(signal.SIGTERM)
     with mounted(root, (tmp_path,), env=_mount_env(tmp_path)):
         assert signal.getsignal(signal.SIGTERM) is not before

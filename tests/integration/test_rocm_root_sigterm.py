@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.compile.backends.rocm_root import parse_root_pin, root_home
-from skippy.compile.roots import mounts_under
+from skippy.compile.backends.rocm_rootfs import parse_rootfs_pin, rootfs_home
+from skippy.compile.rootfs import mounts_under
 from skippy.core.errors import Interrupted, TerminatedError
 from tests.busy import default_interrupts
 from tests.e2e.needs import cannot_run
@@ -109,7 +109,7 @@ def test_a_signal_during_mmdebstrap_unmounts_and_removes_the_half_made_root(tmp_
     assert f"error: {report['what']}" in err and "Traceback" not in err
     assert mounts_under(tmp_path) == []
     assert not partial.exists()
-    home = root_home(cache, parse_root_pin({"suite": "sid", "packages": PACKAGES}))
+    home = rootfs_home(cache, parse_rootfs_pin({"suite": "sid", "packages": PACKAGES}))
     assert partial.name.startswith(home.name + ".partial-") and partial.parent == home.parent
     assert not home.exists() and [p.name for p in home.parent.iterdir() if ".partial-" in p.name] == []
     assert written_outside(before, tree_state([tmp_path], [cache, ready, host.root / "root.log"])) == []

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.report import spot_report_of
-from skippy.check.server import Server
 from skippy.cli.spot import main as spot_main
 from skippy.core import proc
 from skippy.core.errors import ModelCheckFailed
+from skippy.spot.report import spot_report_of
+from skippy.spot.server import Server
 from tests.busy import cpu_hogs
 from tests.integration.test_next_steps import _spot_project as _project
 from tests.integration.test_spotcheck import FAST, Rig
@@ -126,8 +126,8 @@ def test_a_server_that_cannot_start_leaves_no_file_open(tmp_path: Path, kind: st
 CHECKS = """
 import os, sys
 from pathlib import Path
-from skippy.check.report import spot_report_of
-from skippy.check.spotcheck import spot_check
+from skippy.spot.report import spot_report_of
+from skippy.spot.spotcheck import spot_check
 from skippy.core.errors import ModelCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check import server, spotcheck
-from skippy.check.report import Provenance, SpotCheckReport, spot_report_of
-from skippy.check.server import port_is_free
-from skippy.check.spotcheck import spot_check
 from skippy.cli.spot import main
 from skippy.core.errors import ModelCheckFailed, SpotCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from skippy.spot import server, spotcheck
+from skippy.spot.report import Provenance, SpotCheckReport, spot_report_of
+from skippy.spot.server import port_is_free
+from skippy.spot.spotcheck import spot_check
 from tests.busy import sigint_raises
 from tests.integration import fake_server
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check import ctest
 from skippy.compile.cachestats import stop_cache_server
 from skippy.compile.plan import BuildOptions, plan_build
 from skippy.compile.toolchain import inspect_tree, probe_toolchain
@@ -23,6 +22,7 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.upstream_tests import Subject, _judge, _Tree, _Verdicts
 from skippy.queue import workdir as wd
+from skippy.spot import ctest
 from tests.gitfixtures import Upstream, hermetic_git_env
 
 pytestmark = pytest.mark.integration

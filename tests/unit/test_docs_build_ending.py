@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from skippy.check.report import Ending, Proof, shown_time
 from skippy.cli import docs
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue.model import load_queue
 from skippy.queue.target import read_pin
+from skippy.spot.report import Ending, Proof, shown_time
 
 ROOT = Path(__file__).resolve().parents[2]
 AGAIN = f"the queue changed since docs/figures/build-cpu.json was recorded: run `{docs.RECORD}` (a CPU build)"

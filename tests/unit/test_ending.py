@@ -6,13 +6,13 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from skippy.check.compute import ComputeResult
-from skippy.check.fingerprint import Agreement
-from skippy.check.report import ModelResult, Proof, Provenance, SpotCheckReport, spot_proofs
 from skippy.compile.builder import BuildReport
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionOutcome, session_ending
+from skippy.spot.compute import ComputeResult
+from skippy.spot.fingerprint import Agreement
+from skippy.spot.report import ModelResult, Proof, Provenance, SpotCheckReport, spot_proofs
 
 UP, DIGEST = "a" * 40, "d" * 64
 

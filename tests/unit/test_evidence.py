@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skippy.check.evidence import (
+from skippy.spot.evidence import (
     artifact_markers_missing,
     device_evidence,
     parse_devices,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.fingerprint import (
+from skippy.spot.fingerprint import (
     N_PREDICT,
     PROMPTS,
     Fingerprint,
@@ -158,8 +158,8 @@ def test_another_device_may_part_at_a_near_tie_but_never_at_a_confident_token() 
 
 
 def test_the_cpu_on_another_architecture_is_held_to_the_stated_arch_tolerance() -> None:
-    from skippy.check.fingerprint import DEFAULT_ARCH_TOLERANCE, read_reference, tolerance_for
-    from skippy.check.report import Options
+    from skippy.spot.fingerprint import DEFAULT_ARCH_TOLERANCE, read_reference, tolerance_for
+    from skippy.spot.report import Options
 
     o = Options()
     pick = {"device": o.device_logprob_tolerance, "arch": o.arch_logprob_tolerance, "same": o.logprob_tolerance}

@@ -7,13 +7,13 @@ import io
 from pathlib import Path
 from typing import Literal
 
-from skippy.check.models import DEFAULT_MODEL
-from skippy.check.report import ModelResult, SpotCheckReport
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionOutcome, session_ending
 from skippy.flows.follow import FOLLOWED, Baseline, Family, Following, proofs, read_record
 from skippy.maintain.touched import Touched
+from skippy.spot.models import DEFAULT_MODEL
+from skippy.spot.report import ModelResult, SpotCheckReport
 from tests.unit.test_ending import _report
 
 QWEN2 = Family(

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check import kept
-from skippy.check.compute import ComputeResult
-from skippy.check.fingerprint import NEAR_TIE, Agreement, Divergence, Fingerprint, Run, Step
-from skippy.check.kept import PROOFS_NAME, SCHEMA, ProofRecord, proof_key
-from skippy.check.report import Ending, ModelResult, Proof, Provenance, SpotCheckReport, shown_time, spot_proofs
 from skippy.core.files import sha256_of
 from skippy.core.ui import Console
+from skippy.spot import kept
+from skippy.spot.compute import ComputeResult
+from skippy.spot.fingerprint import NEAR_TIE, Agreement, Divergence, Fingerprint, Run, Step
+from skippy.spot.kept import PROOFS_NAME, SCHEMA, ProofRecord, proof_key
+from skippy.spot.report import Ending, ModelResult, Proof, Provenance, SpotCheckReport, shown_time, spot_proofs
 
 WHEN = "2026-12-06T04:03:12Z"
 

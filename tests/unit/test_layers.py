@@ -22,7 +22,7 @@ def test_import_contracts_are_kept() -> None:
 
 def test_the_tree_shows_the_layers() -> None:
     packages = {p.name for p in (ROOT / "skippy").iterdir() if (p / "__init__.py").is_file()}
-    assert {"core", "queue", "maintain", "compile", "check", "flows", "cli"} <= packages
+    assert {"core", "queue", "maintain", "compile", "spot", "flows", "cli"} <= packages
     flat = sorted(p.name for p in (ROOT / "skippy").glob("*.py") if p.name != "__init__.py")
     assert flat == [], f"modules outside the layers: {flat}"
 
@@ -31,8 +31,8 @@ def test_inside_the_build_the_backends_sit_over_the_roots() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     (inner,) = [c for c in config["tool"]["importlinter"]["contracts"] if c.get("containers") == ["skippy.compile"]]
     layers = [layer.strip() for layer in inner["layers"]]
-    # each above the next: the plan over the backends, the backends over the fetch-once helper and the roots
-    assert layers.index("plan") < layers.index("backends") < layers.index("fetched") < layers.index("roots")
+    # each above the next: the plan over the backends, the backends over the fetch-once helper and the root file systems
+    assert layers.index("plan") < layers.index("backends") < layers.index("fetched") < layers.index("rootfs")
 
 
 def _defined(tree: ast.Module) -> set[str]:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check.provenance import expected_queue_digest, stale_next_step
 from skippy.cli.app import build_mode_text
 from skippy.cli.build import outcome_report
 from skippy.cli.build import session_options as parse_session_args
@@ -23,6 +22,7 @@ from skippy.compile.plan import STAMP_NAME, BuildPlan, plan_build
 from skippy.core.errors import SettingsError
 from skippy.core.ui import Console
 from skippy.flows.build_session import LocalTree, SessionOutcome
+from skippy.spot.provenance import expected_queue_digest, stale_next_step
 from tests.unit.test_build_plan import SHA, TREE_OPTIONS, settings, toolchain, tree
 
 HEAD = "1" * 40

@@ -14,8 +14,12 @@ import gguf
 import numpy as np
 import pytest
 
-from skippy.check import tinymodels
-from skippy.check.models import (
+from skippy.core.errors import NetworkError, SpotCheckFailed
+from skippy.core.files import sha256_of
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.spot import tinymodels
+from skippy.spot.models import (
     DEFAULT_MODEL,
     GEMMA3_270M,
     ModelRef,
@@ -29,10 +33,6 @@ from skippy.check.models import (
     pick_gguf,
     resolve_model,
 )
-from skippy.core.errors import NetworkError, SpotCheckFailed
-from skippy.core.files import sha256_of
-from skippy.core.settings import Settings
-from skippy.core.ui import Console
 
 
 def settings(tmp_path: Path, **env: str) -> Settings:
@@ -470,7 +470,7 @@ def test_quantized_tiny_model_quantizes_matrices_only(quant: str, tmp_path: Path
 
 
 def test_chat_template_for_a_gguf_without_one() -> None:
-    from skippy.check.models import ChatFacts
+    from skippy.spot.models import ChatFacts
 
     gemma = ChatFacts(architecture="gemma3", has_template=False)
     assert gemma.server_args() == ("--chat-template", "gemma")
@@ -482,7 +482,7 @@ def test_chat_template_for_a_gguf_without_one() -> None:
 
 
 def test_chat_facts_read_from_a_real_gguf(tmp_path: Path) -> None:
-    from skippy.check.models import chat_facts
+    from skippy.spot.models import chat_facts
 
     facts = chat_facts(tinymodels.tiny_model("qwen2", tmp_path, "f32"))
     assert facts.architecture == "qwen2"
@@ -494,7 +494,7 @@ def test_chat_facts_read_the_header_as_gguf_py_does(tmp_path: Path, template: st
     """The header reader (fast on a 262k-token vocabulary) against llama.cpp's own gguf-py."""
     import gguf
 
-    from skippy.check.models import _gguf_metadata_keys, chat_facts
+    from skippy.spot.models import _gguf_metadata_keys, chat_facts
 
     path = tmp_path / "m.gguf"
     writer = gguf.GGUFWriter(str(path), "gemma3")

@@ -12,22 +12,22 @@ from types import MappingProxyType
 
 import pytest
 
-from skippy.compile.backends.rocm_root import (
+from skippy.compile.backends.rocm_rootfs import (
     INSIDE_ENV,
-    DebianRoot,
-    RootContext,
+    DebianRootfs,
+    RootfsContext,
     _can_make,
     mmdebstrap_argv,
-    parse_root_pin,
+    parse_rootfs_pin,
 )
 from skippy.compile.plan import BuildPlan, plan_build
-from skippy.compile.roots import (
+from skippy.compile.rootfs import (
     NAMESPACE_LAUNCHERS,
-    BuildRoot,
+    Rootfs,
     install_launcher,
     read_layout,
     resolve_runner,
-    runner_root,
+    runner_rootfs,
 )
 from skippy.compile.tool import Tool
 from skippy.compile.toolchain import Toolchain, TreeInfo
@@ -38,9 +38,9 @@ PACKAGES = ["hipcc", "libamdhip64-dev", "libhipblas-dev", "librocblas-dev", "cma
 LAYOUT = (("bin", "usr/bin"), ("etc", None), ("lib", "usr/lib"), ("opt", None), ("usr", None), ("var", None))
 
 
-def _root(**kw: object) -> BuildRoot:
+def _root(**kw: object) -> Rootfs:
     tool = Tool("cmake", "/usr/bin/cmake", "4")
-    base = BuildRoot(
+    base = Rootfs(
         path=Path("/c/root"),
         program="/usr/bin/bwrap",
         env={"PATH": "/usr/bin", "A": "1"},
@@ -147,9 +147,9 @@ def test_the_top_level_of_a_merged_usr_root_is_read_as_links_and_system_folders(
         ("usr", None),
         ("var", None),
     )
-    made = runner_root(root, "/usr/bin/bwrap", "namespace", env=INSIDE_ENV, launchers=tmp_path / "l")
+    made = runner_rootfs(root, "/usr/bin/bwrap", "namespace", env=INSIDE_ENV, launchers=tmp_path / "l")
     assert made.layout == read_layout(root) and (tmp_path / "l").is_dir() and made.launchers == tmp_path / "l"
-    chroot = runner_root(root, "/usr/sbin/chroot", "chroot", env=INSIDE_ENV, launchers=tmp_path / "l2")
+    chroot = runner_rootfs(root, "/usr/sbin/chroot", "chroot", env=INSIDE_ENV, launchers=tmp_path / "l2")
     assert chroot.layout == () and chroot.launchers is None and not (tmp_path / "l2").exists()
 
 
@@ -167,9 +167,9 @@ def test_the_plan_binds_the_work_folders_and_the_cache_in_the_bwrap_command(tmp_
     rootfs = tmp_path / "rootfs"
     for name in ("usr", "etc", "var"):
         (rootfs / name).mkdir(parents=True)
-    pin = parse_root_pin({"suite": "sid", "packages": PACKAGES})
-    root = DebianRoot(rootfs, pin, MappingProxyType({"hipcc": "7.0.2-1", "libamdhip64-dev": "6.4.3-1"}))
-    inside = root.build_root("/usr/bin/bwrap", "namespace", tmp_path / "launchers")
+    pin = parse_rootfs_pin({"suite": "sid", "packages": PACKAGES})
+    root = DebianRootfs(rootfs, pin, MappingProxyType({"hipcc": "7.0.2-1", "libamdhip64-dev": "6.4.3-1"}))
+    inside = root.rootfs("/usr/bin/bwrap", "namespace", tmp_path / "launchers")
     toolchain = Toolchain(
         backend="rocm",
         system="Linux",
@@ -177,7 +177,7 @@ def test_the_plan_binds_the_work_folders_and_the_cache_in_the_bwrap_command(tmp_
         ninja=inside.ninja,
         launcher=Tool("sccache", "/skippy/sccache-1/sccache", "0.16"),
         facts={"rocm_toolkit": "debian-root", "toolkit": root.toolkit},
-        build_root=inside,
+        rootfs=inside,
     )
     tree = TreeInfo(tmp_path / "src", frozenset({"GGML_RPC"}), frozenset({"C", "CXX", "HIP"}), "ggml-rpc-server")
 
@@ -186,7 +186,7 @@ def test_the_plan_binds_the_work_folders_and_the_cache_in_the_bwrap_command(tmp_
         return plan_build("rocm", settings, tree=tree, toolchain=toolchain, patched_sha="a" * 40)
 
     p = plan(str(tmp_path / "builds"))
-    assert p.build_root is not None and p.build_root.namespace
+    assert p.rootfs is not None and p.rootfs.namespace
     argv = p.configure_argv
     assert argv[0] == "/usr/bin/bwrap"
     binds = {dest for _src, dest in _pairs(argv[: argv.index("--")], "--bind")}
@@ -206,7 +206,7 @@ def test_the_plan_binds_the_work_folders_and_the_cache_in_the_bwrap_command(tmp_
         plan("/usr/local/builds")
 
 
-def _ctx(tmp_path: Path, uid: int, subuid: str, tools: tuple[str, ...]) -> RootContext:
+def _ctx(tmp_path: Path, uid: int, subuid: str, tools: tuple[str, ...]) -> RootfsContext:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name in tools:
@@ -214,7 +214,7 @@ def _ctx(tmp_path: Path, uid: int, subuid: str, tools: tuple[str, ...]) -> RootC
         (bin_dir / name).chmod(0o755)
     (tmp_path / "subuid").write_text(subuid, encoding="utf-8")
     (tmp_path / "subgid").write_text(subuid, encoding="utf-8")
-    return RootContext(
+    return RootfsContext(
         cache_dir=tmp_path / "cache",
         env={"PATH": str(bin_dir)},
         uid=uid,
@@ -243,7 +243,7 @@ def test_making_the_root_without_root_needs_uidmap_and_a_subordinate_range(tmp_p
 
 
 def test_the_mmdebstrap_command_without_root_is_unshare_mode(tmp_path: Path) -> None:
-    pin = parse_root_pin({"suite": "sid", "packages": PACKAGES})
+    pin = parse_rootfs_pin({"suite": "sid", "packages": PACKAGES})
     argv = mmdebstrap_argv(pin, "http://m/debian", tmp_path / "root", None, mode="unshare")
     assert argv[:2] == ["mmdebstrap", "--mode=unshare"]
     assert argv[2:] == mmdebstrap_argv(pin, "http://m/debian", tmp_path / "root", None)[2:]

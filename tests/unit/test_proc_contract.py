@@ -24,7 +24,7 @@ def _imports_sh(tree: ast.Module) -> list[int]:
 
 
 def test_only_proc_imports_sh() -> None:
-    """Every other module starts and stops processes through skippy.core.proc (check/server.py
+    """Every other module starts and stops processes through skippy.core.proc (spot/server.py
     imported sh itself to catch its exceptions)."""
     found = {
         str(path.relative_to(ROOT)): lines

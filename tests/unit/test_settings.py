@@ -85,9 +85,9 @@ def test_find_root_walks_up(tmp_path: Path) -> None:
 
 
 def test_subtables_refuse_non_tables_and_unknown_keys(tmp_path: Path) -> None:
-    from skippy.check.report import Options
     from skippy.compile.plan import build_table_keys
     from skippy.maintain.parity import ParityConfig
+    from skippy.spot.report import Options
 
     write_pyproject(tmp_path, "[tool.skippy.build]\njobs = 2\n")
     assert Settings.load(tmp_path, env={}).subtable("build", build_table_keys(), example="jobs = 2") == {"jobs": 2}

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from skippy.check import spotcheck
-from skippy.check.binaries import backend_of, default_server, parse_provenance, provenance_mismatch, version_line
-from skippy.check.chat import Answer, completion_request, judge, parse_stream, plan_server_argv, scan_log
-from skippy.check.models import ChatFacts
-from skippy.check.report import ModelResult, Options, Provenance, SpotCheckReport, model_check_failed, spot_report_of
-from skippy.check.server import ServerFailure, describe_exit
-from skippy.check.spotcheck import log_dir
 from skippy.cli.options import SpotCheckOptions, command, make
 from skippy.cli.run import nox_values
 from skippy.compile.backends import spec
 from skippy.core.errors import SettingsError, SpotCheckFailed
 from skippy.core.settings import Settings
+from skippy.spot import spotcheck
+from skippy.spot.binaries import backend_of, default_server, parse_provenance, provenance_mismatch, version_line
+from skippy.spot.chat import Answer, completion_request, judge, parse_stream, plan_server_argv, scan_log
+from skippy.spot.models import ChatFacts
+from skippy.spot.report import ModelResult, Options, Provenance, SpotCheckReport, model_check_failed, spot_report_of
+from skippy.spot.server import ServerFailure, describe_exit
+from skippy.spot.spotcheck import log_dir
 
 
 def settings(tmp_path: Path, **spot: object) -> Settings:

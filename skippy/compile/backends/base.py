@@ -22,7 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Protocol
 
-from skippy.compile.roots import BuildRoot
+from skippy.compile.rootfs import Rootfs
 from skippy.compile.tool import Tool
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ class Found:
     features: frozenset[str] = frozenset()
     notes: tuple[str, ...] = ()
     #: set when the configure and the build run inside a root file system (its cmake and ninja)
-    build_root: BuildRoot | None = None
+    rootfs: Rootfs | None = None
 
 
 class ProbeContext(Protocol):
@@ -271,12 +271,12 @@ class BackendSpec:
     #: known failure lines of this backend in a llama-server log: (regex, what it means),
     #: matched case-sensitively per line by the spot check
     failure_patterns: tuple[tuple[str, str], ...] = ()
-    #: a binary built inside a root (:attr:`Found.build_root`): what it links from the root, so it
+    #: a binary built inside a root (:attr:`Found.rootfs`): what it links from the root, so it
     #: runs only there and the spot check is not run on the host
     root_links: str = "the root's libraries"
     #: ... and the mark of the start-up line its ``llama-server --version`` prints there, which the
     #: gate inside the root reports (``ggml_cuda_init`` for HIP); None: the first line
-    root_gate_line: str | None = None
+    rootfs_gate_line: str | None = None
     #: the build workflow's jobs of this backend (empty: one on ubuntu-24.04, built and
     #: spot-checked, or built only for a GPU backend: hosted runners have none)
     ci: tuple[CiJob, ...] = ()

@@ -35,7 +35,7 @@ BACKEND: Final = BackendSpec(
             notes=(
                 "the CPU backend on another architecture (NEON kernels instead of AVX2): the spot check",
                 "holds the fingerprint to the committed x86_64 reference within the stated",
-                "arch_logprob_tolerance (skippy.check.fingerprint), as a GPU device is held to its own",
+                "arch_logprob_tolerance (skippy.spot.fingerprint), as a GPU device is held to its own",
             ),
         ),
     ),

@@ -2,7 +2,7 @@
 already uses, a sources line for a suite, and the archive keyring.
 
 The Vulkan headers (:mod:`skippy.compile.backends.vulkan_headers`) and the ROCm root
-(:mod:`skippy.compile.backends.rocm_root`) both fetch from the mirror the system's apt
+(:mod:`skippy.compile.backends.rocm_rootfs`) both fetch from the mirror the system's apt
 names, never from a host of their own; each says in its own words what to do when
 there is none.
 """

@@ -3,7 +3,7 @@
 The toolkit is a system one (``hipconfig`` and its clang) or Debian's ROCm packages in a
 root file system under the project cache, where the configure and the build run with
 ``chroot`` (root) or ``bwrap`` in a user namespace (everyone else; ``root_runner`` /
-``SKIPPY_ROOT_RUNNER``) (:mod:`skippy.compile.backends.rocm_root`): ``[tool.skippy.build] rocm_toolkit``
+``SKIPPY_ROOT_RUNNER``) (:mod:`skippy.compile.backends.rocm_rootfs`): ``[tool.skippy.build] rocm_toolkit``
 / ``SKIPPY_ROCM_TOOLKIT`` = ``auto`` (a complete system ROCm, else the Debian root),
 ``system`` or ``debian-root``.  The root's package versions are toolchain facts: they
 name the build directory and go into the stamp.
@@ -20,17 +20,17 @@ from types import MappingProxyType
 from typing import Final
 
 from skippy.compile.backends.base import BackendSpec, Choice, CiJob, Found, InstallHint, PlanFacts, ProbeContext
-from skippy.compile.backends.rocm_root import (
+from skippy.compile.backends.rocm_rootfs import (
     PIN_TABLE,
     TOOLKIT_KEY,
     WHAT,
-    RootContext,
+    RootfsContext,
     launchers_home,
-    make_root,
-    parse_root_pin,
+    make_rootfs,
+    parse_rootfs_pin,
     resolve_toolkit_choice,
 )
-from skippy.compile.roots import RUNNER_KEY, resolve_runner, runner_program
+from skippy.compile.rootfs import RUNNER_KEY, resolve_runner, runner_program
 from skippy.compile.tool import Tool
 from skippy.core.errors import ToolchainMissing
 
@@ -56,17 +56,17 @@ def _first_line(text: str | None) -> str:
     return next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
 
 
-def _debian_root(ctx: ProbeContext, why: str) -> Found:
+def _debian_rootfs(ctx: ProbeContext, why: str) -> Found:
     """Debian's ROCm packages in a root file system under the project cache (made once)."""
     if ctx.system != "Linux":
         raise ctx.missing(f"cannot use the ROCm Debian root on {ctx.system} (it runs with chroot or bwrap on Linux)")
-    pin = parse_root_pin(ctx.build_table.get(PIN_TABLE))
+    pin = parse_rootfs_pin(ctx.build_table.get(PIN_TABLE))
     notes: list[str] = []
     uid = os.geteuid()
     runner = resolve_runner(ctx.build_table, ctx.env, uid)
-    rctx = RootContext(cache_dir=ctx.cache_dir, env=ctx.env, uid=uid, runner=runner, log=notes.append)
+    rctx = RootfsContext(cache_dir=ctx.cache_dir, env=ctx.env, uid=uid, runner=runner, log=notes.append)
     program = runner_program(runner, uid=uid, env=ctx.env, what=WHAT)
-    root = make_root(pin, rctx)
+    root = make_rootfs(pin, rctx)
     facts = {"rocm_toolkit": "debian-root", "rocm_root": str(root.path), "toolkit": root.toolkit}
     how = "chroot" if runner == "chroot" else "bwrap, an unprivileged user namespace"
     notes.append(
@@ -77,8 +77,8 @@ def _debian_root(ctx: ProbeContext, why: str) -> Found:
     if "AMDGPU_TARGETS" not in ctx.given and "GPU_TARGETS" not in ctx.given:
         notes.append(f"no AMD GPU looked for in the Debian root; AMDGPU_TARGETS={ROOT_DEFAULT_AMDGPU_TARGETS}")
     tools = (Tool("rocm-root", str(root.path), root.label), *root.pinned_tools())
-    inside = root.build_root(program, runner, launchers_home(ctx.cache_dir))
-    return Found(tools=tools, facts=MappingProxyType(facts), notes=tuple(notes), build_root=inside)
+    inside = root.rootfs(program, runner, launchers_home(ctx.cache_dir))
+    return Found(tools=tools, facts=MappingProxyType(facts), notes=tuple(notes), rootfs=inside)
 
 
 @dataclass(frozen=True)
@@ -86,14 +86,14 @@ class _Rocm(BackendSpec):
     def probe(self, ctx: ProbeContext) -> Found:
         choice = resolve_toolkit_choice(ctx.build_table, ctx.env)
         if choice == "debian-root":
-            return _debian_root(ctx, "asked for")
+            return _debian_rootfs(ctx, "asked for")
         try:
             return self._system(ctx)
         except ToolchainMissing as exc:
             if choice == "system" or not ctx.build_table.get(PIN_TABLE) or ctx.system != "Linux":
                 raise
             try:
-                return _debian_root(ctx, f"auto: no complete system ROCm, {exc.what}")
+                return _debian_rootfs(ctx, f"auto: no complete system ROCm, {exc.what}")
             except ToolchainMissing as root_exc:
                 # both ways are closed: say why for each, and the way to open the root's
                 raise ToolchainMissing(
@@ -179,7 +179,7 @@ BACKEND: Final = _Rocm(
     failure_patterns=((r"\bHIP error\b|\bROCm error\b", "HIP/ROCm error"),),
     root_links="a newer glibc, the ROCm runtime",
     # without a GPU: "ggml_cuda_init: failed to initialize ROCm: no ROCm-capable device is detected"
-    root_gate_line="ggml_cuda_init",
+    rootfs_gate_line="ggml_cuda_init",
     ci=(
         CiJob(
             "rocm/dev container, build only: hosted runners have no GPU",

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from skippy.check.report import ModelResult, Options
-from skippy.check.server import (
+from skippy.compile.backends import failure_patterns
+from skippy.spot.report import ModelResult, Options
+from skippy.spot.server import (
     HOST,
     LOG_TAIL,
     Server,
@@ -22,7 +23,6 @@ from skippy.check.server import (
     exited_early,
     http_status,
 )
-from skippy.compile.backends import failure_patterns
 
 PROMPT: Final = "Say OK"
 

@@ -8,11 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from skippy.check.evidence import parse_devices
-from skippy.check.report import Provenance
-from skippy.check.server import (
-    describe_exit,
-)
 from skippy.compile.backends import names as backend_names
 from skippy.compile.backends import reference_backend
 from skippy.compile.backends.base import RPC_TARGETS, SERVER_TARGET
@@ -22,6 +17,11 @@ from skippy.core import proc
 from skippy.core.errors import SpotCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from skippy.spot.evidence import parse_devices
+from skippy.spot.report import Provenance
+from skippy.spot.server import (
+    describe_exit,
+)
 
 _PROVENANCE_RE = re.compile(r"skippy:\s*upstream=(?P<upstream>\S+)\s+queue=(?P<queue>\S+)")
 

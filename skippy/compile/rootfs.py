@@ -1,10 +1,10 @@
-"""Roots: a file system the configure and the build run inside (:class:`BuildRoot`), the two
+"""Roots: a file system the configure and the build run inside (:class:`Rootfs`), the two
 ways of running commands there (``chroot`` as root, mounting the work folders in around the
 build; ``bwrap`` in an unprivileged user namespace, the namespace runner, binding them in its
 command line), and never deleting through a mount one leaves.
 
 A root is made by a backend's toolkit (the ROCm toolkit from Debian's packages,
-:mod:`skippy.compile.backends.rocm_root`); this module knows nothing of backends.  With the
+:mod:`skippy.compile.backends.rocm_rootfs`); this module knows nothing of backends.  With the
 namespace runner the binds are in the command line itself and nothing is mounted on the host:
 :func:`mounted` only makes the work folders.  With ``chroot``, around the commands
 :func:`mounted` mounts ``/proc`` (a fresh proc file system) and ``/dev`` (bound) inside the
@@ -58,7 +58,7 @@ NAMESPACE_LAUNCHERS: Final = Path("/skippy")
 
 
 @dataclass(frozen=True)
-class BuildRoot:
+class Rootfs:
     """A root file system the configure and the build run inside, for a toolkit that lives
     there rather than on the host (ROCm from Debian's packages).
 
@@ -132,11 +132,11 @@ class BuildRoot:
         key = str(self.path) if not self.namespace else "\n".join([str(self.path), *map(str, sorted(self.binds))])
         return hashlib.sha256(key.encode()).hexdigest()[:12]
 
-    def with_env(self, extra: Mapping[str, str]) -> BuildRoot:
+    def with_env(self, extra: Mapping[str, str]) -> Rootfs:
         """The same root whose commands also get ``extra`` (the compiler cache's variables)."""
         return replace(self, env=MappingProxyType({**self.env, **extra}))
 
-    def with_binds(self, folders: Sequence[Path]) -> BuildRoot:
+    def with_binds(self, folders: Sequence[Path]) -> Rootfs:
         """The same root with ``folders`` (absolute, as the plan names them) bound in at their
         own paths by a namespace runner (the chroot runner mounts them around the build: the
         root is returned as it is).  A folder a namespace runner cannot bind is refused:
@@ -319,7 +319,7 @@ def unmount_under(folder: Path, env: Mapping[str, str]) -> tuple[list[Path], lis
 
 @contextlib.contextmanager
 def mounted(
-    root: BuildRoot | None,
+    root: Rootfs | None,
     binds: Sequence[Path],
     *,
     env: Mapping[str, str],
@@ -356,7 +356,7 @@ def mounted(
         )
 
 
-def _mount(root: BuildRoot, mount: Mount, env: Mapping[str, str]) -> None:
+def _mount(root: Rootfs, mount: Mount, env: Mapping[str, str]) -> None:
     if mount.source is not None:
         mount.source.mkdir(parents=True, exist_ok=True)
     mount.target.mkdir(parents=True, exist_ok=True)
@@ -379,7 +379,7 @@ def _file_digest(path: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def install_launcher(root: BuildRoot, tool: Tool) -> Tool:
+def install_launcher(root: Rootfs, tool: Tool) -> Tool:
     """``tool`` (a compiler cache on the host) copied for ``root`` once, named by its content:
     into the root (chroot), or into its launcher folder (namespace, bound read-only at
     ``/skippy``); the returned tool's path is the one inside the root."""
@@ -419,7 +419,7 @@ def resolve_runner(table: Mapping[str, object], env: Mapping[str, str], uid: int
     return choice
 
 
-def runner_root(
+def runner_rootfs(
     path: Path,
     program: str,
     runner: str,
@@ -429,13 +429,13 @@ def runner_root(
     cmake: Tool | None = None,
     ninja: Tool | None = None,
     label: str = "",
-) -> BuildRoot:
-    """A :class:`BuildRoot` for the file system at ``path``, its commands run by ``runner`` with
+) -> Rootfs:
+    """A :class:`Rootfs` for the file system at ``path``, its commands run by ``runner`` with
     ``program`` under ``env`` only (its top level read now, for a namespace runner)."""
     namespace = runner == "namespace"
     if namespace and launchers is not None:
         launchers.mkdir(parents=True, exist_ok=True)
-    return BuildRoot(
+    return Rootfs(
         path=path,
         program=program,
         env=MappingProxyType(dict(env)),

@@ -6,21 +6,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from skippy.check.compute import (
+from skippy.core import specs
+from skippy.core.errors import ModelCheckFailed
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.core.ui import Verdict as ProofVerdict
+from skippy.spot.compute import (
     ComputeResult,
 )
-from skippy.check.fingerprint import (
+from skippy.spot.fingerprint import (
     DEFAULT_ARCH_TOLERANCE,
     DEFAULT_DEVICE_TOLERANCE,
     DEFAULT_RPC_TOLERANCE,
     DEFAULT_TOLERANCE,
     Run,
 )
-from skippy.core import specs
-from skippy.core.errors import ModelCheckFailed
-from skippy.core.settings import Settings
-from skippy.core.ui import Console
-from skippy.core.ui import Verdict as ProofVerdict
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class ModelResult:
     compute: ComputeResult = field(default_factory=ComputeResult)
     #: the greedy runs of the fingerprint prompts (in ``compute.fingerprint`` once keyed by the model)
     runs: list[Run] = field(default_factory=list, repr=False)
-    #: when the proof was made, for a result kept from an earlier run (:mod:`skippy.check.kept`); None: made now
+    #: when the proof was made, for a result kept from an earlier run (:mod:`skippy.spot.kept`); None: made now
     kept_from: str | None = None
 
     @property
@@ -214,7 +214,7 @@ class Proof:
     #: what was found (pass, fail) or why it was not run
     detail: str
     #: when it was made, for a proof kept from an earlier run of the same binaries, model, reference
-    #: and settings (:mod:`skippy.check.kept`); None: made by this run
+    #: and settings (:mod:`skippy.spot.kept`); None: made by this run
     kept_from: str | None = None
 
     def as_dict(self) -> dict[str, object]:

@@ -1,6 +1,6 @@
 """The compute half of the spot check: the fingerprint runs over HTTP, and what a
 result says about the numbers (agreement with the CPU reference, the chat template,
-the device the layers went to).  The server's life is :mod:`skippy.check.spotcheck`'s.
+the device the layers went to).  The server's life is :mod:`skippy.spot.spotcheck`'s.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from skippy.check.evidence import device_evidence, parse_offload, template_leak
-from skippy.check.fingerprint import (
+from skippy.spot.evidence import device_evidence, parse_offload, template_leak
+from skippy.spot.fingerprint import (
     PROMPTS,
     Agreement,
     Fingerprint,
@@ -78,7 +78,7 @@ class ComputeResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ComputeResult:
-        """What :meth:`as_dict` wrote (a kept proof, :mod:`skippy.check.kept`)."""
+        """What :meth:`as_dict` wrote (a kept proof, :mod:`skippy.spot.kept`)."""
         fingerprint = data.get("fingerprint")
         agreement = data.get("agreement")
         return cls(

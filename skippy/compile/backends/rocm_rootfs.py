@@ -2,12 +2,12 @@
 
 llama.cpp needs ROCm >= 6.1; Debian 12 ships HIP 5.2 and trixie 5.7, while Debian sid
 carries ROCm 6.4 (hipcc, libamdhip64-dev, librocblas-dev, libhipblas-dev, rocm-cmake).
-:func:`make_root` builds a root file system of the suite and packages pinned in
+:func:`make_rootfs` builds a root file system of the suite and packages pinned in
 ``[tool.skippy.build.rocm_debian_root]`` with ``mmdebstrap``, once, under the project
 cache (``<cache>/rocm-root/<suite>-<pin digest>/root``), from the Debian mirror the
 system's apt already uses (or the pin's ``snapshot`` URL, passed through as the
 mirror).  The configure and the build then run inside it
-(:class:`~skippy.compile.roots.BuildRoot`, :mod:`skippy.compile.roots`), by one of
+(:class:`~skippy.compile.rootfs.Rootfs`, :mod:`skippy.compile.rootfs`), by one of
 two runners (``[tool.skippy.build] root_runner`` / ``SKIPPY_ROOT_RUNNER``):
 
 * ``chroot`` (the default for root): the work folders mounted into the root around the build;
@@ -50,7 +50,7 @@ from typing import Final
 from skippy.compile.backends.base import resolve_choice
 from skippy.compile.backends.debian import DEBIAN_KEYRING, present_keyring, sources_line, system_mirror
 from skippy.compile.fetched import fetch_once, read_marker
-from skippy.compile.roots import BuildRoot, remove_tree, runner_program, runner_root, unmount_under
+from skippy.compile.rootfs import Rootfs, remove_tree, runner_program, runner_rootfs, unmount_under
 from skippy.compile.tool import Tool
 from skippy.core import proc
 from skippy.core.errors import (
@@ -103,7 +103,7 @@ def _bad_pin(problem: str) -> SettingsError:
 
 
 @dataclass(frozen=True)
-class RootPin:
+class RootfsPin:
     suite: str
     packages: tuple[str, ...]
     #: a dated snapshot of the archive, used as the mirror (None: the system's Debian mirror)
@@ -120,7 +120,7 @@ class RootPin:
         return f"{self.suite}-{self.digest}"
 
 
-def parse_root_pin(table: object) -> RootPin:
+def parse_rootfs_pin(table: object) -> RootfsPin:
     """``[tool.skippy.build.rocm_debian_root]`` -> the pin."""
     if not isinstance(table, Mapping) or not table:
         raise _bad_pin("missing (the Debian root needs a suite and its packages)")
@@ -140,7 +140,7 @@ def parse_root_pin(table: object) -> RootPin:
         raise _bad_pin(f"packages lacks {', '.join(missing)} (needed to build the tree)")
     if snapshot is not None and (not isinstance(snapshot, str) or not _SNAPSHOT_RE.fullmatch(snapshot)):
         raise _bad_pin(f"snapshot {snapshot!r} is not a URL (http://, https:// or file://) of an archive snapshot")
-    return RootPin(suite=suite, packages=tuple(dict.fromkeys(packages)), snapshot=snapshot)
+    return RootfsPin(suite=suite, packages=tuple(dict.fromkeys(packages)), snapshot=snapshot)
 
 
 def resolve_toolkit_choice(table: Mapping[str, object], env: Mapping[str, str]) -> str:
@@ -150,7 +150,9 @@ def resolve_toolkit_choice(table: Mapping[str, object], env: Mapping[str, str]) 
     )
 
 
-def mmdebstrap_argv(pin: RootPin, mirror: str, target: Path, keyring: Path | None, *, mode: str = "root") -> list[str]:
+def mmdebstrap_argv(
+    pin: RootfsPin, mirror: str, target: Path, keyring: Path | None, *, mode: str = "root"
+) -> list[str]:
     """The one ``mmdebstrap`` command that makes the root at ``target`` (``mode``: ``root``
     as root, ``unshare`` without)."""
     return [
@@ -190,11 +192,11 @@ DPKG_QUERY: Final = ("dpkg-query", "-W", "-f=${Package}\\t${Version}\\n")
 
 
 @dataclass(frozen=True)
-class DebianRoot:
+class DebianRootfs:
     """A finished root: ``path`` is the file system, ``versions`` every package in it."""
 
     path: Path
-    pin: RootPin
+    pin: RootfsPin
     versions: Mapping[str, str]
     seconds: float = 0.0
     reused: bool = False
@@ -212,12 +214,12 @@ class DebianRoot:
         """The toolchain fact that names the build dir and goes into the build report."""
         return f"rocm debian-root {self.pin.suite} hip {self.versions.get('libamdhip64-dev', '?')} {self.digest}"
 
-    def build_root(self, program: str, runner: str = "chroot", launchers: Path | None = None) -> BuildRoot:
+    def rootfs(self, program: str, runner: str = "chroot", launchers: Path | None = None) -> Rootfs:
         """The root as the plan runs commands in it: by ``runner`` with ``program`` (chroot
         or bwrap); a namespace runner binds ``launchers`` (made here) read-only."""
         cmake = Tool("cmake", "/usr/bin/cmake", f"cmake {self.versions.get('cmake', '?')} ({self.label})")
         ninja = Tool("ninja", "/usr/bin/ninja", f"ninja {self.versions.get('ninja-build', '?')} ({self.label})")
-        return runner_root(
+        return runner_rootfs(
             self.path, program, runner, env=INSIDE_ENV, launchers=launchers, cmake=cmake, ninja=ninja, label=self.label
         )
 
@@ -227,12 +229,12 @@ class DebianRoot:
 
 
 @dataclass(frozen=True)
-class RootContext:
+class RootfsContext:
     cache_dir: Path
     env: Mapping[str, str] = field(repr=False)
     #: the effective user (chroot and mmdebstrap --mode=root need 0)
     uid: int = field(default_factory=os.geteuid)
-    #: how commands run in the root (:func:`skippy.compile.roots.resolve_runner`)
+    #: how commands run in the root (:func:`skippy.compile.rootfs.resolve_runner`)
     runner: str = "chroot"
     #: the subordinate id files (tests pass their own)
     subid_files: tuple[Path, ...] = SUBID_FILES
@@ -241,7 +243,7 @@ class RootContext:
     log: Callable[[str], None] = field(default=lambda _line: None, repr=False)
 
 
-def root_home(cache_dir: Path, pin: RootPin) -> Path:
+def rootfs_home(cache_dir: Path, pin: RootfsPin) -> Path:
     return cache_dir / "rocm-root" / pin.dirname
 
 
@@ -250,28 +252,28 @@ def launchers_home(cache_dir: Path) -> Path:
     return cache_dir / "rocm-root" / "launchers"
 
 
-def _record(pin: RootPin, versions: Mapping[str, str]) -> dict[str, object]:
+def _record(pin: RootfsPin, versions: Mapping[str, str]) -> dict[str, object]:
     return {"suite": pin.suite, "packages": list(pin.packages), "snapshot": pin.snapshot, "versions": dict(versions)}
 
 
-def _done(home: Path, pin: RootPin, record: Mapping[str, object]) -> DebianRoot | None:
+def _done(home: Path, pin: RootfsPin, record: Mapping[str, object]) -> DebianRootfs | None:
     versions = record.get("versions")
     if not isinstance(versions, dict) or dict(record) != _record(pin, versions):
         return None
     if any(name not in versions for name in pin.packages) or not (home / "root" / "usr" / "bin" / "cmake").exists():
         return None
-    return DebianRoot(home / "root", pin, MappingProxyType(dict(versions)), reused=True)
+    return DebianRootfs(home / "root", pin, MappingProxyType(dict(versions)), reused=True)
 
 
-def finished(home: Path, pin: RootPin) -> DebianRoot | None:
+def finished(home: Path, pin: RootfsPin) -> DebianRootfs | None:
     """The finished root of exactly this pin at ``home``, or None (absent, halfway, another pin)."""
     record = read_marker(home)
     return _done(home, pin, record) if record is not None else None
 
 
-def make_root(pin: RootPin, ctx: RootContext) -> DebianRoot:
+def make_rootfs(pin: RootfsPin, ctx: RootfsContext) -> DebianRootfs:
     """The pinned root under the project cache: reused when finished, else made."""
-    home = root_home(ctx.cache_dir, pin)
+    home = rootfs_home(ctx.cache_dir, pin)
     if home.exists() and not os.access(home, os.R_OK | os.X_OK):
         raise ToolchainMissing(
             f"the ROCm Debian root {home} belongs to another user and cannot be read",
@@ -305,7 +307,7 @@ def make_root(pin: RootPin, ctx: RootContext) -> DebianRoot:
     return root
 
 
-def _readable_by_all(home: Path, ctx: RootContext) -> None:
+def _readable_by_all(home: Path, ctx: RootfsContext) -> None:
     """A root of ours made 0700 (mkdtemp's mode, before roots were made 0755) opened to the
     other users, whose namespace runner reads it."""
     info = home.stat()
@@ -313,7 +315,7 @@ def _readable_by_all(home: Path, ctx: RootContext) -> None:
         home.chmod(0o755)
 
 
-def _subid_ranges(ctx: RootContext) -> list[Path]:
+def _subid_ranges(ctx: RootfsContext) -> list[Path]:
     """The subordinate id files with no range for the effective user (by name or uid)."""
     try:
         names = {str(ctx.uid), pwd.getpwuid(ctx.uid).pw_name}
@@ -330,7 +332,7 @@ def _subid_ranges(ctx: RootContext) -> list[Path]:
     return lacking
 
 
-def _can_make(ctx: RootContext) -> str:
+def _can_make(ctx: RootfsContext) -> str:
     """mmdebstrap's mode (``root`` as root, else ``unshare``), or ToolchainMissing naming what
     is missing and the next command."""
     untouched = "everything: nothing was downloaded or built"
@@ -360,7 +362,7 @@ def _can_make(ctx: RootContext) -> str:
     return "unshare"
 
 
-def _mirror(pin: RootPin, ctx: RootContext) -> str:
+def _mirror(pin: RootfsPin, ctx: RootfsContext) -> str:
     if pin.snapshot:
         return pin.snapshot
     mirror = system_mirror(ctx.env)
@@ -374,7 +376,7 @@ def _mirror(pin: RootPin, ctx: RootContext) -> str:
     return mirror
 
 
-def _remove(folder: Path, ctx: RootContext) -> None:
+def _remove(folder: Path, ctx: RootfsContext) -> None:
     """A half-made root removed; one made by ``--mode=unshare`` belongs to the user's
     subordinate ids, so what the user cannot delete goes through ``mmdebstrap --unshare-helper``
     (which in turn cannot unlink from the user's own folders: the user removes what is left).
@@ -397,7 +399,7 @@ def _remove(folder: Path, ctx: RootContext) -> None:
         )
 
 
-def _interrupted(partial: Path, ctx: RootContext, *, terminated: bool) -> Interrupted:
+def _interrupted(partial: Path, ctx: RootfsContext, *, terminated: bool) -> Interrupted:
     """mmdebstrap was stopped by Ctrl-C or SIGTERM: unmount what it left mounted in the half-made
     root and remove that root, and say what was cleaned (or what is left, with the commands)."""
     rerun = "run the build again (nox -s build-rocm)"
@@ -424,7 +426,7 @@ def _interrupted(partial: Path, ctx: RootContext, *, terminated: bool) -> Interr
 
 
 def _make_into(
-    folder: Path, pin: RootPin, ctx: RootContext, *, mode: str, program: str, mirror: str
+    folder: Path, pin: RootfsPin, ctx: RootfsContext, *, mode: str, program: str, mirror: str
 ) -> Mapping[str, object]:
     """mmdebstrap makes the root in ``folder``/root; the versions of its packages are read inside."""
     keyring = present_keyring(ctx.keyring)
@@ -452,7 +454,7 @@ def _make_into(
             f"[tool.skippy.build.{PIN_TABLE}], then run the build again",
             details=exc.details,
         ) from exc
-    inside = runner_root(target, program, ctx.runner, env=INSIDE_ENV)
+    inside = runner_rootfs(target, program, ctx.runner, env=INSIDE_ENV)
     query = proc.run(inside.wrap(DPKG_QUERY), env=ctx.env, timeout=120, what="dpkg-query in the root")
     versions = parse_package_versions(query.stdout)
     missing = [name for name in pin.packages if name not in versions]
@@ -469,14 +471,14 @@ __all__ = [
     "PIN_TABLE",
     "TOOLKIT_CHOICES",
     "TOOLKIT_ENV",
-    "DebianRoot",
-    "RootContext",
-    "RootPin",
+    "DebianRootfs",
+    "RootfsContext",
+    "RootfsPin",
     "launchers_home",
-    "make_root",
+    "make_rootfs",
     "mmdebstrap_argv",
     "parse_package_versions",
-    "parse_root_pin",
+    "parse_rootfs_pin",
     "resolve_toolkit_choice",
     "versions_digest",
 ]

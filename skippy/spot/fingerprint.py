@@ -242,7 +242,7 @@ class Agreement:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Agreement:
-        """The agreement :meth:`as_dict` wrote (a kept proof, :mod:`skippy.check.kept`)."""
+        """The agreement :meth:`as_dict` wrote (a kept proof, :mod:`skippy.spot.kept`)."""
         return cls(
             status=str(data["status"]),
             tolerance=float(data["tolerance"]),

@@ -22,8 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from skippy.check import kept
-from skippy.check.binaries import (
+from skippy.compile.backends import spec as backend_spec
+from skippy.compile.backends.base import SERVER_TARGET
+from skippy.core.errors import ModelCheckFailed, SkippyError, SpotCheckFailed
+from skippy.core.files import sha256_of, write_text_atomic
+from skippy.core.settings import Settings
+from skippy.core.ui import Console
+from skippy.spot import kept
+from skippy.spot.binaries import (
     backend_of,
     build_dir_of,
     list_devices,
@@ -33,14 +39,14 @@ from skippy.check.binaries import (
     read_version,
     version_line,
 )
-from skippy.check.chat import _BIND_FAILURE, Answer, ask, judge, plan_server_argv, refused_argument, wait_ready
-from skippy.check.compute import (
+from skippy.spot.chat import _BIND_FAILURE, Answer, ask, judge, plan_server_argv, refused_argument, wait_ready
+from skippy.spot.compute import (
     ComputeFailure,
     device_reason,
     fingerprint_runs,
     leak_reason,
 )
-from skippy.check.fingerprint import (
+from skippy.spot.fingerprint import (
     Fingerprint,
     compare,
     read_reference,
@@ -48,10 +54,10 @@ from skippy.check.fingerprint import (
     render_reference,
     tolerance_for,
 )
-from skippy.check.kept import PROOFS_NAME, ProofRecord, checker_digest, proof_key
-from skippy.check.models import BUILTIN, ChatFacts, ModelRef, chat_facts, model_refs, resolve_model
-from skippy.check.provenance import stale_next_step
-from skippy.check.report import (
+from skippy.spot.kept import PROOFS_NAME, ProofRecord, checker_digest, proof_key
+from skippy.spot.models import BUILTIN, ChatFacts, ModelRef, chat_facts, model_refs, resolve_model
+from skippy.spot.provenance import stale_next_step
+from skippy.spot.report import (
     ModelResult,
     Options,
     Provenance,
@@ -60,7 +66,7 @@ from skippy.check.report import (
     model_check_failed,
     shown_time,
 )
-from skippy.check.server import (
+from skippy.spot.server import (
     HOST,
     LOG_TAIL,
     ServerFailure,
@@ -68,12 +74,6 @@ from skippy.check.server import (
     running_server,
     wait_for_port,
 )
-from skippy.compile.backends import spec as backend_spec
-from skippy.compile.backends.base import SERVER_TARGET
-from skippy.core.errors import ModelCheckFailed, SkippyError, SpotCheckFailed
-from skippy.core.files import sha256_of, write_text_atomic
-from skippy.core.settings import Settings
-from skippy.core.ui import Console
 
 # --- pure parts -------------------------------------------------------------
 
@@ -243,7 +243,7 @@ def spot_check(
 
     A model's proofs already made for the same binaries, model, reference and settings are kept
     from the build dir's proof record, with the time they were made, and no server is started
-    for it (:mod:`skippy.check.kept`); ``recheck`` (and ``write_reference``) makes them again.
+    for it (:mod:`skippy.spot.kept`); ``recheck`` (and ``write_reference``) makes them again.
     The binary's provenance is read again on every run (``--version``: milliseconds).
 
     Raises :class:`ModelCheckFailed` (a :class:`SpotCheckFailed`, with the
