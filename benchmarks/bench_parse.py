@@ -40,8 +40,8 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import cppscan, graphedit
 from skippy.maintain.parity_config import DEFAULT_FILES, glob_match
+from skippy.maintain.replay import read_text, tracked_files
 from skippy.queue.archives import archive_commit
-from skippy.queue.replay import read_text, tracked_files
 from skippy.queue.target import read_pin
 
 #: the scanner the parity audit used before cppscan, in the project's history

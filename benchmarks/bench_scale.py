@@ -526,7 +526,7 @@ class Scratch:
 
     def lane(self, sites: Sequence[Site], lane: str, first: int, into: Path) -> None:
         """The sites as commits, exported into ``into`` numbered from ``first`` (what regenerate writes)."""
-        from skippy.queue.replay import export_range
+        from skippy.maintain.replay import export_range
 
         if not sites:
             return
@@ -546,7 +546,7 @@ class Scratch:
     def changed(self, index: int, patch_dir: Path) -> Changed:
         """The patch at ``index`` with one more line after its first added block (in the first of its
         files with line comments), as its commit amended and exported."""
-        from skippy.queue.replay import export_commit
+        from skippy.maintain.replay import export_commit
 
         commit, label = self.commits[index], self.labels[index]
         names = self.repo.out("diff", "--name-only", "--no-renames", f"{commit}^", commit).splitlines()

@@ -368,7 +368,7 @@ def _default_build(
 def _default_parity(settings: Settings, console: Console, repo: Repo, base: str, upstream_sha: str) -> dict[str, Any]:
     """The parity audit of the queue replayed on the new upstream; raises ParityFailed on unlisted drops."""
     from skippy.maintain import parity
-    from skippy.queue.replay import replay
+    from skippy.maintain.replay import replay
 
     config = parity.ParityConfig.from_settings(settings)
     allowlist = parity.load_allowlist(config.allowlist)

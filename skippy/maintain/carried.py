@@ -56,7 +56,7 @@ from skippy.core.git import Repo, config_args
 from skippy.maintain.upstream_log import LITERAL_PATHSPECS, UpstreamCommit, upstream_commits
 from skippy.queue.model import Patch, Queue
 
-#: the diff of an upstream commit shaped as the queue's exports are (``skippy.queue.replay``'s
+#: the diff of an upstream commit shaped as the queue's exports are (``skippy.maintain.replay``'s
 #: ``EXPORT_ARGS`` and the ``diff.*`` keys of its ``EXPORT_CONFIG``), so that equal changes hash equal
 LOG_DIFF_ARGS: Final[tuple[str, ...]] = (
     "--no-renames",

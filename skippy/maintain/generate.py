@@ -77,8 +77,8 @@ from skippy.maintain.genrun import (
     run_generator,
     write_families,
 )
+from skippy.maintain.replay import FIXED_DATE, export_range, replay, sub_queue
 from skippy.queue.model import PATCH_LIMIT, Lane, Queue, queue_digest
-from skippy.queue.replay import FIXED_DATE, export_range, replay, sub_queue
 from skippy.queue.scratch import owned_scratch
 from skippy.queue.triage import aside_worktree
 
@@ -800,8 +800,8 @@ def run_generate(
     settings: Settings, *, console: Console, check: bool = False, checkout: Path | None = None, offline: bool = False
 ) -> tuple[GeneratedLane, Drift]:
     """``invoke generate`` (rewrite the lane) or ``invoke generate --check`` (QueueError on drift)."""
+    from skippy.maintain.replay import pinned_store
     from skippy.queue.model import load_queue
-    from skippy.queue.replay import pinned_store
 
     spec = load_spec(settings)
     if spec is None:

@@ -43,7 +43,7 @@ from skippy.maintain.parity_config import (
     glob_match,
     load_allowlist,
 )
-from skippy.queue.replay import Replay, read_text
+from skippy.maintain.replay import Replay, read_text
 
 # the module's public names; the configuration's (from parity_config) are re-exported for their callers
 __all__ = [
@@ -690,8 +690,8 @@ def run_parity(
     settings: Settings, *, console: Console, checkout: Path | None = None, offline: bool = False
 ) -> ParityReport:
     """``invoke parity``: load the queue, replay it on the pin aside, audit it."""
+    from skippy.maintain.replay import pinned_store, replay
     from skippy.queue.model import load_queue
-    from skippy.queue.replay import pinned_store, replay
 
     config = ParityConfig.from_settings(settings)
     allowlist = load_allowlist(config.allowlist, inside=settings.root)

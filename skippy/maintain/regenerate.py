@@ -6,7 +6,7 @@
 1. the current patch dir is backed up (byte for byte) under
    ``<cache_dir>/backups/`` (the newest KEEP_BACKUPS are kept after a success);
 2. each lane is exported with ``git format-patch --start-number 1`` and the
-   fixed options of :mod:`skippy.queue.replay` (zero commit, no signature,
+   fixed options of :mod:`skippy.maintain.replay` (zero commit, no signature,
    ``[PATCH]`` subjects, full index, fixed diffstat, no renames, myers, all
    output-shaping config forced), so re-exporting an unchanged branch gives
    the same bytes; ``model_support/series`` lists the sorted names;
@@ -52,10 +52,10 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import rangediff
 from skippy.maintain.history import Commit, Lanes, lanes_of, refuse_merges
+from skippy.maintain.replay import Replays, Store, applied_once, export_range, pinned_store, sub_queue
 from skippy.queue import leftovers
 from skippy.queue import workdir as wd
 from skippy.queue.model import SERIES_LIMIT, Lane, load_queue, queue_file_bytes, unknown_entries
-from skippy.queue.replay import Replays, Store, applied_once, export_range, pinned_store, sub_queue
 from skippy.queue.session import after_regenerate
 
 #: queue backups kept under ``<cache_dir>/backups`` after a successful regenerate (a failed one keeps all)

@@ -5,7 +5,7 @@ Steps (a failed step skips the ones that need its result):
 1. ``queue``: the queue validates (lanes, names, series, mailbox headers);
 2. ``apply``: all lanes apply on the pin, in a temporary worktree (the
    maintainer's workdir checkout is never touched); each patch is applied
-   once: the later steps reuse these commits (:func:`skippy.queue.replay.applied_once`);
+   once: the later steps reuse these commits (:func:`skippy.maintain.replay.applied_once`);
 3. ``parity``: no arch case is dropped without an allowlist entry; the hunks
    that delete upstream lines are listed;
 4. ``generated``: the checked-in generated lane is what the generator makes;
@@ -25,8 +25,8 @@ from skippy.core.errors import CheckFailed, SkippyError, UnsafeGitConfig
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import generate, parity
+from skippy.maintain.replay import Replay, Store, applied_once, pinned_store, replay
 from skippy.queue.model import Lane, Queue, load_queue
-from skippy.queue.replay import Replay, Store, applied_once, pinned_store, replay
 
 STATUSES = ("ok", "warning", "failed", "skipped")
 

@@ -19,8 +19,8 @@ import pytest
 from skippy.core import proc
 from skippy.core.git import Repo
 from skippy.maintain import parity
+from skippy.maintain.replay import Replay
 from skippy.queue.model import Lane, Patch
-from skippy.queue.replay import Replay
 from tests.gitfixtures import Upstream, git
 from tests.integration.test_parity_fixtures import ARCH_SRC, MODEL_SRC, MODELS
 

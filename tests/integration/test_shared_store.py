@@ -21,9 +21,9 @@ import pytest
 
 from skippy.core.files import sha256_of
 from skippy.core.ui import Console
+from skippy.maintain.replay import pinned_store
 from skippy.queue import archives
 from skippy.queue.prepare import Target, prepare
-from skippy.queue.replay import pinned_store
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env, mount_namespace
 from tests.integration.test_archives_prepare import archive_of, configure

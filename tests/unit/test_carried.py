@@ -4,7 +4,7 @@ of upstream's patch-ids against the queue's exports."""
 from __future__ import annotations
 
 from skippy.maintain.carried import LOG_DIFF_ARGS, LOG_DIFF_CONFIG, Carried, split_hunks
-from skippy.queue.replay import EXPORT_ARGS, EXPORT_CONFIG
+from skippy.maintain.replay import EXPORT_ARGS, EXPORT_CONFIG
 
 MAIL = b"""\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
