@@ -83,7 +83,7 @@ def docs(session: nox.Session) -> None:
 
 
 def _run(session: nox.Session, name: str, backend: str | None = None) -> None:
-    from skippy.cli.run import nox_main
+    from skippy.cli.entries import nox_main
 
     ran = nox_main(name, session.posargs, os.environ, root=ROOT, backend=backend)
     if ran.skipped:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from skippy.cli.command import Report
 from skippy.cli.options import (
     BisectOptions,
     PinBumpOptions,
@@ -21,14 +22,11 @@ from skippy.cli.options import (
     SummaryOptions,
     TriageOptions,
 )
-from skippy.cli.run import Report, entry, load
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 
 if TYPE_CHECKING:
     from skippy.maintain.summary import Summary
-
-__all__ = ["load"]
 
 
 def prepare(options: PrepareOptions, settings: Settings, console: Console) -> Report:
@@ -177,11 +175,3 @@ def status(options: StatusOptions, settings: Settings, console: Console) -> Repo
         lines.append(f"build {backend}: {where} ({build_mode_text(build, settings)})" + (f"; {moved}" if moved else ""))
         lines += [f"  {name}: {settings.relative(Path(path))}" for name, path in build["binaries"].items()]
     return Report({**found.as_dict(), "builds": builds}, text="\n".join(lines))
-
-
-prepare_main = entry("prepare")
-triage_main = entry("triage")
-status_main = entry("status")
-pin_bump_main = entry("pin_bump")
-summary_main = entry("summary")
-bisect_main = entry("bisect")

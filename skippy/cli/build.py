@@ -4,13 +4,10 @@ binaries and run line (:func:`skippy.flows.build_session.session_ending`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from functools import partial
-from pathlib import Path
 from typing import Any
 
-from skippy.cli.options import BuildOptions, command, make
-from skippy.cli.run import Report, entry, nox_main, nox_values
+from skippy.cli.command import Report
+from skippy.cli.options import BuildOptions
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import (
@@ -73,24 +70,3 @@ def build(
         # the nox session must then call session.skip, so that it shows as skipped, never as passed
         return Report(report, skipped=f"{outcome.skipped} (unavailable backends skipped on request)")
     return Report(report, ending=session_ending(outcome, settings))
-
-
-def build_main(
-    backend: str,
-    env: Mapping[str, str],
-    *,
-    root: Path,
-    args: Sequence[str] = (),
-    session_fn: SessionFn | None = None,
-) -> tuple[int, str | None]:
-    """``nox -s build-<backend> -- ARGS``: (exit code, skip reason)."""
-    ran = nox_main("build", args, env, root=root, backend=backend, action=partial(build, session_fn=session_fn))
-    return ran.code, ran.skipped
-
-
-def session_options(argv: Sequence[str], env: Mapping[str, str], backend: str = "cpu") -> BuildOptions:
-    """The typed options of ``nox -s build-<backend> -- ARGV`` (workflow checks, tests)."""
-    return make(BuildOptions, nox_values(command("build"), argv, backend), env)
-
-
-build_task_main = entry("build")

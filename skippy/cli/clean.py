@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from skippy.cli.command import Report
 from skippy.cli.options import CleanOptions
-from skippy.cli.run import Report, entry
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 
@@ -15,6 +15,3 @@ def clean(options: CleanOptions, settings: Settings, console: Console) -> Report
     plan = clean_build_dirs(settings, console, dry_run=options.dry_run)
     text = render_plan(plan, settings, dry_run=options.dry_run)
     return Report({"dry_run": options.dry_run, **plan.as_dict()}, text=text)
-
-
-clean_main = entry("clean")

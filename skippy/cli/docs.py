@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from skippy.cli.commands import README_BEGIN, README_END, readme_block
 from skippy.cli.exitcodes import render_exit_codes
-from skippy.cli.options import README_BEGIN, README_END, readme_block
 from skippy.compile.backends import registry
 from skippy.compile.backends.base import COMMON_DEFINES, TREE_OPTIONAL_DEFINES, BackendSpec
 from skippy.core import specs
@@ -738,7 +738,8 @@ def build_cpu_runner(root: Path, env: Mapping[str, str]) -> SessionRun:
     """``nox -s build-cpu -- ARGS`` as the nox session runs it (:func:`skippy.cli.run.nox_main`),
     the ending the session showed kept beside its report."""
     from skippy.cli.build import build
-    from skippy.cli.run import Report, nox_main
+    from skippy.cli.command import Report
+    from skippy.cli.entries import nox_main
     from skippy.core.settings import Settings
 
     def one(args: Sequence[str]) -> tuple[int, Mapping[str, Any], Ending | None]:

@@ -1,4 +1,4 @@
-"""The invoke tasks, made from :data:`skippy.cli.options.COMMANDS`.
+"""The invoke tasks, made from :data:`skippy.cli.commands.COMMANDS`.
 
 Each task's flags, short forms, help and positional arguments come from the
 option table (the nox sessions' parsers are made from the same table); its body
@@ -21,7 +21,8 @@ from invoke.exceptions import Exit, ParseError
 from invoke.program import Program
 from invoke.tasks import Task
 
-from skippy.cli.options import COMMANDS, Command
+from skippy.cli.command import Command
+from skippy.cli.commands import COMMANDS
 
 
 class _Task(Task[Any]):
@@ -103,8 +104,8 @@ def report_parse_errors(program: Program) -> None:
             argv = list(program.core.unparsed) if program.core is not None else []
             context = getattr(exc, "context", None)
             named = getattr(context, "name", None) or (argv[0] if argv else "")
-            task = named if named in {c.task for c in COMMANDS} else ""
-            ran = invoke_parse_error(str(task), str(exc), argv, os.environ)
+            known = next((c for c in COMMANDS if c.task == named), None)
+            ran = invoke_parse_error(known.task if known else "", str(exc), argv, os.environ, known=known)
             raise Exit(code=ran.code) from None
 
     program.parse_tasks = parse  # type: ignore[method-assign]

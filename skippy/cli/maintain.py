@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from skippy.cli.command import Report
 from skippy.cli.options import AuditOptions, GenerateOptions, RegenerateOptions
-from skippy.cli.run import Report, entry
 from skippy.core.settings import Settings
 from skippy.core.ui import Console, say
 
@@ -70,9 +70,3 @@ def check(options: AuditOptions, settings: Settings, console: Console) -> Report
             say(report.render())
         raise audit.failure(report)
     return Report(report.as_dict(), text=report.render())
-
-
-regenerate_main = entry("regenerate")
-generate_main = entry("generate")
-parity_main = entry("parity")
-check_main = entry("check")

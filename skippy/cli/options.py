@@ -1,7 +1,7 @@
 """Every command-line option, declared once, as data.
 
 Each command's options are one frozen dataclass whose fields carry their
-declaration (``Annotated[bool, flag("...")]``); :data:`COMMANDS` names the
+declaration (``Annotated[bool, flag("...")]``); :data:`skippy.cli.commands.COMMANDS` names the
 commands.  The invoke tasks (``tasks.py``), the nox sessions' argument parsers and
 the README's option tables are made from it, and one path
 (:func:`skippy.cli.run.run`) turns what either parsed into the command's typed
@@ -568,149 +568,6 @@ def make(cls: type[OptionsT], values: Mapping[str, object], env: Mapping[str, st
 
 #: the one spelling of --json (a run whose arguments cannot be parsed looks for it among them)
 JSON_FLAG: Final = "--json"
-#: what a Ctrl-C leaves behind, unless the command says more
-INTERRUPTED: Final = "what was started is recognized and recovered by the next run"
-
-
-@dataclass(frozen=True)
-class Command:
-    """One command: an invoke task (and its nox session, where there is one) and the action it runs."""
-
-    name: str
-    help: str
-    #: ``module:function``, called as ``function(options, settings, console)`` (see :mod:`skippy.cli.run`)
-    target: str
-    options_type: type[Common]
-    #: the nox session (``build-<backend>``: one per backend, the backend taken from its name)
-    nox: str | None = None
-    #: what a Ctrl-C leaves behind, for its report
-    interrupted: str = INTERRUPTED
-
-    @property
-    def task(self) -> str:
-        return self.name.replace("_", "-")
-
-    @property
-    def all_options(self) -> tuple[Option, ...]:
-        return options_of(self.options_type)
-
-    @property
-    def nox_options(self) -> tuple[Option, ...]:
-        """The nox session's options: a build session's backend is its name, not an option."""
-        return tuple(o for o in self.all_options if not (self.nox == BUILD_SESSION and o.name == "backend"))
-
-    def option(self, name: str) -> Option:
-        for option in self.all_options:
-            if option.name == name:
-                return option
-        raise KeyError(name)
-
-
-#: the nox build sessions' name pattern
-BUILD_SESSION: Final = "build-<backend>"
-_AUDIT_INTERRUPTED: Final = "the workdir and the queue: the audit reads temporary worktrees only"
-
-#: the commands, in the order ``invoke --list`` shows them
-COMMANDS: Final[tuple[Command, ...]] = (
-    Command(
-        "prepare",
-        "Check out upstream llama.cpp and apply the patch queue (git am --3way, three lanes).",
-        "skippy.cli.app:prepare",
-        PrepareOptions,
-    ),
-    Command(
-        "triage",
-        "Try every patch of every lane against a target and classify each (clean/3way/conflict/...).",
-        "skippy.cli.app:triage",
-        TriageOptions,
-        interrupted="the workdir's checkout: triage runs in a temporary worktree",
-    ),
-    Command(
-        "build",
-        "Build and spot-check one backend: what `nox -s build-<backend>` runs, with the same options.",
-        "skippy.cli.build:build",
-        BuildOptions,
-        nox=BUILD_SESSION,
-        interrupted="the source tree; the build dir is kept (the next run reconfigures or resumes it)",
-    ),
-    Command(
-        "spot_check",
-        "A real llama-server on a real model: chat, fingerprint against the CPU reference, the RPC path.",
-        "skippy.cli.spot:spot_check",
-        SpotCheckOptions,
-        nox="spot-check",
-        interrupted="the build and the model cache; the servers were stopped",
-    ),
-    Command(
-        "status",
-        "Pin, upstream and patched SHAs, queue digest, local work, and what prepare would do.",
-        "skippy.cli.app:status",
-        StatusOptions,
-        interrupted="everything: status only reads",
-    ),
-    Command(
-        "pin_bump",
-        "Prepare, build, spot-check and audit a new upstream, then move the pin (atomically) and summarize.",
-        "skippy.cli.app:pin_bump",
-        PinBumpOptions,
-    ),
-    Command(
-        "summary",
-        "Pull-request Markdown of upstream OLD..NEW: commits, diffstat, areas, the functions each patch changes that "
-        "upstream changed too.",
-        "skippy.cli.app:summary",
-        SummaryOptions,
-        interrupted="everything: summary only reads",
-    ),
-    Command(
-        "bisect",
-        "Newest upstream commit the whole queue applies to, and the commit that first breaks each failing patch.",
-        "skippy.cli.app:bisect",
-        BisectOptions,
-        interrupted=_AUDIT_INTERRUPTED,
-    ),
-    Command(
-        "regenerate",
-        "Write the core and model_support lanes back from the prepared workdir's commits (their Skippy-Patch "
-        "trailers say which lane), or from two branches (verified; backup restored on failure).",
-        "skippy.cli.maintain:regenerate",
-        RegenerateOptions,
-    ),
-    Command(
-        "generate",
-        "Rewrite the generated lane from generated/families.toml and the pinned tree (or --check it).",
-        "skippy.cli.maintain:generate",
-        GenerateOptions,
-    ),
-    Command(
-        "parity",
-        "Audit the arch cases the queue drops (allowlist beside the queue) and list its upstream deletions.",
-        "skippy.cli.maintain:parity",
-        AuditOptions,
-        interrupted=_AUDIT_INTERRUPTED,
-    ),
-    Command(
-        "check",
-        "Everything a reviewer needs: validate, apply all lanes, parity, generated-lane drift, boundary lint.",
-        "skippy.cli.maintain:check",
-        AuditOptions,
-        interrupted=_AUDIT_INTERRUPTED,
-    ),
-    Command(
-        "clean",
-        "Remove old build dirs (keeping each backend's newest build of the prepared tree) and source archives "
-        "no longer configured; never the workdir, the queue or the backups.",
-        "skippy.cli.clean:clean",
-        CleanOptions,
-    ),
-)
-
-
-def command(name: str) -> Command:
-    for c in COMMANDS:
-        if name in (c.name, c.task):
-            return c
-    raise KeyError(name)
 
 
 def render_table(options: Sequence[Option]) -> str:
@@ -725,23 +582,3 @@ def render_table(options: Sequence[Option]) -> str:
         env = f" (default from `{o.env}`)" if o.env else ""
         lines.append(f"| {name} | {o.help}{env} |")
     return "\n".join(lines)
-
-
-#: the options block (docs/options.md) between these markers is made by :func:`readme_block`
-#: (through ``python -m skippy.cli.docs``, which rewrites every generated block)
-README_BEGIN: Final = "<!-- options: made from skippy/cli/options.py by `python -m skippy.cli.docs` -->"
-README_END: Final = "<!-- options: end -->"
-
-
-def readme_block() -> str:
-    """The README's option reference: one table per command, in the table's order."""
-    parts = [README_BEGIN]
-    for c in COMMANDS:
-        where = f"`invoke {c.task}`"
-        if c.nox == BUILD_SESSION:
-            where += " and `nox -s build-<backend> --` (the backend is the session's name)"
-        elif c.nox:
-            where += f" and `nox -s {c.nox} --`"
-        parts += ["", f"{where}: {c.help}", "", render_table(c.all_options)]
-    parts += ["", README_END]
-    return "\n".join(parts)

@@ -15,43 +15,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final
 
-from skippy.cli.options import BUILD_SESSION, COMMANDS, INTERRUPTED, JSON_FLAG, Command, Common, Option, command, make
+from skippy.cli.command import BUILD_SESSION, INTERRUPTED, Action, Command, Report
+from skippy.cli.options import JSON_FLAG, Common, Option, make
 from skippy.core import proc
 from skippy.core.errors import InternalError, Interrupted, SettingsError, SkippyError, TerminatedError
 from skippy.core.settings import Settings, find_root
 from skippy.core.ui import Console, OptionParser, print_json, say
 
-if TYPE_CHECKING:  # the build sessions' ending: imported where a failure carries one (a prepare never loads it)
-    from skippy.spot.report import Ending
-
 #: the exit code of a run that finished
 OK: Final = 0
-
-
-@dataclass(frozen=True)
-class Report:
-    """What a command's action hands back: its JSON report, and what a human is shown."""
-
-    data: Mapping[str, Any]
-    #: the human report (stdout; not printed with --json)
-    text: str = ""
-    #: the closing block of proofs, binaries and run line (stderr, with and without --json)
-    ending: Ending | None = None
-    #: set when the command was skipped on request (a nox session shows it as skipped)
-    skipped: str | None = None
-    #: what to run next, shown last as ``next: ...`` (as an error's is); else the data's ``next``
-    next_step: str | None = None
-
-
-#: a command's action: its typed options, the settings and the console -> its report
-Action = Callable[[Any, Settings, Console], Report]
 
 
 @dataclass(frozen=True)
@@ -157,12 +135,6 @@ def then(options: object, settings: Settings, report: Report) -> Report:
     return replace(report, next_step=after_as_is(settings))
 
 
-def action_of(c: Command) -> Action:
-    module, _, function = c.target.partition(":")
-    found: Action = getattr(importlib.import_module(module), function)
-    return found
-
-
 def run(
     c: Command,
     values: Mapping[str, object],
@@ -176,7 +148,7 @@ def run(
     ``action`` replaces the command's own (tests)."""
     as_json = values.get("json") is True
     console = Console(env=env, verbose=values.get("verbose") is True)
-    act = action or action_of(c)
+    act = action or c.action
 
     def step() -> Report:
         options = make(c.options_type, values, env, prog=prog)
@@ -226,25 +198,6 @@ def nox_values(c: Command, argv: Sequence[str], backend: str | None = None) -> d
     return values
 
 
-def nox_main(
-    name: str,
-    argv: Sequence[str],
-    env: Mapping[str, str],
-    *,
-    root: Path | None,
-    backend: str | None = None,
-    action: Action | None = None,
-) -> Ran:
-    """``nox -s NAME -- ARGV`` (``build-<backend>``: ``name`` "build" and its ``backend``)."""
-    c = command(name)
-    try:
-        values = nox_values(c, argv, backend)
-    except SettingsError as exc:
-        # the arguments could not be parsed, so neither could --json: its token decides
-        return failed(exc, Console(env=env), as_json=JSON_FLAG in argv)
-    return run(c, values, env, root=root, prog=nox_prog(c, backend).removesuffix(" --"), action=action)
-
-
 # --- invoke ------------------------------------------------------------------------
 
 
@@ -257,11 +210,13 @@ def invoke_main(c: Command, values: Mapping[str, object], env: Mapping[str, str]
     return ran
 
 
-def invoke_parse_error(task: str, message: str, argv: Sequence[str], env: Mapping[str, str]) -> Ran:
-    """invoke's own argument error (an unknown flag, a missing value), reported as ours."""
+def invoke_parse_error(
+    task: str, message: str, argv: Sequence[str], env: Mapping[str, str], *, known: Command | None = None
+) -> Ran:
+    """invoke's own argument error (an unknown flag, a missing value), reported as ours;
+    ``known``: the task's command, whose valid options are listed."""
     where = f"invoke {task}" if task else "invoke"
-    known = [c for c in COMMANDS if c.task == task]
-    lines = [f"  {', '.join(o.names)}: {o.help}" for c in known for o in c.all_options]
+    lines = [f"  {', '.join(o.names)}: {o.help}" for o in (known.all_options if known is not None else ())]
     error = SettingsError(
         f"{where}: {message}",
         untouched="everything: nothing was started",
@@ -281,24 +236,7 @@ __all__ = [
     "invoke_main",
     "invoke_parse_error",
     "load",
-    "nox_main",
     "nox_parser",
     "nox_values",
     "run",
 ]
-
-
-class Entry(Protocol):
-    def __call__(self, env: Mapping[str, str], *, root: Path | None = None, **values: object) -> int: ...
-
-
-def entry(name: str) -> Entry:
-    """The command ``name`` called from Python (tests, scripts) with its options as keywords
-    (``prepare_main(env, root=..., latest=True, json=True)``): invoke's path, the exit code."""
-    c = command(name)
-
-    def main(env: Mapping[str, str], *, root: Path | None = None, **values: object) -> int:
-        return run(c, values, env, root=root, prog=f"invoke {c.task}").code
-
-    main.__name__ = main.__qualname__ = f"{name}_main"
-    return main

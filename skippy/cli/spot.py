@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+from skippy.cli.command import Report
 from skippy.cli.options import SpotCheckOptions
-from skippy.cli.run import Report, entry, nox_main
 from skippy.compile.backends import spec
 from skippy.compile.localtree import LOCAL_QUEUE_DIGEST
 from skippy.core.errors import ModelCheckFailed, SettingsError, SpotCheckFailed
@@ -132,11 +132,3 @@ def spot_check(options: SpotCheckOptions, settings: Settings, console: Console) 
         failure=lambda failed: spot_failure(failed, options.server_arg, server, settings),
     )
     return Report(report.as_dict(), ending=spot_ending(report, settings, server))
-
-
-def main(argv: Sequence[str], *, env: Mapping[str, str], root: Path | None = None) -> int:
-    """``nox -s spot-check -- ARGV``: the exit code."""
-    return nox_main("spot_check", argv, env, root=root).code
-
-
-spot_check_main = entry("spot_check")

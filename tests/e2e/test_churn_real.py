@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.app import summary_main
+from skippy.cli.entries import summary_main
 from skippy.queue.testbed import LlamaTestbed
 from tests.gitfixtures import git, hermetic_git_env, pyproject
 

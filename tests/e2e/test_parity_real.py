@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.maintain import check_main, parity_main
+from skippy.cli.entries import check_main, parity_main
 from skippy.maintain.parity import DEFAULT_FILES, glob_match
 from skippy.queue.testbed import LlamaTestbed
 from tests.gitfixtures import git, hermetic_git_env, pyproject

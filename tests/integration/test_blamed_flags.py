@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from skippy.cli.build import session_options
+from skippy.cli.entries import session_options
 from skippy.cli.options import PinBumpOptions, make
 from skippy.core.errors import ModelCheckFailed, QueueError, SettingsError, ToolchainMissing
 from skippy.queue.patchpaths import paths_outside_the_tree

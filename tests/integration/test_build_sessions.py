@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from skippy.cli.build import build_main
+from skippy.cli.entries import build_main
 from skippy.compile.backends import registry
 from skippy.compile.backends.base import Backend
 from skippy.core import proc
@@ -155,7 +155,7 @@ def test_json_carries_the_spot_check_report(project: Project, capsys: pytest.Cap
 def test_invoke_build_runs_the_same_session_with_the_same_options(
     project: Project, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from skippy.cli.build import build_task_main
+    from skippy.cli.entries import build_task_main
 
     code = build_task_main(project.env, root=project.root, backend="metal", skip_unavailable=True, json=True)
     assert code == 0

@@ -279,7 +279,7 @@ def test_an_as_is_build_of_a_tree_with_conflict_markers_names_them_before_config
 
 
 def test_prepare_says_each_note_once(queued_project: Project, capsys: pytest.CaptureFixture[str]) -> None:
-    from skippy.cli.app import prepare_main
+    from skippy.cli.entries import prepare_main
 
     settings = queued_project.settings()
     prepare(settings, Target.pinned(), console=QUIET)

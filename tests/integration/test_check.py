@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from skippy.cli.maintain import check_main
+from skippy.cli.entries import check_main
 from skippy.core.errors import CheckFailed
 from skippy.core.ui import Console
 from skippy.maintain import generate

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.app import summary_main
+from skippy.cli.entries import summary_main
 from skippy.core.git import Repo
 from skippy.core.ui import Console
 from skippy.flows.pinbump import run_summary

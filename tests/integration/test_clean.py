@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.clean import clean_main
+from skippy.cli.entries import clean_main
 from skippy.compile.builder import execute_plan
 from skippy.compile.localtree import WorkdirState
 from skippy.compile.plan import STAMP_NAME, BuildOptions, BuildPlan, plan_build

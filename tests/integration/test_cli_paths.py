@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from skippy.cli.options import COMMANDS, Command
-from skippy.cli.run import Report, nox_main, run
+from skippy.cli.command import Command, Report
+from skippy.cli.commands import COMMANDS
+from skippy.cli.entries import nox_main
+from skippy.cli.run import run
 from skippy.core.errors import QueueError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -97,7 +99,7 @@ def test_every_failure_of_every_command_prints_one_json_report(
 
 
 def test_a_value_the_table_refuses_prints_one_json_report(project: Project, capsys: pytest.CaptureFixture[str]) -> None:
-    from skippy.cli.options import command
+    from skippy.cli.commands import command
 
     ran = run(command("build"), {"json": True, "jobs": "0"}, project.env, root=project.root, prog="invoke build")
     assert ran.code == 2
@@ -106,7 +108,7 @@ def test_a_value_the_table_refuses_prints_one_json_report(project: Project, caps
 
 
 def test_verbose_shows_the_commands_run(queued_project: Project, capsys: pytest.CaptureFixture[str]) -> None:
-    from skippy.cli.app import prepare_main, status_main
+    from skippy.cli.entries import prepare_main, status_main
 
     assert prepare_main(queued_project.env, root=queued_project.root) == 0
     assert "$ git" not in capsys.readouterr().err

@@ -291,7 +291,7 @@ def test_cli_triage_and_session_flags(project: Project) -> None:
 def test_in_github_actions_the_conflicting_patch_is_annotated(
     project: Project, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from skippy.cli.app import prepare_main
+    from skippy.cli.entries import prepare_main
 
     session_queue(project)
     env = {**project.env, "CI": "true", "GITHUB_ACTIONS": "true"}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.app import prepare_main
+from skippy.cli.entries import prepare_main
 from skippy.core.errors import WorkdirError
 from skippy.core.files import sha256_of
 from tests.conftest import Project

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from skippy.cli.app import bisect_main, pin_bump_main
+from skippy.cli.entries import bisect_main, pin_bump_main
 from skippy.core.errors import CarriedUpstream, SettingsError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console

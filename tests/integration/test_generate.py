@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from skippy.cli.maintain import generate_main
+from skippy.cli.entries import generate_main
 from skippy.core.errors import QueueError
 from skippy.core.ui import Console
 from skippy.maintain import generate

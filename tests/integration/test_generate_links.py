@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.maintain import generate_main
+from skippy.cli.entries import generate_main
 from skippy.core.ui import Console
 from skippy.maintain import generate
 from tests.conftest import Project

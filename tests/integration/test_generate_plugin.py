@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.maintain import generate_main
+from skippy.cli.entries import generate_main
 from skippy.core.errors import QueueError, SettingsError
 from skippy.core.ui import Console
 from skippy.maintain import generate

@@ -18,8 +18,15 @@ from typing import Any
 
 import pytest
 
-from skippy.cli.app import prepare_main, status_main, triage_main
-from skippy.cli.maintain import check_main, generate_main, parity_main, regenerate_main
+from skippy.cli.entries import (
+    check_main,
+    generate_main,
+    parity_main,
+    prepare_main,
+    regenerate_main,
+    status_main,
+    triage_main,
+)
 from skippy.core.errors import UnsafeGitConfig
 from skippy.core.ui import Console
 from skippy.maintain import generate

@@ -22,8 +22,7 @@ from typing import Any
 
 import pytest
 
-from skippy.cli.app import prepare_main, status_main
-from skippy.cli.maintain import check_main, parity_main
+from skippy.cli.entries import check_main, parity_main, prepare_main, status_main
 from skippy.core.errors import ArchiveError, CheckFailed, QueueError, SettingsError
 from skippy.core.files import sha256_of
 from tests.conftest import Project
@@ -412,7 +411,7 @@ def test_regenerate_never_reads_nor_writes_through_a_patch_linked_out_of_the_pro
     """The range-diff's old side reads the queue's files before the queue is validated: a core
     patch linked to a protected file is never shown (it is left out of the old side), and the
     new lane replaces the link with a regular file (never written through)."""
-    from skippy.cli.maintain import regenerate_main
+    from skippy.cli.entries import regenerate_main
     from skippy.core.ui import Console
     from skippy.maintain.regenerate import regenerate
     from tests.integration.test_parity_fixtures import arch_upstream

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from skippy.cli.app import prepare_main, status_main
+from skippy.cli.entries import prepare_main, status_main
 from tests.conftest import Project
 from tests.gitfixtures import git
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from skippy.cli.options import INTERRUPTED
+from skippy.cli.command import INTERRUPTED
 from skippy.core.errors import Interrupted, TerminatedError
 from skippy.core.ui import Console
 from skippy.queue.prepare import Target, prepare
@@ -165,14 +165,14 @@ GIT_AM = "'am' in args and not any(a in args for a in ('--abort', '--quit', '--s
 PREPARE = """
     import os, sys
     from pathlib import Path
-    from skippy.cli.app import prepare_main
+    from skippy.cli.entries import prepare_main
     sys.exit(prepare_main(os.environ, root=Path(sys.argv[1]), json=True))
 """
 
 CHECK = """
     import os, sys
     from pathlib import Path
-    from skippy.cli.maintain import check_main
+    from skippy.cli.entries import check_main
     sys.exit(check_main(os.environ, root=Path(sys.argv[1]), json=True))
 """
 
@@ -269,7 +269,7 @@ BUILD = """
     from skippy.compile.cachestats import stop_cache_server
     from skippy.compile.plan import BuildOptions, plan_build
     from skippy.compile.toolchain import inspect_tree, probe_toolchain
-    from skippy.cli.build import build_main
+    from skippy.cli.entries import build_main
     from skippy.flows.build_session import SessionOutcome
 
     src, root = Path(sys.argv[1]), Path(sys.argv[2])

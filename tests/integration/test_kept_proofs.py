@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.spot import main
+from skippy.cli.entries import spot_main
 from skippy.core.errors import ModelCheckFailed
 from skippy.core.ui import Console
 from skippy.spot.fingerprint import Fingerprint, reference_path, render_reference
@@ -181,7 +181,7 @@ def test_the_json_report_says_which_proofs_were_kept_and_from_when(
     argv = ["--model", str(rig.model), "--no-provenance", "--json"]
 
     def run(*extra: str) -> dict[str, dict[str, object]]:
-        assert main([*argv, *extra], env=env, root=rig.root) == 0
+        assert spot_main([*argv, *extra], env=env, root=rig.root) == 0
         out = json.loads(capsys.readouterr().out)
         return {str(p["name"]): p for p in out["proofs"]}
 

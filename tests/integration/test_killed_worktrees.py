@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.app import prepare_main, status_main
+from skippy.cli.entries import prepare_main, status_main
 from skippy.queue import workdir as wd
 from skippy.queue.leftovers import in_use
 from tests.conftest import Project
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 TRIAGE = """
 import os, sys
 from pathlib import Path
-from skippy.cli.app import triage_main
+from skippy.cli.entries import triage_main
 sys.exit(triage_main(os.environ, root=Path(sys.argv[1])))
 """
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.app import status_main
-from skippy.cli.maintain import regenerate_main
+from skippy.cli.entries import regenerate_main, status_main
 from skippy.core.ui import Console
 from skippy.queue.leftovers import marker_path
 from skippy.queue.prepare import Target, prepare
@@ -26,7 +25,7 @@ KILLED = """
 import os, signal, sys
 from pathlib import Path
 import skippy.maintain.regenerate as regen
-from skippy.cli.maintain import regenerate_main
+from skippy.cli.entries import regenerate_main
 
 def verify(settings, store, ms, *, console):
     aside = settings.workdir / ".git" / "skippy" / "aside" / "verify-killed"

@@ -86,21 +86,21 @@ def test_a_directory_without_a_checkout_is_refused(tmp_path: Path, git_env: dict
 def test_the_standalone_spot_check_refuses_a_local_binary_unless_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from skippy.cli.spot import main
+    from skippy.cli.entries import spot_main
     from tests.integration.test_spotcheck import Rig, _project, _stamp
 
     rig = Rig(tmp_path)
     _project(rig)
     _stamp(rig, "a" * 40, "d" * 64)
     local = {"PATH": os.defpath, **rig.env(), "FAKE_LLAMA_PROVENANCE": f"upstream={'a' * 40} queue=local"}
-    assert main(["--model", str(rig.model), "--json"], env=local, root=rig.root) == 13
+    assert spot_main(["--model", str(rig.model), "--json"], env=local, root=rig.root) == 13
     out = json.loads(capsys.readouterr().out)
     assert out["what"].startswith("stale llama-server")
     assert f"queue digest is local, expected {'d' * 64}" in out["what"]
     assert "--workdir-as-is" in out["next"]
-    assert main(["--model", str(rig.model), "--json", "--workdir-as-is"], env=local, root=rig.root) == 0
+    assert spot_main(["--model", str(rig.model), "--json", "--workdir-as-is"], env=local, root=rig.root) == 0
     assert json.loads(capsys.readouterr().out)["provenance"]["queue_digest"] == "local"
     # and the other way round: a prepared binary is not what --workdir-as-is checks
     prepared = {**local, "FAKE_LLAMA_PROVENANCE": f"upstream={'a' * 40} queue={'d' * 64}"}
-    assert main(["--model", str(rig.model), "--json", "--workdir-as-is"], env=prepared, root=rig.root) == 13
+    assert spot_main(["--model", str(rig.model), "--json", "--workdir-as-is"], env=prepared, root=rig.root) == 13
     assert "nox -s build-cpu -- --workdir-as-is" in json.loads(capsys.readouterr().out)["next"]

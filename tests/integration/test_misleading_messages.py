@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.app import prepare_main, status_main
+from skippy.cli.entries import prepare_main, status_main
 from skippy.core.errors import NetworkError, WorkdirError
 from skippy.core.files import sha256_of
 from skippy.core.ui import Console

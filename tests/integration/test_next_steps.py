@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.build import build_main
-from skippy.cli.spot import main as spot_main
+from skippy.cli.entries import build_main, spot_main
 from skippy.compile.builder import execute_plan
 from skippy.compile.cachestats import stop_cache_server
 from skippy.compile.plan import BuildOptions, plan_build

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from skippy.cli.app import prepare_main, status_main
+from skippy.cli.entries import prepare_main, status_main
 from tests.conftest import Project
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from skippy.cli.maintain import parity_main
+from skippy.cli.entries import parity_main
 from skippy.core.errors import ParityFailed, QueueError
 from skippy.core.ui import Console
 from skippy.maintain import parity

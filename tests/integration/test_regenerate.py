@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.maintain import regenerate_main
+from skippy.cli.entries import regenerate_main
 from skippy.core.errors import QueueError
 from skippy.core.ui import Console
 from skippy.maintain.regenerate import regenerate

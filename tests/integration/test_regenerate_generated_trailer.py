@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.app import prepare_main
-from skippy.cli.maintain import regenerate_main
+from skippy.cli.entries import prepare_main, regenerate_main
 from skippy.core.errors import QueueError
 from skippy.queue import workdir as wd
 from tests.conftest import Project

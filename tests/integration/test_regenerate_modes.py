@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.app import prepare_main
-from skippy.cli.maintain import regenerate_main
+from skippy.cli.entries import prepare_main, regenerate_main
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env
 
@@ -25,7 +24,7 @@ STRICT_UMASK = """
 import os, sys
 from pathlib import Path
 os.umask(0o077)
-from skippy.cli.maintain import regenerate_main
+from skippy.cli.entries import regenerate_main
 sys.exit(regenerate_main(os.environ, root=Path(sys.argv[1]), json=True))
 """
 

@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.app import prepare_main, status_main
-from skippy.cli.build import build_main
-from skippy.cli.maintain import regenerate_main
+from skippy.cli.entries import build_main, prepare_main, regenerate_main, status_main
 from skippy.core.errors import ConflictError, DirtyWorkdirError
 from skippy.queue import workdir as wd
 from tests.conftest import Project

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.spot import main as spot_main
+from skippy.cli.entries import spot_main
 from skippy.core import proc
 from skippy.core.errors import ModelCheckFailed
 from skippy.spot.report import spot_report_of

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.app import status_main
+from skippy.cli.entries import status_main
 from skippy.compile.plan import STAMP_NAME
 from skippy.core.ui import Console
 from skippy.queue.prepare import Target, prepare

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.spot import main
+from skippy.cli.entries import spot_main
 from skippy.core.errors import ModelCheckFailed, SpotCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -326,7 +326,7 @@ def test_cli_json_report_and_default_server(rig: Rig, capsys: pytest.CaptureFixt
     _project(rig)
     _stamp(rig, "a" * 40, "d" * 64)
     env = {"PATH": os.defpath, **rig.env(), "FAKE_LLAMA_PROVENANCE": f"upstream={'a' * 40} queue={'d' * 64}"}
-    code = main(["--model", str(rig.model), "--json"], env=env, root=rig.root)
+    code = spot_main(["--model", str(rig.model), "--json"], env=env, root=rig.root)
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is True
@@ -339,26 +339,26 @@ def test_cli_checks_provenance_unless_told_not_to(rig: Rig, capsys: pytest.Captu
     _project(rig)
     stale = {"PATH": os.defpath, **rig.env(), "FAKE_LLAMA_PROVENANCE": f"upstream={'0' * 40} queue={'0' * 64}"}
     # no prepared workdir: nothing to check the binary against, said, not passed
-    assert main(["--model", str(rig.model), "--json"], env=stale, root=rig.root) == 13
+    assert spot_main(["--model", str(rig.model), "--json"], env=stale, root=rig.root) == 13
     out = json.loads(capsys.readouterr().out)
     assert "has no prepare stamp" in out["what"] and "--no-provenance" in out["next"]
     # a stale binary (reports another pin and queue) fails
     _stamp(rig, "a" * 40, "d" * 64)
-    assert main(["--model", str(rig.model), "--json"], env=stale, root=rig.root) == 13
+    assert spot_main(["--model", str(rig.model), "--json"], env=stale, root=rig.root) == 13
     out = json.loads(capsys.readouterr().out)
     assert out["what"].startswith("stale llama-server")
     # --no-provenance checks it as it is, loudly
-    assert main(["--model", str(rig.model), "--json", "--no-provenance"], env=stale, root=rig.root) == 0
+    assert spot_main(["--model", str(rig.model), "--json", "--no-provenance"], env=stale, root=rig.root) == 0
     captured = capsys.readouterr()
     assert "--no-provenance: the binary is NOT checked" in captured.err
-    assert main(["--backend", "vulkan", "--json"], env=stale, root=rig.root) == 13
+    assert spot_main(["--backend", "vulkan", "--json"], env=stale, root=rig.root) == 13
     assert "no vulkan llama-server build" in json.loads(capsys.readouterr().out)["what"]
 
 
 def test_cli_failure_exit_code_and_json_carries_the_report(rig: Rig, capsys: pytest.CaptureFixture[str]) -> None:
     _project(rig)
     env = {"PATH": os.defpath, **rig.env("error-in-log")}
-    code = main(
+    code = spot_main(
         ["--model", str(rig.model), "--server", str(rig.server), "--json", "--no-provenance"], env=env, root=rig.root
     )
     assert code == ModelCheckFailed.exit_code
@@ -375,7 +375,7 @@ def test_cli_unknown_option_fails_with_json_before_starting_anything(
 ) -> None:
     _project(rig)
     env = {"PATH": os.defpath, **rig.env()}
-    code = main(["--model", str(rig.model), "--modle", "x", "--json"], env=env, root=rig.root)
+    code = spot_main(["--model", str(rig.model), "--modle", "x", "--json"], env=env, root=rig.root)
     assert code == 2
     out = json.loads(capsys.readouterr().out)
     assert (out["ok"], out["error"]) == (False, "SettingsError")

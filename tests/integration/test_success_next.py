@@ -9,9 +9,10 @@ import json
 
 import pytest
 
-from skippy.cli.build import build_main
-from skippy.cli.options import command
-from skippy.cli.run import Report, run
+from skippy.cli.command import Report
+from skippy.cli.commands import command
+from skippy.cli.entries import build_main
+from skippy.cli.run import run
 from skippy.compile.backends import parse_backend
 from skippy.core.errors import DirtyWorkdirError
 from skippy.core.settings import Settings

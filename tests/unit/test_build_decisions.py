@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from skippy.cli.build import session_args, session_options
+from skippy.cli.build import session_args
+from skippy.cli.entries import session_options
 from skippy.compile.backends.cuda import parse_cuda_compute_caps
 from skippy.compile.backends.rocm import parse_amdgpu_targets
 from skippy.compile.backends.vulkan import parse_vulkan_header

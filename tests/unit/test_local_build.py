@@ -13,8 +13,9 @@ import pytest
 
 from skippy.cli.app import build_mode_text
 from skippy.cli.build import outcome_report
-from skippy.cli.build import session_options as parse_session_args
-from skippy.cli.options import command, render_table
+from skippy.cli.commands import command
+from skippy.cli.entries import session_options as parse_session_args
+from skippy.cli.options import render_table
 from skippy.compile.builder import newest_builds, prune_local_builds
 from skippy.compile.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, local_dir_name, state_key, untracked_digest
 from skippy.compile.noise import UI_NOTE, NoiseFilter

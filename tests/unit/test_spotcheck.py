@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.cli.options import SpotCheckOptions, command, make
+from skippy.cli.commands import command
+from skippy.cli.options import SpotCheckOptions, make
 from skippy.cli.run import nox_values
 from skippy.compile.backends import spec
 from skippy.core.errors import SettingsError, SpotCheckFailed

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from skippy.cli.build import session_args, session_options
+from skippy.cli.build import session_args
 from skippy.cli.ci import COMMANDS
+from skippy.cli.entries import session_options
 from skippy.compile.backends import matrix, registry
 from skippy.compile.backends.cuda_toolkit import TOOLKIT_ENV, resolve_toolkit_choice
 from skippy.compile.cache import ENV_VAR as CACHE_STORAGE_ENV
