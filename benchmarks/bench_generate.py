@@ -41,7 +41,7 @@ from skippy.core.errors import GraphEditError
 from skippy.core.git import hermetic_env
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain import cppscan, generate, graphedit
+from skippy.maintain import cppscan, generate, graphcode, graphedit
 
 #: the families the rewrite refuses on the pinned tree (eagle3: no layer loop; wavtokenizer-dec:
 #: two layer loops and no anchor); the bench reports whether the refusal named exactly these
@@ -115,9 +115,9 @@ def all_families(tree: Path) -> AtScale:
     """One family per graph-builder file of ``tree``'s ``src/models/``: the arch whose model class
     is that builder's own class, the first in ``llama_model_mapping`` order; its name is the arch's
     GGUF name (``LLM_ARCH_NAMES``, :func:`family_name`).  Read with the generated lane's own
-    readers (:func:`skippy.maintain.generate.builder_files`, :func:`graphedit.arch_classes`)."""
+    readers (:func:`skippy.maintain.generate.builder_files`, :func:`graphcode.arch_classes`)."""
     names = cppscan.arch_names((tree / generate.ARCH_CPP).read_text(encoding="utf-8", errors="replace"))
-    classes = graphedit.arch_classes((tree / generate.MODEL_CPP).read_bytes())
+    classes = graphcode.arch_classes((tree / generate.MODEL_CPP).read_bytes())
     builders = generate.builder_files(tree)
     own_files = {cls: file for cls, (file, builder) in builders.items() if cls == builder}
     chosen: dict[str, AtScaleFamily] = {}  # file -> family

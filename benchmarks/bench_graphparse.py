@@ -2,7 +2,7 @@
 
 The generated lane edits each family's graph builder (``src/models/*.cpp`` of the
 prepared tree).  This section parses every family file with tree-sitter-cpp
-(the parser :mod:`skippy.maintain.graphedit` uses) and with libclang, and counts
+(the parser :mod:`skippy.maintain.cppparse`) and with libclang, and counts
 on each side, independently:
 
 * ``parse_s``: parsing all files (tree-sitter: the median of several rounds;
@@ -32,7 +32,7 @@ from skippy.core import proc
 from skippy.core.errors import CommandError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain import graphedit
+from skippy.maintain import cppparse, graphcode, graphedit
 
 #: rounds of the (fast) tree-sitter parse; libclang runs once
 TREE_SITTER_ROUNDS = 5
@@ -47,12 +47,12 @@ def tree_sitter_figures(files: list[Path], *, rounds: int = TREE_SITTER_ROUNDS) 
     samples = []
     for _ in range(rounds):
         started = time.perf_counter()
-        trees = [graphedit.parse(s) for s in sources]
+        trees = [cppparse.parse(s) for s in sources]
         samples.append(time.perf_counter() - started)
-    errors = [f.name for f, t in zip(files, trees, strict=True) if graphedit.error_nodes(t.root_node)]
+    errors = [f.name for f, t in zip(files, trees, strict=True) if cppparse.error_nodes(t.root_node)]
     builders = anchors = 0
     for tree in trees:
-        found = graphedit.builder_nodes(tree.root_node)
+        found = graphcode.builder_nodes(tree.root_node)
         builders += len(found)
         anchors += sum(graphedit.anchors_in_loops(node) for node in found)
     return {
@@ -124,7 +124,7 @@ def _clang_builders(ci: Any, unit: Any, path: Path) -> list[Any]:
         family = parent.semantic_parent if parent is not None else None
         if parent is None or family is None or parent.spelling != "graph":
             continue
-        if family.spelling.startswith(graphedit.FAMILY_PREFIX):
+        if family.spelling.startswith(graphcode.FAMILY_PREFIX):
             found.append(cursor)
     return found
 

@@ -38,7 +38,7 @@ from skippy.core.errors import SkippyError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain import cppscan, graphedit
+from skippy.maintain import cppparse, cppscan
 from skippy.maintain.parity_config import DEFAULT_FILES, glob_match
 from skippy.maintain.replay import read_text, tracked_files
 from skippy.queue.archives import archive_commit
@@ -156,9 +156,9 @@ def parse_figures(files: Mapping[str, str], *, rounds: int = ROUNDS) -> dict[str
     trees: dict[str, Any] = {}
     for _ in range(rounds):
         started = time.perf_counter()
-        trees = {path: graphedit.parse(source) for path, source in sources.items()}
+        trees = {path: cppparse.parse(source) for path, source in sources.items()}
         samples.append(time.perf_counter() - started)
-    errors = sorted(path for path, tree in trees.items() if graphedit.error_nodes(tree.root_node))
+    errors = sorted(path for path, tree in trees.items() if cppparse.error_nodes(tree.root_node))
     return {
         "parse_s": round(Timing(tuple(samples)).median, 4),
         "files_with_errors": len(errors),
@@ -169,7 +169,7 @@ def parse_figures(files: Mapping[str, str], *, rounds: int = ROUNDS) -> dict[str
             path
             for path, source in sources.items()
             if cppscan.ARCH_PREFIX.encode() in source
-            and graphedit.error_nodes(cppscan.parse_one_branch(source).root_node)
+            and cppparse.error_nodes(cppscan.parse_one_branch(source).root_node)
         ),
     }
 

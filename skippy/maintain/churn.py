@@ -22,7 +22,7 @@ double.
 How: the queue is applied to OLD in a temporary index (``git apply --cached
 --3way``, nothing checked out), one tree per patch; the two sides of every patch
 and of every upstream commit are parsed with tree-sitter-cpp (the parser of the
-generated lane, :mod:`skippy.maintain.graphedit`) and compared entity by entity,
+generated lane, :mod:`skippy.maintain.cppparse`) and compared entity by entity,
 with comments and whitespace ignored.  Only the files a patch changed are ever
 parsed, and each version of a file once.
 """
@@ -42,7 +42,7 @@ import tree_sitter
 from skippy.core import gitbulk
 from skippy.core.annotations import Annotation, patch_line
 from skippy.core.git import Repo
-from skippy.maintain.graphedit import function_name, node_text, parse, walk
+from skippy.maintain.cppparse import function_name, node_text, parse, walk
 from skippy.maintain.upstream_log import UpstreamCommit, upstream_commits
 from skippy.queue.indexapply import IndexApplier
 from skippy.queue.model import Queue

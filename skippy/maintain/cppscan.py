@@ -4,7 +4,7 @@ It finds every ``switch`` whose case labels are ``LLM_ARCH_*`` (``switch (arch)`
 ``switch (model->arch)`` ...), the function that encloses it, and every table
 initializer keyed by ``LLM_ARCH_*`` (``LLM_ARCH_NAMES = { { LLM_ARCH_LLAMA, "llama" }, ... }``).
 
-The parser is :mod:`skippy.maintain.graphedit`'s.  A switch's function is its enclosing
+The parser is :mod:`skippy.maintain.cppparse`'s.  A switch's function is its enclosing
 function definition's qualified name (``llama_model::load_hparams``, a member defined in its
 class body named after the class, template arguments dropped), ``<file scope>`` outside any.
 A table is a declaration, a member's default value or an assignment whose value is a brace
@@ -29,7 +29,7 @@ from functools import cache
 
 import tree_sitter
 
-from skippy.maintain.graphedit import function_name, node_text, parse, qualified_parts, walk
+from skippy.maintain.cppparse import function_name, node_text, parse, qualified_parts, walk
 
 ARCH_PREFIX = "LLM_ARCH_"
 FILE_SCOPE = "<file scope>"

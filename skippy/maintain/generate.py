@@ -66,7 +66,7 @@ from skippy.core.paths import NotSmallFile, enclosing_project, read_small_bytes
 from skippy.core.redact import excerpt, name_excerpt, value_excerpt
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain import cppscan, graphedit
+from skippy.maintain import cppscan, graphcode, graphedit
 from skippy.maintain.genrun import (
     UNTOUCHED,
     Generator,
@@ -232,7 +232,7 @@ def _identity_problem(index: int, name: object, arch: object, earlier: Sequence[
         return f"family {index}: name {value_excerpt(name)} must match [a-z0-9][a-z0-9_-]*"
     if not isinstance(arch, str) or not _ARCH.match(arch):
         return f"family {name}: arch {value_excerpt(arch)} must look like LLM_ARCH_GEMMA3"
-    if arch in graphedit.NOT_MODEL_ARCHS:
+    if arch in graphcode.NOT_MODEL_ARCHS:
         return f"family {name}: {arch} is not a model family (it has no graph builder)"
     if any(f.name == name for f in earlier):
         return f"family {name}: declared twice"
@@ -266,7 +266,7 @@ def arch_facts(
     """What the tree says about each family's arch; QueueError naming unknown arches.
     ``builders``: model class -> (file, builder class) (:func:`builder_files`)."""
     names = cppscan.arch_names(arch_cpp or "")
-    classes = graphedit.arch_classes((model_cpp or "").encode())
+    classes = graphcode.arch_classes((model_cpp or "").encode())
     facts: dict[str, ArchFacts] = {}
     unknown: list[str] = []
     for family in families:
@@ -296,12 +296,12 @@ def builder_files(tree: Path) -> dict[str, tuple[str, str]]:
     if folder.is_dir():
         for path in sorted(folder.glob("*.cpp")):
             rel = f"{MODELS_DIR}/{path.name}"
-            for family_class, _name, _line in graphedit.find_builders(path.read_bytes()):
+            for family_class, _name, _line in graphcode.find_builders(path.read_bytes()):
                 own.setdefault(family_class, rel)
     out = {cls: (rel, cls) for cls, rel in own.items()}
     header = tree / MODELS_H
     if header.is_file():
-        for cls, shared in graphedit.shared_graphs(header.read_bytes()).items():
+        for cls, shared in graphcode.shared_graphs(header.read_bytes()).items():
             if cls not in out and shared in own:
                 out[cls] = (own[shared], shared)
     return out

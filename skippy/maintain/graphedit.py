@@ -48,34 +48,20 @@ ending the body) is recognised, and a hook anywhere else in a layer loop is
 an error (a stale hand edit).  A builder holding a parse error is refused
 rather than edited around.
 
-The parser is tree-sitter with the tree-sitter-cpp grammar (both wheels from
-the package index), chosen over libclang after measuring both on the pinned
-tree's 147 family files (``nox -s bench -- --only graph-parse``).  Both find
-the same 129 builders and 116 ``l_out`` anchors in layer loops.  tree-sitter
-parses all 147 files in 0.26-0.44 s with no build directory, include paths or
-compiler headers, and its only errors there are the explicit instantiation
-lines ``template struct llama_model_x::graph<false>;`` (outside every
-builder).  libclang took 185 s for them on a busy 2-core machine (about 0.6 s
-of CPU per file: every file pulls in ``models.h``, ggml and the C++ standard
-headers), and needs each file's compile flags (a configured build's
-``compile_commands.json``, one per backend) and a compiler's builtin headers
-that its wheel lacks; what it adds (types, macro expansion) the edits here do
-not need.  The same parser is meant for the queue's other C++
-reading (the parity audit, function-level review of a pin move).
+The parser is :mod:`skippy.maintain.cppparse`'s (tree-sitter-cpp: why it and not libclang is
+told there); the builders and the families sharing one are found by :mod:`skippy.maintain.graphcode`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cache
-from pathlib import PurePosixPath
 from typing import Literal
 
 import tree_sitter
-import tree_sitter_cpp
 
 from skippy.core.errors import GraphEditError
+from skippy.maintain.cppparse import error_count, error_nodes, node_text, parse, start_line, walk
+from skippy.maintain.graphcode import Builder, family_builders, family_class_for, shared_graphs
 
 #: the call inserted at each layer boundary (declared by the core lane)
 HOOK = "llama_skippy_layer_hook"
@@ -83,10 +69,6 @@ HOOK = "llama_skippy_layer_hook"
 ANCHOR_NAME = "l_out"
 #: the loop variable of llama.cpp's layer loops (and the third argument of ``cb``)
 LAYER_VAR = "il"
-#: the class prefix of a model family in ``src/models/models.h``
-FAMILY_PREFIX = "llama_model_"
-#: ``llm_arch`` values that are not model families (a quantize-only stub, the unknown arch)
-NOT_MODEL_ARCHS = frozenset({"LLM_ARCH_UNKNOWN", "LLM_ARCH_CLIP"})
 
 _LOOPS = frozenset({"for_statement", "for_range_loop", "while_statement", "do_statement"})
 _OPAQUE = frozenset({"lambda_expression"}) | _LOOPS
@@ -125,106 +107,6 @@ class FamilyEdit:
         return any(not p.done for p in self.placements)
 
 
-@cache
-def _parser() -> tree_sitter.Parser:
-    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_cpp.language()))
-
-
-def parse(source: bytes) -> tree_sitter.Tree:
-    """The tree-sitter-cpp parse tree of ``source``."""
-    return _parser().parse(source)
-
-
-def walk(node: tree_sitter.Node, *, opaque: frozenset[str] = frozenset()) -> Iterator[tree_sitter.Node]:
-    """``node`` and its descendants, in source order; below an ``opaque`` type only that node."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        if current is node or current.type not in opaque:
-            stack.extend(reversed(current.children))
-
-
-def error_nodes(node: tree_sitter.Node) -> list[tree_sitter.Node]:
-    """ERROR and MISSING nodes under ``node`` (tree-sitter's local error recovery)."""
-    return [n for n in walk(node) if n.type == "ERROR" or n.is_missing]
-
-
-def error_count(source: bytes) -> int:
-    return len(error_nodes(parse(source).root_node))
-
-
-def node_text(node: tree_sitter.Node) -> str:
-    return (node.text or b"").decode("utf-8", "replace")
-
-
-def _line(node: tree_sitter.Node) -> int:
-    return node.start_point[0] + 1
-
-
-def family_class_for(path: str) -> str:
-    """``src/models/granite-moe.cpp`` -> ``llama_model_granite_moe`` (llama.cpp's naming)."""
-    return FAMILY_PREFIX + PurePosixPath(path).stem.replace("-", "_")
-
-
-# --- finding builders -------------------------------------------------------------------
-
-
-def qualified_parts(node: tree_sitter.Node) -> list[str]:
-    """``a::graph<iswa>::graph`` -> ``["a", "graph", "graph"]`` (template arguments dropped)."""
-    parts: list[str] = []
-    current: tree_sitter.Node | None = node
-    while current is not None and current.type == "qualified_identifier":
-        scope = current.child_by_field_name("scope")
-        if scope is None:
-            return []
-        if scope.type == "template_type":
-            name = scope.child_by_field_name("name")
-            parts.append(node_text(name) if name is not None else "")
-        else:
-            parts.append(node_text(scope))
-        current = current.child_by_field_name("name")
-    if current is not None and current.type == "template_type":
-        current = current.child_by_field_name("name")
-    if current is None:
-        return []
-    parts.append(node_text(current))
-    return parts
-
-
-def function_name(definition: tree_sitter.Node) -> tree_sitter.Node | None:
-    declarator = definition.child_by_field_name("declarator")
-    while declarator is not None and declarator.type != "function_declarator":
-        declarator = declarator.child_by_field_name("declarator")
-    return None if declarator is None else declarator.child_by_field_name("declarator")
-
-
-@dataclass(frozen=True)
-class _Builder:
-    family_class: str
-    name: str  # as written, whitespace collapsed
-    node: tree_sitter.Node  # the function_definition
-
-
-def _builders(root: tree_sitter.Node) -> list[_Builder]:
-    found: list[_Builder] = []
-    for node in walk(root, opaque=frozenset({"compound_statement"})):
-        if node.type != "function_definition":
-            continue
-        name = function_name(node)
-        if name is None or name.type != "qualified_identifier":
-            continue
-        parts = qualified_parts(name)
-        if len(parts) == 3 and parts[0].startswith(FAMILY_PREFIX) and parts[1:] == ["graph", "graph"]:
-            found.append(_Builder(parts[0], " ".join(node_text(name).split()), node))
-    return found
-
-
-def builder_nodes(root: tree_sitter.Node) -> list[tree_sitter.Node]:
-    """The function definitions of every family graph builder under ``root``."""
-    return [b.node for b in _builders(root)]
-
-
 def anchors_in_loops(definition: tree_sitter.Node) -> int:
     """How many ``cb(..., "l_out", il)`` statements a builder holds inside a ``for`` loop (a census,
     apart from the placement rules)."""
@@ -237,106 +119,6 @@ def anchors_in_loops(definition: tree_sitter.Node) -> int:
             parent = parent.parent
         count += parent is not None and parent.type == "for_statement"
     return count
-
-
-def find_builders(source: bytes) -> list[tuple[str, str, int]]:
-    """Every family graph builder in ``source``: (family class, name as written, line)."""
-    return [(b.family_class, b.name, _line(b.node)) for b in _builders(parse(source).root_node)]
-
-
-def arch_classes(model_cpp: bytes, *, function: str = "llama_model_mapping") -> dict[str, str]:
-    """``LLM_ARCH_*`` -> the model class ``function`` (in ``src/llama-model.cpp``) creates for it:
-    ``case LLM_ARCH_QWEN2: return new llama_model_qwen2(params);`` (labels falling through to one
-    ``return new`` all map to its class; comments and braces around the return are fine)."""
-    out: dict[str, str] = {}
-    for definition in walk(parse(model_cpp).root_node):
-        if definition.type != "function_definition":
-            continue
-        name = function_name(definition)
-        if name is None or node_text(name).split("::")[-1] != function:
-            continue
-        pending: list[str] = []
-        for case in walk(definition):
-            if case.type != "case_statement":
-                continue
-            value = case.child_by_field_name("value")
-            if value is not None and value.type == "identifier":
-                pending.append(node_text(value))
-            created = next(
-                (
-                    node.child_by_field_name("type")
-                    for node in walk(case, opaque=frozenset({"case_statement"}) - {case.type})
-                    if node.type == "new_expression"
-                ),
-                None,
-            )
-            if created is not None:
-                for arch in pending:
-                    out.setdefault(arch, node_text(created))
-                pending = []
-            elif any(child.type not in ("comment", "identifier") for child in case.named_children):
-                pending = []  # a case that does something else: no fall-through to the next class
-    return out
-
-
-def shared_graphs(models_h: bytes) -> dict[str, str]:
-    """Families of ``models.h`` that build their graph with another family's builder: family
-    class -> that class.  Either by an alias (``using graph = llama_model_bert::graph;``, or a
-    template one such as ``using graph = llama_model_phi3::graph<iswa>;``) or, with no ``graph``
-    of their own, by deriving from another family (``struct llama_model_qwen3tts : public
-    llama_model_qwen3vl``).  Their own file has no builder; the hook placed in the other
-    family's builder covers them."""
-    shared: dict[str, str] = {}
-    for node in walk(parse(models_h).root_node):
-        if node.type != "struct_specifier":
-            continue
-        name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
-        if name is None or body is None or not node_text(name).startswith(FAMILY_PREFIX):
-            continue
-        members: list[tree_sitter.Node] = []
-        for member in body.named_children:  # a template alias sits inside a template_declaration
-            members += [member, *member.named_children] if member.type == "template_declaration" else [member]
-        alias = next((t for t in map(_alias_target, members) if t is not None), None)
-        own = any(_declares_graph(m) for m in members)
-        bases = [
-            node_text(b)
-            for clause in node.named_children
-            if clause.type == "base_class_clause"
-            for b in clause.named_children
-            if b.type == "type_identifier" and node_text(b).startswith(FAMILY_PREFIX)
-        ]
-        if alias is not None:
-            shared[node_text(name)] = alias
-        elif not own and bases and bases[0] != FAMILY_PREFIX + "base":
-            shared[node_text(name)] = bases[0]
-    return shared
-
-
-def _alias_target(member: tree_sitter.Node) -> str | None:
-    """``using graph = llama_model_x::graph[<...>];`` -> ``llama_model_x``."""
-    if member.type != "alias_declaration":
-        return None
-    alias, target = member.child_by_field_name("name"), member.child_by_field_name("type")
-    if alias is None or target is None or node_text(alias) != "graph":
-        return None
-    inner = target.child_by_field_name("type") or target
-    parts = qualified_parts(inner) if inner.type == "qualified_identifier" else []
-    if len(parts) == 2 and parts[1] == "graph" and parts[0].startswith(FAMILY_PREFIX):
-        return parts[0]
-    return None
-
-
-def _declares_graph(member: tree_sitter.Node) -> bool:
-    """A nested ``struct graph`` (or ``graph`` alias) of the family's own."""
-    if member.type == "alias_declaration":
-        named = member.child_by_field_name("name")
-        return named is not None and node_text(named) == "graph"
-    if member.type == "field_declaration":
-        member = member.child_by_field_name("type") or member
-    if member.type == "struct_specifier":
-        named = member.child_by_field_name("name")
-        return named is not None and node_text(named) == "graph"
-    return False
 
 
 # --- statements -------------------------------------------------------------------------
@@ -433,7 +215,7 @@ def _layer_loops(body: tree_sitter.Node) -> list[tree_sitter.Node]:
 class _Ambiguous(Exception):
     def __init__(self, node: tree_sitter.Node, why: str) -> None:
         super().__init__(why)
-        self.line = _line(node)
+        self.line = start_line(node)
         self.why = why
 
 
@@ -495,7 +277,7 @@ def _anchored(source: bytes, builder: str, loop: tree_sitter.Node) -> list[Place
         tensor = _anchor_tensor(anchor)
         assert tensor is not None
         offset, text, done = _after(source, anchor, tensor)
-        placements.append(Placement(builder, _line(anchor), "anchor", tensor, offset, text, done))
+        placements.append(Placement(builder, start_line(anchor), "anchor", tensor, offset, text, done))
     return placements
 
 
@@ -537,16 +319,16 @@ def _fallback(source: bytes, builder: str, loop: tree_sitter.Node) -> Placement:
             prior = prior.prev_named_sibling
         assert prior is not None
         offset, text, done = _after(source, prior, tensor)
-        return Placement(builder, _line(prior), "end of loop body", tensor, offset, text, done)
+        return Placement(builder, start_line(prior), "end of loop body", tensor, offset, text, done)
     offset, text, done = _after(source, end, tensor)
-    return Placement(builder, _line(end), "end of loop body", tensor, offset, text, done)
+    return Placement(builder, start_line(end), "end of loop body", tensor, offset, text, done)
 
 
-def _place_builder(source: bytes, path: str, builder: _Builder) -> tuple[list[Placement], list[Skipped]]:
+def _place_builder(source: bytes, path: str, builder: Builder) -> tuple[list[Placement], list[Skipped]]:
     errors = error_nodes(builder.node)
     if errors:
         raise GraphEditError(
-            path, f"{builder.name} (line {_line(builder.node)}) has a parse error at line {_line(errors[0])}"
+            path, f"{builder.name} (line {start_line(builder.node)}) has a parse error at line {start_line(errors[0])}"
         )
     body = builder.node.child_by_field_name("body")
     loops = [] if body is None else _layer_loops(body)
@@ -562,12 +344,12 @@ def _place_builder(source: bytes, path: str, builder: _Builder) -> tuple[list[Pl
                     placements += _anchored(source, builder.name, loop)
                 else:
                     skipped.append(
-                        Skipped(builder.name, f'the loop at line {_line(loop)} has no "{ANCHOR_NAME}" anchor')
+                        Skipped(builder.name, f'the loop at line {start_line(loop)} has no "{ANCHOR_NAME}" anchor')
                     )
         elif len(loops) == 1:
             placements.append(_fallback(source, builder.name, loops[0]))
         else:
-            lines = ", ".join(str(_line(loop)) for loop in loops)
+            lines = ", ".join(str(start_line(loop)) for loop in loops)
             raise GraphEditError(
                 path, f'{builder.name} has {len(loops)} layer loops (lines {lines}) and no "{ANCHOR_NAME}" anchor'
             )
@@ -589,7 +371,8 @@ def _check_stale(path: str, name: str, loops: list[tree_sitter.Node], placements
                 previous = previous.prev_named_sibling
             if previous is None or previous.end_byte not in ours:
                 raise GraphEditError(
-                    path, f"{name}, line {_line(node)}: a {HOOK} call is not where the rewrite places it (a stale edit)"
+                    path,
+                    f"{name}, line {start_line(node)}: a {HOOK} call is not where the rewrite places it (a stale edit)",
                 )
 
 
@@ -598,7 +381,7 @@ def place_layer_hooks(source: bytes, *, path: str, family_class: str | None = No
     file's name gives) in ``source``; :class:`GraphEditError` when it cannot be placed."""
     family_class = family_class or family_class_for(path)
     tree = parse(source)
-    builders = [b for b in _builders(tree.root_node) if b.family_class == family_class]
+    builders = [b for b in family_builders(tree.root_node) if b.family_class == family_class]
     if not builders:
         raise GraphEditError(path, f"no graph builder {family_class}::graph::graph in the file")
     placements: list[Placement] = []
@@ -659,7 +442,7 @@ def rewrite_tree(files: dict[str, bytes], models_h: bytes) -> TreeRewrite:
     not_families: list[str] = []
     for path in sorted(files):
         family = family_class_for(path)
-        if not any(b.family_class == family for b in _builders(parse(files[path]).root_node)):
+        if not any(b.family_class == family for b in family_builders(parse(files[path]).root_node)):
             if family in shared:
                 sharing[path] = shared[family]
             else:

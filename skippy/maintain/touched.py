@@ -11,7 +11,7 @@ a new commit, or the work tree), a family is touched when:
   llama_model_qwen2(params);``);
 * graph code it builds with changed: it uses another family's builder (``using graph =
   llama_model_bert::graph;``, or derives with no ``graph`` of its own: read by
-  :func:`skippy.maintain.graphedit.shared_graphs`), or its ``struct graph`` derives from a shared
+  :func:`skippy.maintain.graphcode.shared_graphs`), or its ``struct graph`` derives from a shared
   graph base (``llm_build_mamba_base``, defined in ``src/models/mamba-base.cpp``) or from another
   family's graph; all read from ``src/models/models.h``, followed transitively;
 * a member it inherits changed (``struct llama_model_mistral4 : public llama_model_deepseek2``);
@@ -24,7 +24,7 @@ by themselves: the default model covers them.  A family is named by its arch's G
 (``LLM_ARCH_NAMES`` in ``src/llama-arch.cpp``); ``LLM_ARCH_UNKNOWN`` and ``LLM_ARCH_CLIP`` are no
 families.
 
-The parser is graphedit's (tree-sitter-cpp); nothing here matches C++ with regular expressions
+The parser is cppparse's (tree-sitter-cpp); nothing here matches C++ with regular expressions
 (the arch names come from :func:`skippy.maintain.cppscan.arch_names`).  :func:`families_touched` is
 pure over two readers (path -> bytes, or None when the tree has no such file);
 :func:`touched_between` and :func:`touched_in_work_tree` read them with git.
@@ -40,18 +40,9 @@ from typing import Final
 import tree_sitter
 
 from skippy.core.git import Repo
+from skippy.maintain.cppparse import function_name, node_text, parse, walk
 from skippy.maintain.cppscan import ARCH_PREFIX, arch_names
-from skippy.maintain.graphedit import (
-    FAMILY_PREFIX,
-    NOT_MODEL_ARCHS,
-    arch_classes,
-    find_builders,
-    function_name,
-    node_text,
-    parse,
-    shared_graphs,
-    walk,
-)
+from skippy.maintain.graphcode import FAMILY_PREFIX, NOT_MODEL_ARCHS, arch_classes, find_builders, shared_graphs
 
 #: the family files, and the files read beside them
 MODELS_DIR: Final = "src/models/"

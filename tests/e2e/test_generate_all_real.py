@@ -24,7 +24,7 @@ from benchmarks.bench_generate import all_families, copy_env, project_copy, refu
 from skippy.core.errors import QueueError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain import generate, graphedit
+from skippy.maintain import generate, graphcode, graphedit
 from skippy.queue.prepare import Target, prepare
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def builder_files(tree: Path) -> set[str]:
         f"src/models/{path.name}"
         for path in (tree / "src" / "models").glob("*.cpp")
         if any(
-            cls == graphedit.family_class_for(path.name) for cls, _n, _l in graphedit.find_builders(path.read_bytes())
+            cls == graphcode.family_class_for(path.name) for cls, _n, _l in graphcode.find_builders(path.read_bytes())
         )
     }
 
@@ -109,7 +109,7 @@ def test_every_family_of_the_pinned_tree_is_generated_applied_and_checked(tmp_pa
         patch = (lane / name).read_bytes()
         added = sum(1 for line in patch.splitlines() if line.startswith(b"+") and CALL in line)
         source = (tree / file).read_bytes()
-        again = graphedit.place_layer_hooks(source, path=file, family_class=graphedit.family_class_for(file))
+        again = graphedit.place_layer_hooks(source, path=file, family_class=graphcode.family_class_for(file))
         assert not again.changed, file
         assert source.count(CALL) == added == len(again.placements) >= 1, file
         hooks += added

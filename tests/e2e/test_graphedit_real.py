@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from skippy.core.errors import GraphEditError, QueueError
-from skippy.maintain import generate
+from skippy.maintain import cppparse, generate, graphcode
 from skippy.maintain import graphedit as ge
 from skippy.queue.testbed import LLAMA_CPP_PYTHON
 
@@ -51,15 +51,15 @@ def test_every_family_with_a_graph_builder_is_placed_or_refused(models: dict[str
     files = sorted(name for name in models if name.endswith(".cpp"))
     assert len(files) == 147  # the tree is the real one
     assert sum(1 for name in files if ANCHOR in models[name]) == 115  # counted on the text
-    shared = ge.shared_graphs(models["models.h"])
+    shared = graphcode.shared_graphs(models["models.h"])
     placed: dict[str, ge.FamilyEdit] = {}
     refused: dict[str, str] = {}
     sharing: dict[str, str] = {}
     without: set[str] = set()
     for name in files:
         source, path = models[name], f"src/models/{name}"
-        family = ge.family_class_for(path)
-        if not any(cls == family for cls, _name, _line in ge.find_builders(source)):
+        family = graphcode.family_class_for(path)
+        if not any(cls == family for cls, _name, _line in graphcode.find_builders(source)):
             if family in shared:
                 sharing[name] = shared[family]
             else:
@@ -86,7 +86,7 @@ def test_every_family_with_a_graph_builder_is_placed_or_refused(models: dict[str
     assert len(placed) + len(refused) + len(sharing) + len(without) == len(files)
     assert len(placed) == 124
     # a family sharing a builder is covered by the hook placed in that builder's own file
-    by_class = {ge.family_class_for(name): name for name in placed}
+    by_class = {graphcode.family_class_for(name): name for name in placed}
     assert all(cls in by_class for cls in sharing.values()), sharing
     for name, edit in placed.items():
         check_edit(name, models[name], edit)
@@ -120,13 +120,13 @@ def check_edit(name: str, source: bytes, edit: ge.FamilyEdit) -> None:
         previous = next(p for p in reversed(after[:index]) if p.strip())
         following = next(p for p in after[index + 1 :] if p.strip())
         assert b'"l_out", il);' in previous or following.strip() == b"}", (name, line)
-    assert ge.error_count(edit.source) == ge.error_count(source), name
+    assert cppparse.error_count(edit.source) == cppparse.error_count(source), name
     again = ge.place_layer_hooks(edit.source, path=edit.path)
     assert again.source == edit.source, name
     assert not again.changed, name
 
 
-@pytest.mark.parametrize("arch", sorted(ge.NOT_MODEL_ARCHS))
+@pytest.mark.parametrize("arch", sorted(graphcode.NOT_MODEL_ARCHS))
 def test_entries_that_are_not_families_are_refused(models: dict[str, bytes], arch: str) -> None:
     with pytest.raises(QueueError) as info:  # the generated lane's spec refuses it
         generate.parse_spec(Path("families.toml"), f'schema = 2\n[[family]]\nname = "x"\narch = "{arch}"\n'.encode())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from skippy.core.errors import GraphEditError
+from skippy.maintain import cppparse, graphcode
 from skippy.maintain import graphedit as ge
 
 PATH = "src/models/toy.cpp"
@@ -70,11 +71,11 @@ def test_a_template_builder_and_its_instantiations() -> None:
     )
     source += b"\ntemplate struct llama_model_toy::graph<false>;\ntemplate struct llama_model_toy::graph<true>;\n"
     # tree-sitter-cpp reads the explicit instantiations with errors: outside the builder, harmless
-    assert ge.error_count(source) > 0
+    assert cppparse.error_count(source) > 0
     edit = place(source)
     assert edit.builders == ("llama_model_toy::graph<iswa>::graph",)
     assert b"        llama_skippy_layer_hook(this, cur, il);\n" in edit.source
-    assert ge.error_count(edit.source) == ge.error_count(source)
+    assert cppparse.error_count(edit.source) == cppparse.error_count(source)
     assert_idempotent(edit)
 
 
@@ -220,10 +221,10 @@ def test_a_macro_heavy_file_with_errors_outside_the_builder() -> None:
         b"GGML_CALL_PREFIX static int helper( {{ oops\n"
         b"}\n" + PLAIN
     )
-    assert ge.error_count(source) > 0
+    assert cppparse.error_count(source) > 0
     edit = place(source)
     assert b"llama_skippy_layer_hook(this, cur, il);" in edit.source
-    assert ge.error_count(edit.source) == ge.error_count(source)
+    assert cppparse.error_count(edit.source) == cppparse.error_count(source)
     assert_idempotent(edit)
 
 
@@ -269,8 +270,8 @@ def test_crlf_sources_keep_their_line_endings() -> None:
 
 
 def test_family_classes_and_builders_by_name() -> None:
-    assert ge.family_class_for("src/models/granite-moe.cpp") == "llama_model_granite_moe"
-    assert ge.find_builders(PLAIN) == [("llama_model_toy", "llama_model_toy::graph::graph", 3)]
+    assert graphcode.family_class_for("src/models/granite-moe.cpp") == "llama_model_granite_moe"
+    assert graphcode.find_builders(PLAIN) == [("llama_model_toy", "llama_model_toy::graph::graph", 3)]
 
 
 def test_families_sharing_a_builder_are_read_from_models_h() -> None:
@@ -292,7 +293,7 @@ struct llama_model_qwen3vlx : public llama_model_qwen3vl {
     struct graph : public llm_graph_context { };
 };
 """
-    assert ge.shared_graphs(models_h) == {
+    assert graphcode.shared_graphs(models_h) == {
         "llama_model_nomic_bert": "llama_model_bert",
         "llama_model_phimoe": "llama_model_phi3",
         "llama_model_qwen3tts": "llama_model_qwen3vl",
