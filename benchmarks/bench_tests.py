@@ -20,7 +20,9 @@ from skippy.compile.toolchain import probe_toolchain
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.upstream_tests import Subject, UpstreamTestsReport, run_upstream_tests
+from skippy.flows.upstream_tests.report import UpstreamTestsReport
+from skippy.flows.upstream_tests.run import run_upstream_tests
+from skippy.flows.upstream_tests.tree import Subject
 from skippy.queue import workdir as wd
 from skippy.queue.prepare import Target, prepare
 

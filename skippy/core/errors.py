@@ -232,7 +232,7 @@ class UpstreamTestsFailed(SkippyError):
         ending: Shown | None = None,
     ) -> None:
         super().__init__(what, untouched=untouched, next_step=next_step, details=details)
-        #: the report (skippy.flows.upstream_tests.UpstreamTestsReport)
+        #: the report (skippy.flows.upstream_tests.report.UpstreamTestsReport)
         self.report = report
         self.ending = ending
 

@@ -29,7 +29,9 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows import follow
 from skippy.flows.follow import Following
-from skippy.flows.upstream_tests import Subject, UpstreamTestsReport, run_backend_ops, run_upstream_tests
+from skippy.flows.upstream_tests.report import UpstreamTestsReport
+from skippy.flows.upstream_tests.run import run_backend_ops, run_upstream_tests
+from skippy.flows.upstream_tests.tree import Subject
 from skippy.spot.binaries import version_line
 from skippy.spot.evidence import artifact_markers_missing
 from skippy.spot.report import Ending, Proof, SpotCheckReport, model_check_failed, model_path, spot_proofs

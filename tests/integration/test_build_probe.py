@@ -25,7 +25,7 @@ from skippy.core import proc
 from skippy.core.errors import BuildError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.upstream_tests import Subject, _Tree, builds_tests
+from skippy.flows.upstream_tests.tree import Subject, _Tree, builds_tests
 
 pytestmark = pytest.mark.integration
 

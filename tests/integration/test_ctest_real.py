@@ -1,4 +1,4 @@
-"""skippy.spot.ctest against the real CMake and CTest, on a project of four tests."""
+"""skippy.flows.upstream_tests.ctest against the real CMake and CTest, on a project of four tests."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from skippy.core import proc
 from skippy.core.errors import SkippyError
-from skippy.spot import ctest
+from skippy.flows.upstream_tests import ctest
 
 PROJECT = """\
 cmake_minimum_required(VERSION 3.16)
@@ -107,7 +107,7 @@ def test_upstream_tests_show_each_test_as_it_finishes(build_dir: Path) -> None:
     from skippy.compile.toolchain import Toolchain
     from skippy.core.settings import Settings
     from skippy.core.ui import Console
-    from skippy.flows.upstream_tests import Subject, _Tree
+    from skippy.flows.upstream_tests.tree import Subject, _Tree
 
     stream = io.StringIO()
     cmake, ninja = Tool("cmake", _tool("cmake"), ""), Tool("ninja", _tool("ninja"), "")

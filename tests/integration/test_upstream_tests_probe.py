@@ -20,9 +20,10 @@ from skippy.compile.plan import BuildOptions, plan_build
 from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.upstream_tests import Subject, _judge, _Tree, _Verdicts
+from skippy.flows.upstream_tests import ctest
+from skippy.flows.upstream_tests.tree import Subject, _Tree
+from skippy.flows.upstream_tests.verdicts import _judge, _Verdicts
 from skippy.queue import workdir as wd
-from skippy.spot import ctest
 from tests.gitfixtures import Upstream, hermetic_git_env
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
-from skippy.flows.upstream_tests import AsideTree, queue_commits
+from skippy.flows.upstream_tests.aside import AsideTree, queue_commits
 from tests.gitfixtures import Upstream, hermetic_git_env
 
 
@@ -63,7 +63,7 @@ def test_a_tree_that_is_its_base_has_nothing_to_bisect(tmp_path: Path) -> None:
     blamed on a patch; the blame says why instead of guessing."""
     from typing import Any, cast
 
-    from skippy.flows.upstream_tests import _attribute
+    from skippy.flows.upstream_tests.bisect import _attribute
 
     work, (base, *_rest) = _workdir(tmp_path)
     nothing = cast(Any, None)  # neither the tree nor the aside is reached

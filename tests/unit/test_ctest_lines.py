@@ -1,10 +1,10 @@
-"""CTest's progress lines, read as each test finishes (skippy.spot.ctest.finished)."""
+"""CTest's progress lines, read as each test finishes (skippy.flows.upstream_tests.ctest.finished)."""
 
 from __future__ import annotations
 
 import pytest
 
-from skippy.spot.ctest import Finished, finished
+from skippy.flows.upstream_tests.ctest import Finished, finished
 
 LINES = [
     ("1/5 Test #1: test-ok ..........................   Passed    0.02 sec", Finished(1, 5, "test-ok", "Passed", 0.02)),

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from skippy.flows.upstream_tests import _Verdicts, bisect_first_failing, own_test_targets
+from skippy.flows.upstream_tests import ctest
+from skippy.flows.upstream_tests.bisect import bisect_first_failing
+from skippy.flows.upstream_tests.run import own_test_targets
+from skippy.flows.upstream_tests.verdicts import _Verdicts
 from skippy.queue.model import Lane, Patch, Queue
-from skippy.spot import ctest
 
 BUILD = Path("/b")
 
@@ -200,7 +202,7 @@ Backend 1/2: Vulkan0
 
 
 def test_backend_ops_cases_are_counted_from_the_console_lines() -> None:
-    from skippy.spot.backend_ops import parse_cases
+    from skippy.flows.upstream_tests.backend_ops import parse_cases
 
     passed, failed, unsupported, failures = parse_cases(OPS_OUTPUT)
     assert (passed, failed, unsupported) == (1, 1, 1)
@@ -210,7 +212,7 @@ def test_backend_ops_cases_are_counted_from_the_console_lines() -> None:
 def test_backend_ops_time_box_cuts_short_and_says_so(tmp_path: Path) -> None:
     import os
 
-    from skippy.spot.backend_ops import run_ops
+    from skippy.flows.upstream_tests.backend_ops import run_ops
 
     program = tmp_path / "test-backend-ops"
     # prints one passing case of the op it is given; SLOW never finishes
@@ -227,7 +229,7 @@ def test_backend_ops_time_box_cuts_short_and_says_so(tmp_path: Path) -> None:
 
 def test_a_flaky_test_is_reported_and_keeps_nothing_from_passing(tmp_path: Path) -> None:
     from skippy.compile.builder import BuildReport
-    from skippy.flows.upstream_tests import TestOutcome, UpstreamTestsReport
+    from skippy.flows.upstream_tests.report import TestOutcome, UpstreamTestsReport
 
     build = BuildReport(
         backend="cpu",
