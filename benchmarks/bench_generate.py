@@ -41,7 +41,7 @@ from skippy.core.errors import GraphEditError
 from skippy.core.git import hermetic_env
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain import cppscan, generate, graphcode, graphedit
+from skippy.maintain import cppscan, genfacts, genfiles, genspec, graphcode, graphedit
 
 #: the families the rewrite refuses on the pinned tree (eagle3: no layer loop; wavtokenizer-dec:
 #: two layer loops and no anchor); the bench reports whether the refusal named exactly these
@@ -97,7 +97,7 @@ class AtScale:
             raise ValueError(f"no family named {', '.join(unknown)}")
         lines = [
             "# every family with a graph builder in src/models/ (benchmarks.bench_generate.all_families)",
-            f"schema = {generate.SCHEMA}",
+            f"schema = {genspec.SCHEMA}",
         ]
         for family in self.families:
             if family.name not in leave_out:
@@ -115,10 +115,10 @@ def all_families(tree: Path) -> AtScale:
     """One family per graph-builder file of ``tree``'s ``src/models/``: the arch whose model class
     is that builder's own class, the first in ``llama_model_mapping`` order; its name is the arch's
     GGUF name (``LLM_ARCH_NAMES``, :func:`family_name`).  Read with the generated lane's own
-    readers (:func:`skippy.maintain.generate.builder_files`, :func:`graphcode.arch_classes`)."""
-    names = cppscan.arch_names((tree / generate.ARCH_CPP).read_text(encoding="utf-8", errors="replace"))
-    classes = graphcode.arch_classes((tree / generate.MODEL_CPP).read_bytes())
-    builders = generate.builder_files(tree)
+    readers (:func:`skippy.maintain.genfacts.builder_files`, :func:`graphcode.arch_classes`)."""
+    names = cppscan.arch_names((tree / genfacts.ARCH_CPP).read_text(encoding="utf-8", errors="replace"))
+    classes = graphcode.arch_classes((tree / genfacts.MODEL_CPP).read_bytes())
+    builders = genfacts.builder_files(tree)
     own_files = {cls: file for cls, (file, builder) in builders.items() if cls == builder}
     chosen: dict[str, AtScaleFamily] = {}  # file -> family
     taken: set[str] = set()
@@ -273,7 +273,7 @@ def bench_generate_all(
     console.info("bench: the project copy prepared with the shipped queue (its tree gives the families)")
     copy.run("prepare", "--pinned")
     scale = all_families(copy.workdir)
-    spec_path = copy.lane / generate.SPEC_NAME
+    spec_path = copy.lane / genspec.SPEC_NAME
     spec_path.write_text(scale.spec(), encoding="utf-8")
     report: dict[str, Any] = {
         "upstream": {"testbed_version": version, "pin": pin},
@@ -325,7 +325,7 @@ def _generate(copy: _Copy, scale: AtScale, refused: Collection[str]) -> dict[str
     same = copy.lane_files() == made
     check, check_s = copy.run("generate", "--check", "--json", ok=False)
     drift = json.loads(check.stdout).get("drift", {}) if check.returncode == 0 else {}
-    series = [n for n in made.get(generate.SERIES_NAME, b"").decode().splitlines() if n]
+    series = [n for n in made.get(genfiles.SERIES_NAME, b"").decode().splitlines() if n]
     patches = json.loads(first.stdout).get("patches", [])
     declared = len(scale.families) - len(refused)
     shard_bytes = sum(len(made[n]) for n in series)
@@ -399,7 +399,7 @@ def hooks_in_tree(workdir: Path, lane: Path) -> dict[str, Any]:
     added_total = found_total = 0
     off: list[str] = []
     changed: list[str] = []
-    for name in (lane / generate.SERIES_NAME).read_text(encoding="utf-8").split():
+    for name in (lane / genfiles.SERIES_NAME).read_text(encoding="utf-8").split():
         files = [f for f in _patched_files(lane / name) if (workdir / f).is_file()]
         added = sum(1 for line in (lane / name).read_bytes().splitlines() if line.startswith(b"+") and call in line)
         found = sum((workdir / f).read_bytes().count(call) for f in files)

@@ -597,11 +597,11 @@ def shipped_split(patch_dir: Path) -> LaneSplit:
 
 def spec_text(families: Sequence[tuple[str, str]]) -> str:
     """A generated-lane spec (``families.toml``) of ``families`` (name, arch), in that order."""
-    from skippy.maintain import generate
+    from skippy.maintain import genspec
 
     lines = [
         "# the shipped families, then others of the pinned tree (benchmarks.bench_scale)",
-        f"schema = {generate.SCHEMA}",
+        f"schema = {genspec.SCHEMA}",
     ]
     for name, arch in families:
         lines += ["", "[[family]]", f'name = "{name}"', f'arch = "{arch}"']
@@ -616,7 +616,7 @@ def build_queue(
     import tomllib
 
     from benchmarks.bench_generate import EXPECTED_REFUSED, all_families
-    from skippy.maintain import generate
+    from skippy.maintain import genspec
     from skippy.queue.model import load_queue
 
     patches = copy.patch_dir
@@ -624,7 +624,7 @@ def build_queue(
     shutil.copytree(settings.patch_dir, patches, symlinks=True)
     shipped = shipped_split(patches)
     support, gen = patches / "model_support", patches / "generated"
-    spec = tomllib.loads((gen / generate.SPEC_NAME).read_text(encoding="utf-8"))
+    spec = tomllib.loads((gen / genspec.SPEC_NAME).read_text(encoding="utf-8"))
     own = [(f["name"], f["arch"]) for f in spec.get("family", [])]
     shutil.rmtree(scratch_dir, ignore_errors=True)
     genv = hermetic_env(copy.env, scratch_dir.parent)
@@ -642,7 +642,7 @@ def build_queue(
     scratch.lane(support_sites, "model_support", shipped.model_support + 1, support)
     (support / "series").write_text("".join(p.name + "\n" for p in sorted(support.glob("*.patch"))), encoding="utf-8")
     families = [*own, *((f.name, f.arch) for f in others[: split.generated - len(own)])]
-    (gen / generate.SPEC_NAME).write_text(spec_text(families), encoding="utf-8")
+    (gen / genspec.SPEC_NAME).write_text(spec_text(families), encoding="utf-8")
     changed = scratch.changed(split.handwritten // 2, patches)
     shutil.rmtree(scratch_dir)
     console.info(

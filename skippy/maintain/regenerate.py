@@ -649,7 +649,7 @@ def _verify(settings: Settings, store: Store, ms: str, *, console: Console) -> t
 
 
 def _verify_in(settings: Settings, store: Store, ms: str, replays: Replays, *, console: Console) -> tuple[str, str]:
-    from skippy.maintain import generate
+    from skippy.maintain import generate, genfiles, genmanifest
 
     repo = store.repo
     queue = load_queue(settings.patch_dir)
@@ -670,7 +670,7 @@ def _verify_in(settings: Settings, store: Store, ms: str, replays: Replays, *, c
     spec = generate.load_spec(settings)
     folder = generate.lane_dir(settings)
     if spec is not None:
-        expected = generate.expected_inputs(settings, spec, store.upstream_sha, queue)
+        expected = genmanifest.expected_inputs(settings, spec, store.upstream_sha, queue)
         if generate.recorded_inputs(settings) == expected:
             status = "kept"
         else:
@@ -679,7 +679,7 @@ def _verify_in(settings: Settings, store: Store, ms: str, replays: Replays, *, c
                 lane = generate.generate_lane(
                     settings, repo, store.base, upstream_sha=store.upstream_sha, queue=queue, spec=spec, console=console
                 )
-                generate.write_lane(folder, lane)
+                genfiles.write_lane(folder, lane)
             status = "regenerated"
     elif queue.lane(Lane.GENERATED):
         status = "kept"

@@ -24,7 +24,7 @@ from typing import Any
 from skippy.core.errors import CheckFailed, SkippyError, UnsafeGitConfig
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain import generate, parity
+from skippy.maintain import generate, genfiles, parity
 from skippy.maintain.replay import Replay, Store, applied_once, pinned_store, replay
 from skippy.queue.model import Lane, Queue, load_queue
 
@@ -220,7 +220,7 @@ def _generated_step(settings: Settings, store: Store, queue: Queue, *, console: 
             spec=spec,
             console=console,
         )
-    drift = generate.compare_lane(folder, lane, inside=settings.root)
+    drift = genfiles.compare_lane(folder, lane, inside=settings.root)
     if drift.ok:
         return Step("generated", "ok", f"{len(spec.families)} family patch(es), up to date", data=drift.as_dict())
     return Step(

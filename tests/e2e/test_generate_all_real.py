@@ -24,7 +24,7 @@ from benchmarks.bench_generate import all_families, copy_env, project_copy, refu
 from skippy.core.errors import QueueError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain import generate, graphcode, graphedit
+from skippy.maintain import generate, genfiles, genspec, graphcode, graphedit
 from skippy.queue.prepare import Target, prepare
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ def test_every_family_of_the_pinned_tree_is_generated_applied_and_checked(tmp_pa
     scale = all_families(tree)
     assert {f.file for f in scale.families} == files
     lane = settings.patch_dir / "generated"
-    spec = lane / generate.SPEC_NAME
+    spec = lane / genspec.SPEC_NAME
 
     # every family: the two the rewrite cannot place are refused, each with its file and reason
     spec.write_text(scale.spec(), encoding="utf-8")
@@ -90,7 +90,7 @@ def test_every_family_of_the_pinned_tree_is_generated_applied_and_checked(tmp_pa
     # without them: one shard per family, idempotent (checked inside generate), --check clean
     spec.write_text(scale.spec(leave_out=REFUSED), encoding="utf-8")
     made, _drift = generate.run_generate(settings, console=quiet, offline=True)
-    series = (lane / generate.SERIES_NAME).read_text(encoding="utf-8").split()
+    series = (lane / genfiles.SERIES_NAME).read_text(encoding="utf-8").split()
     assert len(series) == len(files) - len(REFUSED) == len(made.owners)
     assert sorted(f for shard in made.shard_files.values() for f in shard) == sorted(
         files - {f for f, _ in REFUSED.values()}

@@ -27,7 +27,7 @@ import pytest
 
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain import generate
+from skippy.maintain import genmanifest
 from skippy.spot.spotcheck import spot_check
 from tests.e2e.copies import copy_project
 
@@ -115,7 +115,7 @@ def test_a_users_generator_on_the_pinned_tree(pinned_sdist: Path) -> None:
         assert "the command in [tool.skippy.generated] (`python3 tools/trace_families.py`)" in text
     manifest = (lane / "inputs.sha256").read_text()
     assert '# command: ["python3", "tools/trace_families.py"]' in manifest
-    lines = generate.manifest_lines(manifest)
+    lines = genmanifest.manifest_lines(manifest)
     assert lines["generator command"].startswith("sha256:")
     assert {k for k in lines if k.startswith("shard ")} == {
         "shard 0001-family-qwen2.patch",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from skippy.core.errors import GraphEditError, QueueError
-from skippy.maintain import cppparse, generate, graphcode
+from skippy.maintain import cppparse, genspec, graphcode
 from skippy.maintain import graphedit as ge
 from skippy.queue.testbed import LLAMA_CPP_PYTHON
 
@@ -129,7 +129,7 @@ def check_edit(name: str, source: bytes, edit: ge.FamilyEdit) -> None:
 @pytest.mark.parametrize("arch", sorted(graphcode.NOT_MODEL_ARCHS))
 def test_entries_that_are_not_families_are_refused(models: dict[str, bytes], arch: str) -> None:
     with pytest.raises(QueueError) as info:  # the generated lane's spec refuses it
-        generate.parse_spec(Path("families.toml"), f'schema = 2\n[[family]]\nname = "x"\narch = "{arch}"\n'.encode())
+        genspec.parse_spec(Path("families.toml"), f'schema = 2\n[[family]]\nname = "x"\narch = "{arch}"\n'.encode())
     assert arch in (info.value.details or "")
     # the clip entry's file is a quantize-only stub: no builder to edit either
     with pytest.raises(GraphEditError, match="no graph builder"):

@@ -11,7 +11,7 @@ import pytest
 from skippy.cli.entries import generate_main
 from skippy.core.errors import QueueError
 from skippy.core.ui import Console
-from skippy.maintain import generate
+from skippy.maintain import generate, genmanifest
 from skippy.maintain.regenerate import regenerate
 from skippy.queue.model import Lane, load_queue
 from skippy.queue.prepare import Target, prepare
@@ -64,10 +64,10 @@ def test_generate_writes_one_patch_per_family_deterministically(project: Project
     assert '         cb(cur, "l_out", il);\n+        llama_skippy_layer_hook(this, cur, il);\n' in gemma
     assert "src/models/llama.cpp" not in gemma
     assert "Subject: [PATCH] generated: family gemma3" in gemma
-    manifest = generate.manifest_lines((folder / "inputs.sha256").read_text())
+    manifest = genmanifest.manifest_lines((folder / "inputs.sha256").read_text())
     assert manifest["pin"] == project.upstream.commits[-1]
     assert len(manifest["sha256"]) == 64
-    assert manifest["generator builtin"] == generate.GENERATOR_VERSION
+    assert manifest["generator builtin"] == genmanifest.GENERATOR_VERSION
     assert manifest["shard 0002-family-gemma3.patch"] == hashlib.sha256(gemma.encode()).hexdigest()
     first = snapshot(folder)
     assert set(lane.files) == {"0001-family-llama.patch", "0002-family-gemma3.patch", "series"}
@@ -154,6 +154,6 @@ def test_regenerate_keeps_the_lane_unless_its_inputs_changed(project: Project) -
     # a different core head changes the lanes' digest: the lane is regenerated
     third = regenerate(settings, core_head="core~1", model_support_head="core~1", console=QUIET)
     assert third.generated == "regenerated"
-    assert generate.manifest_lines((folder / "inputs.sha256").read_text()) != generate.manifest_lines(
+    assert genmanifest.manifest_lines((folder / "inputs.sha256").read_text()) != genmanifest.manifest_lines(
         lane["inputs.sha256"].decode()
     )

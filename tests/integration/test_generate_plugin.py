@@ -13,7 +13,7 @@ import pytest
 from skippy.cli.entries import generate_main
 from skippy.core.errors import QueueError, SettingsError
 from skippy.core.ui import Console
-from skippy.maintain import generate
+from skippy.maintain import generate, genmanifest
 from skippy.queue.prepare import Target, prepare
 from tests.conftest import Project
 from tests.integration.test_generate import write_spec
@@ -114,7 +114,7 @@ def test_a_users_generator_makes_one_shard_per_family(project: Project) -> None:
     }
     assert "the command in [tool.skippy.generated]" in llama
     text = (folder / "inputs.sha256").read_text()
-    manifest = generate.manifest_lines(text)
+    manifest = genmanifest.manifest_lines(text)
     assert manifest["generator command"].startswith("sha256:")
     assert f'# command: ["{sys.executable}", "tools/gen.py", "ok"]' in text
     first = snapshot(folder)

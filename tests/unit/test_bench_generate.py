@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks import bench_generate as bg
 from skippy.core.settings import Settings
-from skippy.maintain import generate
+from skippy.maintain import genspec
 from tests.unit.test_graphedit import HOOKED_PLAIN, PLAIN
 
 ARCH_CPP = """\
@@ -77,12 +77,12 @@ def test_one_family_per_builder_file_and_every_arch_accounted_for(tmp_path: Path
 
 def test_the_spec_is_one_the_generator_reads(tmp_path: Path) -> None:
     scale = bg.all_families(toy_tree(tmp_path))
-    spec = generate.parse_spec(Path("families.toml"), scale.spec().encode())
+    spec = genspec.parse_spec(Path("families.toml"), scale.spec().encode())
     assert [(f.name, f.arch, f.paths) for f in spec.families] == [
         ("qwen2-5-vl", "LLM_ARCH_QWEN25", ()),
         ("toy", "LLM_ARCH_TOY", ()),
     ]
-    fewer = generate.parse_spec(Path("families.toml"), bg.all_families_spec(tmp_path, leave_out={"toy"}).encode())
+    fewer = genspec.parse_spec(Path("families.toml"), bg.all_families_spec(tmp_path, leave_out={"toy"}).encode())
     assert [f.name for f in fewer.families] == ["qwen2-5-vl"]
     with pytest.raises(ValueError, match="no family named toy3"):
         scale.spec(leave_out={"toy3"})

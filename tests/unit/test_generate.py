@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from skippy.core.errors import QueueError
-from skippy.maintain import generate
+from skippy.maintain import genbuiltin, generate, genfacts, genmanifest, genspec
 from skippy.maintain.genrun import Generator
 from tests.integration.test_parity_fixtures import MODELS
 
@@ -20,8 +20,8 @@ MODEL = (
 )
 
 
-def spec(text: str) -> generate.Spec:
-    return generate.parse_spec(Path("families.toml"), text.encode())
+def spec(text: str) -> genspec.Spec:
+    return genspec.parse_spec(Path("families.toml"), text.encode())
 
 
 def tree(tmp_path: Path, files: dict[str, str] = dict(MODELS)) -> Path:  # noqa: B006 - read only
@@ -89,17 +89,17 @@ def test_entries_that_are_not_model_families_are_refused(arch: str) -> None:
 
 def test_facts_come_from_the_tree(tmp_path: Path) -> None:
     families = spec('schema = 2\n[[family]]\nname = "gemma3"\narch = "LLM_ARCH_GEMMA3"\n').families
-    builders = generate.builder_files(tree(tmp_path))
+    builders = genfacts.builder_files(tree(tmp_path))
     assert builders["llama_model_gemma3"] == ("src/models/gemma3.cpp", "llama_model_gemma3")
-    facts = generate.arch_facts(families, ARCH, MODEL, where="t", builders=builders)
-    assert facts["gemma3"] == generate.ArchFacts(
+    facts = genfacts.arch_facts(families, ARCH, MODEL, where="t", builders=builders)
+    assert facts["gemma3"] == genfacts.ArchFacts(
         "LLM_ARCH_GEMMA3", "gemma3", "llama_model_gemma3", "src/models/gemma3.cpp", "llama_model_gemma3"
     )
     # a tree without the mapping: no model class, no builder file
-    assert generate.arch_facts(families, ARCH, None, where="t", builders=builders)["gemma3"].builder_file is None
+    assert genfacts.arch_facts(families, ARCH, None, where="t", builders=builders)["gemma3"].builder_file is None
     unknown = spec('schema = 2\n[[family]]\nname = "g"\narch = "LLM_ARCH_GEMMA"\n').families
     with pytest.raises(QueueError, match="unknown to the tree") as info:
-        generate.arch_facts(unknown, ARCH, MODEL, where="t")
+        genfacts.arch_facts(unknown, ARCH, MODEL, where="t")
     assert "closest: LLM_ARCH_GEMMA3" in (info.value.details or "")
 
 
@@ -107,14 +107,14 @@ def test_a_class_sharing_a_builder_is_edited_in_the_shared_file(tmp_path: Path) 
     header = MODELS["src/models/models.h"] + (
         "\nstruct llama_model_gemma3n : public llama_model_gemma3 {\n    using graph = llama_model_gemma3::graph;\n};\n"
     )
-    builders = generate.builder_files(tree(tmp_path, {**MODELS, "src/models/models.h": header}))
+    builders = genfacts.builder_files(tree(tmp_path, {**MODELS, "src/models/models.h": header}))
     assert builders["llama_model_gemma3n"] == ("src/models/gemma3.cpp", "llama_model_gemma3")
 
 
-def _facts(root: Path, *families: generate.Family) -> dict[str, generate.ArchFacts]:
-    builders = generate.builder_files(root)
+def _facts(root: Path, *families: genspec.Family) -> dict[str, genfacts.ArchFacts]:
+    builders = genfacts.builder_files(root)
     return {
-        f.name: generate.ArchFacts(
+        f.name: genfacts.ArchFacts(
             f.arch, f.name, f"llama_model_{f.name}", *builders.get(f"llama_model_{f.name}", (None, None))
         )
         for f in families
@@ -123,9 +123,9 @@ def _facts(root: Path, *families: generate.Family) -> dict[str, generate.ArchFac
 
 def test_builtin_edit_places_the_hook_once(tmp_path: Path) -> None:
     root = tree(tmp_path)
-    families = (generate.Family("llama", "LLM_ARCH_LLAMA"), generate.Family("gpt2", "LLM_ARCH_GPT2"))
+    families = (genspec.Family("llama", "LLM_ARCH_LLAMA"), genspec.Family("gpt2", "LLM_ARCH_GPT2"))
     facts = _facts(root, *families)
-    done = generate.builtin_edit(root, families, facts)
+    done = genbuiltin.builtin_edit(root, families, facts)
     assert done["llama"] == "1 layer hook(s) in src/models/llama.cpp (line 10, anchor)"
     assert done["gpt2"] == "1 layer hook(s) in src/models/gpt2.cpp (line 9, end of loop body)"
     llama = (root / "src/models/llama.cpp").read_text()
@@ -133,7 +133,7 @@ def test_builtin_edit_places_the_hook_once(tmp_path: Path) -> None:
     assert "llama_skippy_layer_hook(this, inpL, il);" in (root / "src/models/gpt2.cpp").read_text()
     assert (root / "src/models/gemma3.cpp").read_text() == MODELS["src/models/gemma3.cpp"]  # not declared
     # a second pass changes nothing
-    generate.builtin_edit(root, families, facts)
+    genbuiltin.builtin_edit(root, families, facts)
     assert (root / "src/models/llama.cpp").read_text() == llama
 
 
@@ -141,15 +141,15 @@ def test_builtin_edit_names_every_family_it_cannot_place(tmp_path: Path) -> None
     no_loop = MODELS["src/models/gemma3.cpp"].replace("for (int il = 0; il < n_layer; ++il)", "if (n_layer > 0)")
     root = tree(tmp_path, {**MODELS, "src/models/gemma3.cpp": no_loop})
     families = (
-        generate.Family("gemma3", "LLM_ARCH_GEMMA3"),
-        generate.Family("phi9", "LLM_ARCH_PHI9"),
-        generate.Family("llama", "LLM_ARCH_LLAMA"),
+        genspec.Family("gemma3", "LLM_ARCH_GEMMA3"),
+        genspec.Family("phi9", "LLM_ARCH_PHI9"),
+        genspec.Family("llama", "LLM_ARCH_LLAMA"),
     )
     facts = _facts(root, *families)
-    facts["phi9"] = generate.ArchFacts("LLM_ARCH_PHI9", "phi9", None)
+    facts["phi9"] = genfacts.ArchFacts("LLM_ARCH_PHI9", "phi9", None)
     before = {p: (root / p).read_bytes() for p in MODELS}
     with pytest.raises(QueueError, match="cannot place the layer hook for 2 family") as info:
-        generate.builtin_edit(root, families, facts)
+        genbuiltin.builtin_edit(root, families, facts)
     details = info.value.details or ""
     assert "family gemma3: src/models/gemma3.cpp: no layer loop" in details
     assert "family phi9: llama_model_mapping in src/llama-model.cpp creates no class for LLM_ARCH_PHI9" in details
@@ -158,11 +158,11 @@ def test_builtin_edit_names_every_family_it_cannot_place(tmp_path: Path) -> None
 
 
 def test_split_by_family_claims_every_file_once() -> None:
-    llama = generate.Family("llama", "LLM_ARCH_LLAMA", ("src/models/llama.cpp", "docs/llama/*"))
-    gpt2 = generate.Family("gpt2", "LLM_ARCH_GPT2")
+    llama = genspec.Family("llama", "LLM_ARCH_LLAMA", ("src/models/llama.cpp", "docs/llama/*"))
+    gpt2 = genspec.Family("gpt2", "LLM_ARCH_GPT2")
     facts = {
-        "llama": generate.ArchFacts("LLM_ARCH_LLAMA", "llama", None),
-        "gpt2": generate.ArchFacts("LLM_ARCH_GPT2", "gpt2", "c", "src/models/gpt2.cpp", "c"),
+        "llama": genfacts.ArchFacts("LLM_ARCH_LLAMA", "llama", None),
+        "gpt2": genfacts.ArchFacts("LLM_ARCH_GPT2", "gpt2", "c", "src/models/gpt2.cpp", "c"),
     }
     changed = {"src/models/llama.cpp": "M", "docs/llama/notes.md": "A", "src/models/gpt2.cpp": "M"}
     assert generate.split_by_family(changed, (llama, gpt2), facts) == {
@@ -174,7 +174,7 @@ def test_split_by_family_claims_every_file_once() -> None:
     details = info.value.details or ""
     assert "src/llama.cpp: changed, but in no family's paths" in details
     assert "family gpt2: the generator changed none of its paths (src/models/gpt2.cpp)" in details
-    both = generate.Family("gpt2", "LLM_ARCH_GPT2", ("src/models/*.cpp",))
+    both = genspec.Family("gpt2", "LLM_ARCH_GPT2", ("src/models/*.cpp",))
     with pytest.raises(QueueError, match="do not split") as info:
         generate.split_by_family({"src/models/llama.cpp": "M"}, (llama, both), facts)
     assert "several families (llama, gpt2)" in (info.value.details or "")
@@ -186,20 +186,20 @@ def test_generator_identity_follows_its_files(tmp_path: Path) -> None:
     script.write_text("print(1)\n")
     gen = Generator(("python3", "tools/gen.py", "--fast"))
     assert gen.files(tmp_path) == [script.resolve()]
-    first = generate.identity(gen, tmp_path)
-    assert first.startswith("command sha256:") and first == generate.identity(gen, tmp_path)
+    first = genmanifest.identity(gen, tmp_path)
+    assert first.startswith("command sha256:") and first == genmanifest.identity(gen, tmp_path)
     script.write_text("print(2)\n")
-    assert generate.identity(gen, tmp_path) != first
-    assert generate.identity(Generator(("python3", "tools/gen.py")), tmp_path) != generate.identity(gen, tmp_path)
-    assert generate.identity(Generator(), tmp_path) == f"builtin {generate.GENERATOR_VERSION}"
+    assert genmanifest.identity(gen, tmp_path) != first
+    assert genmanifest.identity(Generator(("python3", "tools/gen.py")), tmp_path) != genmanifest.identity(gen, tmp_path)
+    assert genmanifest.identity(Generator(), tmp_path) == f"builtin {genmanifest.GENERATOR_VERSION}"
 
 
 def test_manifest_digest_covers_every_input_and_shard() -> None:
-    inputs = generate.input_lines("builtin v", "s" * 64, "p" * 40, "l" * 64)
-    base = generate.manifest(inputs, {"0001-family-a.patch": b"a"})
-    lines = generate.manifest_lines(base)
+    inputs = genmanifest.input_lines("builtin v", "s" * 64, "p" * 40, "l" * 64)
+    base = genmanifest.manifest(inputs, {"0001-family-a.patch": b"a"})
+    lines = genmanifest.manifest_lines(base)
     assert lines["shard 0001-family-a.patch"] == "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"
-    assert generate.inputs_of(base) == {
+    assert genmanifest.inputs_of(base) == {
         "generator builtin": "v",
         "pin": "p" * 40,
         "spec families.toml": "s" * 64,
@@ -207,21 +207,21 @@ def test_manifest_digest_covers_every_input_and_shard() -> None:
         "inputs": lines["inputs"],
     }
     variants = [
-        generate.manifest(
-            generate.input_lines("builtin w", "s" * 64, "p" * 40, "l" * 64), {"0001-family-a.patch": b"a"}
+        genmanifest.manifest(
+            genmanifest.input_lines("builtin w", "s" * 64, "p" * 40, "l" * 64), {"0001-family-a.patch": b"a"}
         ),
-        generate.manifest(
-            generate.input_lines("builtin v", "t" * 64, "p" * 40, "l" * 64), {"0001-family-a.patch": b"a"}
+        genmanifest.manifest(
+            genmanifest.input_lines("builtin v", "t" * 64, "p" * 40, "l" * 64), {"0001-family-a.patch": b"a"}
         ),
-        generate.manifest(
-            generate.input_lines("builtin v", "s" * 64, "q" * 40, "l" * 64), {"0001-family-a.patch": b"a"}
+        genmanifest.manifest(
+            genmanifest.input_lines("builtin v", "s" * 64, "q" * 40, "l" * 64), {"0001-family-a.patch": b"a"}
         ),
-        generate.manifest(
-            generate.input_lines("builtin v", "s" * 64, "p" * 40, "m" * 64), {"0001-family-a.patch": b"a"}
+        genmanifest.manifest(
+            genmanifest.input_lines("builtin v", "s" * 64, "p" * 40, "m" * 64), {"0001-family-a.patch": b"a"}
         ),
-        generate.manifest(inputs, {"0001-family-a.patch": b"b"}),
+        genmanifest.manifest(inputs, {"0001-family-a.patch": b"b"}),
     ]
-    digests = {generate.manifest_lines(v)["sha256"] for v in variants}
+    digests = {genmanifest.manifest_lines(v)["sha256"] for v in variants}
     assert len(digests) == 5 and lines["sha256"] not in digests
     # the shards are not inputs: a different patch keeps the inputs' digest
-    assert generate.inputs_of(variants[-1]) == generate.inputs_of(base)
+    assert genmanifest.inputs_of(variants[-1]) == genmanifest.inputs_of(base)
