@@ -289,7 +289,7 @@ class ParityFailed(QueueError):
         self, what: str, *, untouched: str, next_step: str, details: str | None = None, report: Reported
     ) -> None:
         super().__init__(what, untouched=untouched, next_step=next_step, details=details)
-        #: the audit's report (skippy.maintain.parity.ParityReport)
+        #: the audit's report (skippy.maintain.parity_report.ParityReport)
         self.report = report
 
     def as_dict(self) -> dict[str, object]:

@@ -17,17 +17,16 @@ earlier patches introduced (a clean-up that belongs folded into the patches
 it fixes).
 
 The configuration (``[tool.skippy.parity]``: the files to scan, where the
-allowlist lives) and the allowlist itself are read by ``parity_config``.
+allowlist lives) and the allowlist itself are read by ``parity_config``; the
+map of who added each line is :mod:`skippy.maintain.linemap`'s, the report's
+parts are :mod:`skippy.maintain.parity_report`'s.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from skippy.core import gitbulk
 from skippy.core.errors import ParityFailed
@@ -35,6 +34,7 @@ from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import cppscan
+from skippy.maintain.linemap import STEP_DIFF, Hunk, LineMap, Owner, parse_hunks
 from skippy.maintain.parity_config import (
     DEFAULT_ALLOWLIST,
     DEFAULT_FILES,
@@ -43,238 +43,28 @@ from skippy.maintain.parity_config import (
     glob_match,
     load_allowlist,
 )
-from skippy.maintain.replay import Replay, read_text
+from skippy.maintain.parity_report import BoundaryWarning, Deletion, Dropped, ParityReport, Summary
+from skippy.maintain.replay import Replay
 
 # the module's public names; the configuration's (from parity_config) are re-exported for their callers
 __all__ = [
     "DEFAULT_ALLOWLIST",
     "DEFAULT_FILES",
     "Allowed",
-    "BoundaryWarning",
-    "Deletion",
-    "Dropped",
-    "Hunk",
     "Key",
-    "LineMap",
-    "Owner",
     "ParityConfig",
-    "ParityReport",
-    "Summary",
     "analyse_step",
     "audit",
-    "carry_owners",
     "compare",
     "failure",
     "glob_match",
-    "line_count",
     "load_allowlist",
     "merged_counts",
-    "parse_hunks",
     "run_parity",
     "scan_commit",
 ]
 
 Key = tuple[str, str, str]  # (kind, file, scope)
-
-
-# --------------------------------------------------------------------------- report
-
-
-@dataclass(frozen=True)
-class Summary:
-    files: int
-    switches: int
-    cases: int
-    tables: int
-    entries: int
-    #: per file: (switches, cases, tables, entries)
-    per_file: Mapping[str, tuple[int, int, int, int]] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, scans: Mapping[str, cppscan.FileScan]) -> Summary:
-        per = {
-            p: (len(s.switches), s.case_count, len(s.tables), s.entry_count)
-            for p, s in sorted(scans.items())
-            if s.switches or s.tables
-        }
-        return cls(
-            files=len(scans),
-            switches=sum(v[0] for v in per.values()),
-            cases=sum(v[1] for v in per.values()),
-            tables=sum(v[2] for v in per.values()),
-            entries=sum(v[3] for v in per.values()),
-            per_file=per,
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "files": self.files,
-            "switches": self.switches,
-            "cases": self.cases,
-            "tables": self.tables,
-            "entries": self.entries,
-            "per_file": {
-                p: dict(zip(("switches", "cases", "tables", "entries"), v, strict=True))
-                for p, v in self.per_file.items()
-            },
-        }
-
-    def line(self) -> str:
-        return (
-            f"{self.switches} arch switches ({self.cases} cases), {self.tables} arch tables "
-            f"({self.entries} entries) in {self.files} files"
-        )
-
-
-@dataclass(frozen=True)
-class Dropped:
-    kind: str
-    file: str
-    scope: str
-    case: str
-    lost: int
-    patch: str | None
-    reason: str | None = None  # from the allowlist
-
-    @property
-    def allowed(self) -> bool:
-        return self.reason is not None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "file": self.file,
-            ("function" if self.kind == "switch" else "table"): self.scope,
-            "case": self.case,
-            "lost": self.lost,
-            "patch": self.patch,
-            "allowed": self.allowed,
-            "reason": self.reason,
-        }
-
-    def render(self) -> str:
-        where = f"{self.file} {'function' if self.kind == 'switch' else 'table'} {self.scope}"
-        by = f" (dropped by {self.patch})" if self.patch else ""
-        times = f" x{self.lost}" if self.lost > 1 else ""
-        tail = f"  allowed: {self.reason}" if self.reason else ""
-        return f"{where}: {self.case}{times}{by}{tail}"
-
-
-@dataclass(frozen=True)
-class Hunk:
-    file: str
-    old_start: int
-    old_count: int
-    new_start: int
-    new_count: int
-    removed: tuple[str, ...]
-    new_file: bool = False
-    deleted_file: bool = False
-    #: the body, one character a line: "-" removed, "+" added, " " context
-    ops: str = ""
-
-
-@dataclass(frozen=True)
-class Deletion:
-    patch: str
-    file: str
-    old_start: int
-    old_count: int
-    upstream_lines: int
-    preview: tuple[str, ...]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "patch": self.patch,
-            "file": self.file,
-            "old_start": self.old_start,
-            "old_count": self.old_count,
-            "upstream_lines": self.upstream_lines,
-            "preview": list(self.preview),
-        }
-
-    def render(self) -> str:
-        span = f"{self.old_start},{self.old_count}"
-        lines = [f"{self.patch}: {self.file} -{span}: {self.upstream_lines} upstream line(s) deleted"]
-        lines += [f"      -{text}" for text in self.preview]
-        return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class BoundaryWarning:
-    patch: str
-    introduced_by: tuple[str, ...]
-    files: tuple[str, ...]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"patch": self.patch, "introduced_by": list(self.introduced_by), "files": list(self.files)}
-
-    def render(self) -> str:
-        into = "that patch" if len(self.introduced_by) == 1 else "those patches"
-        return (
-            f"{self.patch} only rewrites lines that {', '.join(self.introduced_by)} introduced "
-            f"({', '.join(self.files)}): fold it into {into}"
-        )
-
-
-@dataclass(frozen=True)
-class ParityReport:
-    upstream_sha: str
-    upstream: Summary
-    patched: Summary
-    dropped: tuple[Dropped, ...]
-    stale_allowlist: tuple[Allowed, ...]
-    deletions: tuple[Deletion, ...]
-    boundary: tuple[BoundaryWarning, ...]
-    patches: int
-
-    @property
-    def failures(self) -> tuple[Dropped, ...]:
-        return tuple(d for d in self.dropped if not d.allowed)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "upstream_sha": self.upstream_sha,
-            "patches": self.patches,
-            "upstream": self.upstream.as_dict(),
-            "patched": self.patched.as_dict(),
-            "dropped": [d.as_dict() for d in self.dropped],
-            "unlisted_drops": len(self.failures),
-            "stale_allowlist": [a.as_dict() for a in self.stale_allowlist],
-            "deletions": [d.as_dict() for d in self.deletions],
-            "boundary_warnings": [b.as_dict() for b in self.boundary],
-        }
-
-    def render(self) -> str:
-        lines = [
-            f"parity against upstream {self.upstream_sha[:12]} ({self.patches} patch(es) in the queue)",
-            f"  upstream: {self.upstream.line()}",
-            f"  patched:  {self.patched.line()}",
-        ]
-        if self.failures:
-            lines.append(f"arch cases dropped without an allowlist entry ({len(self.failures)}):")
-            lines += ["  " + d.render() for d in self.failures]
-        allowed = [d for d in self.dropped if d.allowed]
-        if allowed:
-            lines.append(f"arch cases dropped on purpose ({len(allowed)}):")
-            lines += ["  " + d.render() for d in allowed]
-        if self.stale_allowlist:
-            lines.append("allowlist entries that no longer match a drop (remove them):")
-            lines += [f"  {a.file} {a.scope}: {a.case}" for a in self.stale_allowlist]
-        if self.deletions:
-            lines.append(f"hunks deleting upstream lines ({len(self.deletions)}):")
-            lines += ["  " + d.render() for d in self.deletions]
-        else:
-            lines.append("no hunk of the queue deletes upstream lines")
-        for warning in self.boundary:
-            lines.append("warning: " + warning.render())
-        lines.append("parity: ok" if self.ok else f"parity: FAILED ({len(self.failures)} unlisted drop(s))")
-        return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- scanning trees
@@ -318,206 +108,7 @@ def compare(
     return tuple(dropped), stale
 
 
-# --------------------------------------------------------------------------- hunks and the line map
-
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-#: the diff of one patch step: every hunk without context, no rename pairing, no external programs
-_STEP_DIFF = ("diff", "-U0", "--no-renames", "--no-ext-diff", "--no-color", "--no-textconv")
-
-#: who added a line: None for upstream, else the label of the queue patch that added it
-Owner = str | None
-
-
-def parse_hunks(diff: str) -> tuple[list[Hunk], set[str]]:
-    """Hunks of a ``git diff -U0`` (removed lines kept) and the files that have no text hunks."""
-    hunks: list[Hunk] = []
-    no_text: set[str] = set()
-    file = ""
-    marks: set[str] = set()  # "new", "deleted": the file's header says "new file mode" or "deleted file mode"
-    current: dict[str, Any] | None = None
-    left = [0, 0]  # old and new lines the current hunk has still to show
-    seen_hunk: dict[str, bool] = {}
-
-    def flush() -> None:
-        nonlocal current
-        if current is not None:
-            hunks.append(Hunk(removed=tuple(current.pop("removed")), ops="".join(current.pop("ops")), **current))
-            current = None
-
-    for line in diff.split("\n"):
-        if line.startswith("diff --git "):
-            flush()
-            m = re.match(r"^diff --git a/(.*) b/(.*)$", line)
-            file = m.group(1) if m else line
-            marks = set()
-            seen_hunk[file] = False
-        elif current is None and line.startswith(("new file mode", "deleted file mode")):
-            marks.add(line.split(" ", 1)[0])
-        elif current is None and line.startswith("+++ ") and line != "+++ /dev/null":
-            file = line[len("+++ b/") :] if line.startswith("+++ b/") else file
-        elif line.startswith("@@"):
-            flush()
-            m = _HUNK.match(line)
-            if m is None:
-                continue
-            seen_hunk[file] = True
-            current = {
-                "file": file,
-                "old_start": int(m.group(1)),
-                "old_count": int(m.group(2)) if m.group(2) is not None else 1,
-                "new_start": int(m.group(3)),
-                "new_count": int(m.group(4)) if m.group(4) is not None else 1,
-                "removed": [],
-                "ops": [],
-                "new_file": "new" in marks,
-                "deleted_file": "deleted" in marks,
-            }
-            left = [current["old_count"], current["new_count"]]
-        elif current is not None:
-            _body_line(line, current, left)
-    flush()
-    no_text.update(f for f, seen in seen_hunk.items() if not seen)
-    return hunks, no_text
-
-
-def _body_line(line: str, current: dict[str, Any], left: list[int]) -> None:
-    """One line of a hunk's body: every "-" line is a removed line; ``ops`` follows the body within the
-    old and new lines the header announced (``left``, counted down): a "\\ No newline" line or the end
-    of the diff is no line."""
-    ops: list[str] = current["ops"]
-    if line.startswith("-"):
-        current["removed"].append(line[1:])
-    if line.startswith("-") and left[0] > 0:
-        ops.append("-")
-        left[0] -= 1
-    elif line.startswith("+") and left[1] > 0:
-        ops.append("+")
-        left[1] -= 1
-    elif (line == "" or line.startswith(" ")) and left[0] > 0 and left[1] > 0:
-        ops.append(" ")  # context, shown when diff.interHunkContext joins two hunks
-        left[0] -= 1
-        left[1] -= 1
-
-
-def line_count(text: str | None) -> int:
-    """The lines of a file as git counts them (a last line without a newline counts)."""
-    if not text:
-        return 0
-    return text.count("\n") + (0 if text.endswith("\n") else 1)
-
-
-def carry_owners(owners: Sequence[Owner], hunks: Sequence[Hunk], label: str) -> list[Owner]:
-    """The owners of a file's lines after ``hunks`` (one file's, in order, old side against ``owners``):
-    removed lines drop out, added lines belong to ``label``, the others keep their owner.
-
-    Raises ValueError when the hunks do not fit the file ``owners`` describes."""
-    out: list[Owner] = []
-    at = 0  # old lines consumed
-    for h in hunks:
-        before = h.old_start if h.old_count == 0 else h.old_start - 1  # old lines before the hunk's first
-        ops = h.ops or "-" * h.old_count + "+" * h.new_count
-        if before < at or before + h.old_count > len(owners) or ops.count("+") + ops.count(" ") != h.new_count:
-            raise ValueError(
-                f"{h.file}: hunk -{h.old_start},{h.old_count} +{h.new_start},{h.new_count} does not fit "
-                f"a file of {len(owners)} line(s) after line {at}"
-            )
-        out += owners[at:before]
-        at = before
-        if len(out) != (h.new_start - 1 if h.new_count else h.new_start):
-            raise ValueError(f"{h.file}: hunk +{h.new_start},{h.new_count} lands after line {len(out)}")
-        for op in ops:
-            if op == " ":
-                out.append(owners[at])
-                at += 1
-            elif op == "-":
-                at += 1
-            else:
-                out.append(label)
-    return out + list(owners[at:])
-
-
-class LineMap:
-    """Who added each line of the files the queue touches, patch after patch: None for an upstream
-    line, else the label of the patch that added it (what ``git blame <pin>..`` answers, without
-    walking the queue's history again for every patch).
-
-    The map follows the patches in order (:meth:`advance`); a file is read once, when a patch first
-    touches it (all its lines are upstream's then)."""
-
-    def __init__(self, repo: Repo) -> None:
-        self._repo = repo
-        self._files: dict[str, list[Owner]] = {}
-
-    def owners(self, commit: str, path: str) -> list[Owner]:
-        """The owner of each line of ``path`` in ``commit``, the commit the map has reached (index 0: line 1)."""
-        known = self._files.get(path)
-        if known is None:
-            known = [None] * line_count(read_text(self._repo, commit, path))
-            self._files[path] = known
-        return known
-
-    def prime(self, path: str, text: str | None) -> None:
-        """``path`` as upstream left it, when the map has not met it yet: its text, read by the caller
-        (with other files' in one git process) rather than by :meth:`owners`."""
-        if path not in self._files:
-            self._files[path] = [None] * line_count(text)
-
-    def advance(self, prev: str, commit: str, hunks: Sequence[Hunk], no_text: Iterable[str], *, label: str) -> None:
-        """Move the map from ``prev`` to ``commit`` (the step of patch ``label``), given the hunks of
-        ``git diff -U0 --no-renames prev commit`` and the files of that diff without text hunks."""
-        by_file: dict[str, list[Hunk]] = {}
-        for hunk in hunks:
-            by_file.setdefault(hunk.file, []).append(hunk)
-        binary = sorted(no_text)
-        if binary:  # git blame reads every file as text: so does the map (empty and mode-only changes add nothing)
-            extra, _ = parse_hunks(self._repo.git(*_STEP_DIFF, "--text", prev, commit, "--", *binary).stdout)
-            for hunk in extra:
-                by_file.setdefault(hunk.file, []).append(hunk)
-        added = {p for p, hs in by_file.items() if any(h.new_file for h in hs)}
-        gone = {p for p, hs in by_file.items() if any(h.deleted_file for h in hs)} - added
-        carried: dict[str, list[Owner]] = {}
-        for path, file_hunks in by_file.items():
-            if path in gone:
-                continue
-            if path not in added:
-                carried[path] = carry_owners(self.owners(prev, path), file_hunks, label)
-                continue
-            # a new file (or a new kind of file after the old one's deletion), or the file another
-            # one was renamed to: git blame follows a file to a deleted one it looks like
-            followed = self._followed(prev, commit, path, label) if gone else None
-            carried[path] = (
-                followed if followed is not None else carry_owners([], [h for h in file_hunks if h.new_file], label)
-            )
-        for path in gone:
-            self._files.pop(path, None)
-        self._files.update(carried)
-
-    def _followed(self, prev: str, commit: str, path: str, label: str) -> list[Owner] | None:
-        """The owners of ``path``, new in ``commit``, carried from the file of ``prev`` it was renamed
-        from (found as git blame finds it: ``--follow``, rename detection for this path alone); None
-        when it is no rename."""
-        diff = self._repo.git(
-            "diff",
-            "-U0",
-            "-M",
-            "--follow",
-            "--text",
-            "--no-ext-diff",
-            "--no-color",
-            "--no-textconv",
-            prev,
-            commit,
-            "--",
-            path,
-        ).stdout
-        source = next(
-            (line[len("rename from ") :] for line in diff.split("\n") if line.startswith("rename from ")), None
-        )
-        if source is None:
-            return None
-        hunks, _ = parse_hunks(diff)
-        return carry_owners(self.owners(prev, source), [h for h in hunks if h.file == path], label)
+# --------------------------------------------------------------------------- the queue's deletions and boundaries
 
 
 def analyse_step(
@@ -534,7 +125,7 @@ def analyse_step(
     ``lines`` (at ``prev``) tells upstream lines from the queue's, and is moved on to ``commit``.
     ``order``: the labels of the queue's patches, in order; ``diff``: the step's ``-U0`` diff when
     the caller has it (:func:`step_diffs`), else it is asked of git."""
-    hunks, no_text = parse_hunks(diff if diff is not None else repo.git(*_STEP_DIFF, prev, commit).stdout)
+    hunks, no_text = parse_hunks(diff if diff is not None else repo.git(*STEP_DIFF, prev, commit).stdout)
     by_file: dict[str, list[Hunk]] = {}
     for hunk in hunks:
         by_file.setdefault(hunk.file, []).append(hunk)
@@ -590,7 +181,7 @@ def _boundary_warning(
 
 def step_diffs(repo: Repo, steps: Sequence[tuple[str, str]]) -> list[str]:
     """The ``-U0`` diff of every step ``(prev, commit)``, with full blob ids, in one git process."""
-    return gitbulk.step_diffs(repo, steps, *_STEP_DIFF[1:])
+    return gitbulk.step_diffs(repo, steps, *STEP_DIFF[1:])
 
 
 #: the patches whose files are read in one git process: enough to spare the processes, few enough

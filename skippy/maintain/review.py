@@ -24,7 +24,7 @@ from typing import Any
 from skippy.core.errors import CheckFailed, SkippyError, UnsafeGitConfig
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.maintain import generate, genfiles, parity
+from skippy.maintain import generate, genfiles, parity, parity_report
 from skippy.maintain.replay import Replay, Store, applied_once, pinned_store, replay
 from skippy.queue.model import Lane, Queue, load_queue
 
@@ -232,7 +232,7 @@ def _generated_step(settings: Settings, store: Store, queue: Queue, *, console: 
     )
 
 
-def _boundaries_step(report: parity.ParityReport | None) -> Step:
+def _boundaries_step(report: parity_report.ParityReport | None) -> Step:
     if report is None:
         return Step("boundaries", "skipped", "needs the parity walk")
     if report.boundary:

@@ -18,7 +18,7 @@ import pytest
 
 from skippy.core import proc
 from skippy.core.git import Repo
-from skippy.maintain import parity
+from skippy.maintain import linemap, parity, parity_report
 from skippy.maintain.replay import Replay
 from skippy.queue.model import Lane, Patch
 from tests.gitfixtures import Upstream, git
@@ -85,7 +85,7 @@ def uniform_steps(upstream: Upstream, count: int) -> list[tuple[str, dict[str, s
 def test_the_audit_runs_no_blame_and_no_git_command_per_patch(upstream: Upstream, git_env: dict[str, str]) -> None:
     base, steps = chain(upstream, uniform_steps(upstream, 40))
     calls: dict[int, Counter[str]] = {}
-    reports: dict[int, parity.ParityReport] = {}
+    reports: dict[int, parity_report.ParityReport] = {}
     for count in (5, 10, 20, 40):
         repo = Recording(upstream.path, git_env)
         reports[count] = parity.audit(repo, replayed(base, steps[:count]), CONFIG, (), upstream_sha=base)
@@ -161,7 +161,7 @@ def test_the_line_map_says_what_git_blame_says_at_every_patch(upstream: Upstream
     repo = Repo(upstream.path, git_env)
     labels = {commit: patch.label for patch, commit in steps}
     order = [patch.label for patch, _commit in steps]
-    lines = parity.LineMap(repo)
+    lines = linemap.LineMap(repo)
     prev = base
     compared: set[str] = set()
     for patch, commit in steps:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from skippy.maintain.parity import Hunk, carry_owners, line_count, parse_hunks
+from skippy.maintain.linemap import Hunk, carry_owners, line_count, parse_hunks
 
 
 def hunk(old_start: int, old_count: int, new_start: int, new_count: int, ops: str = "") -> Hunk:

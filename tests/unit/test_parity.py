@@ -9,7 +9,8 @@ import pytest
 
 from skippy.core.errors import QueueError
 from skippy.maintain import cppscan
-from skippy.maintain.parity import Allowed, compare, glob_match, load_allowlist, parse_hunks
+from skippy.maintain.linemap import parse_hunks
+from skippy.maintain.parity import Allowed, compare, glob_match, load_allowlist
 
 OLD_STYLE = r"""
 #include "llama-model.h"
