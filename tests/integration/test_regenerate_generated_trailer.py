@@ -124,7 +124,7 @@ def test_an_untouched_generated_commit_is_known_by_its_blob_ids_without_applying
     diff-tree of all of them: a whitespace edit or a mode change still differs, and a patch without
     full blob ids (the fixture's, made by a plain format-patch) is left to the apply check."""
     from skippy.core.git import Repo
-    from skippy.maintain.regenerate import _commit_changes, _patch_changes
+    from skippy.maintain.generated_commits import _commit_changes, _patch_changes
     from skippy.maintain.replay import export_commit
 
     assert prepare_main(queued_project.env, root=queued_project.root) == 0
