@@ -73,7 +73,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(tags=["docs"])
 def docs(session: nox.Session) -> None:
     """The reference site: the generated tables checked, then built strictly (MkDocs) into .deps/site."""
-    session.run(sys.executable, "-m", "skippy.cli.docs", "--check")
+    session.run(sys.executable, "-m", "tooling.docs", "--check")
     session.run(sys.executable, "-m", "mkdocs", "build", "--strict", *session.posargs)
 
 

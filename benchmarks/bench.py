@@ -184,7 +184,7 @@ def bench_prepare(
     noop_rounds: int,
     python: str = sys.executable,
 ) -> dict[str, Any]:
-    from skippy.queue.testbed import testbed_for
+    from tooling.testbed import testbed_for
 
     bed = testbed_for(settings, console)
     version = "0.3.35" if "0.3.35" in bed.versions else bed.versions[0]

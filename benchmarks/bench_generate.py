@@ -262,7 +262,7 @@ def bench_generate_all(
     settings: Settings, console: Console, *, rounds: int = 3, build: bool = True, python: str = sys.executable
 ) -> dict[str, Any]:
     """The section's figures (see the module's docstring)."""
-    from skippy.queue.testbed import testbed_for
+    from tooling.testbed import testbed_for
 
     bed = testbed_for(settings, console)
     version = PINNED_VERSION if PINNED_VERSION in bed.versions else bed.versions[-1]

@@ -355,7 +355,7 @@ def _measure_move(name: str, commit: str, bench: Settings, raw: RawDir, back: Ca
 
 def bench_pin_move(settings: Settings, console: Console) -> dict[str, Any]:
     """The pin-move figures (see the module docstring)."""
-    from skippy.queue.testbed import testbed_for
+    from tooling.testbed import testbed_for
 
     bed = testbed_for(settings, console)
     version = "0.3.35" if "0.3.35" in bed.versions else bed.versions[0]

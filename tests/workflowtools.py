@@ -1,5 +1,5 @@
 """Reading the GitHub workflows for the tests: steps, matrix values, and the nox
-sessions, invoke tasks and ``skippy.cli.ci`` commands each ``run:`` step calls; and the
+sessions, invoke tasks and ``tooling.ci`` commands each ``run:`` step calls; and the
 programs the workflow tests run (:func:`tool`)."""
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def commands(script: str) -> list[list[str]]:
 
 @dataclass(frozen=True)
 class Call:
-    kind: str  # "nox", "invoke" or "skippy.cli.ci"
+    kind: str  # "nox", "invoke" or "tooling.ci"
     name: str
     options: tuple[str, ...]
     where: str
@@ -167,7 +167,7 @@ def _nox_sessions(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def calls(path: Path) -> list[Call]:
-    """The nox sessions, invoke tasks (with their --options) and skippy.cli.ci commands ``path`` runs."""
+    """The nox sessions, invoke tasks (with their --options) and tooling.ci commands ``path`` runs."""
     found: list[Call] = []
     for step in steps(path):
         script = step.step.get("run")
@@ -182,8 +182,8 @@ def calls(path: Path) -> list[Call]:
                 task = argv[1]
                 options = tuple(a.split("=", 1)[0] for a in argv[2:] if a.startswith("--"))
                 found.append(Call("invoke", task, options, step.label))
-            elif argv[:3] == ["python", "-m", "skippy.cli.ci"]:
-                found.append(Call("skippy.cli.ci", argv[3], (), step.label))
+            elif argv[:3] == ["python", "-m", "tooling.ci"]:
+                found.append(Call("tooling.ci", argv[3], (), step.label))
     return found
 
 

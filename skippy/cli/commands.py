@@ -215,8 +215,8 @@ def command(name: str) -> Command:
 
 
 #: the options block (docs/options.md) between these markers is made by :func:`readme_block`
-#: (through ``python -m skippy.cli.docs``, which rewrites every generated block)
-README_BEGIN: Final = "<!-- options: made from skippy/cli/options.py by `python -m skippy.cli.docs` -->"
+#: (through ``python -m tooling.docs``, which rewrites every generated block)
+README_BEGIN: Final = "<!-- options: made from skippy/cli/commands.py by `python -m tooling.docs` -->"
 README_END: Final = "<!-- options: end -->"
 
 

@@ -1,6 +1,6 @@
 """The exit codes of skippy's commands, one per error class, made from :mod:`skippy.core.errors`.
 
-docs/housekeeping.md shows the table between ``exit-codes`` markers (:mod:`skippy.cli.docs` makes it
+docs/housekeeping.md shows the table between ``exit-codes`` markers (:mod:`tooling.docs` makes it
 again and checks it); a unit test holds every class to a code of its own.
 """
 

@@ -13,7 +13,8 @@ Removed:
 * CMake build dirs with no stamp (a configure that failed its checks or never
   finished), once untouched for :data:`UNSTAMPED_GRACE` seconds;
 * source archives in the download cache that neither ``[tool.skippy.archives]`` nor
-  the test-bed (:mod:`skippy.queue.testbed`) names any more, and downloads a fetch
+  a test-bed built under the cache dir (the project's own tests and bench make one; its
+  manifest names the sdists it was made from) names any more, and downloads a fetch
   quarantined because their digest was wrong.
 
 Listed and kept: the shared store of archive imports (``<cache_dir>/git/llama.cpp.git``),
@@ -29,6 +30,7 @@ backups, the compiler cache, toolkits, system roots and models.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -46,7 +48,6 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console, human_size, tree_size
 from skippy.queue.archive_specs import load_archive_specs
 from skippy.queue.archives import shared_store
-from skippy.queue.testbed import LLAMA_CPP_PYTHON
 
 #: a build dir without a stamp changed more recently than this (seconds) may be a configure under way
 UNSTAMPED_GRACE: Final = 3600.0
@@ -54,10 +55,29 @@ UNSTAMPED_GRACE: Final = 3600.0
 #: ``--workdir-as-is`` (:func:`skippy.compile.plan.plan_build`); a stampless CMake dir named
 #: otherwise is someone's own and stays
 BUILD_DIR_NAME: Final = re.compile(r"^[A-Za-z0-9_.]+-[0-9a-f]{10}(?:-local-[0-9a-f]{12})?$")
+#: the manifest of a test-bed built under ``<cache_dir>/testbed`` (the project's tooling writes it): the
+#: sdists it was made from, each with its sha256 (``versions``); their archives are kept
+TESTBED_MANIFEST: Final = "skippy-testbed.json"
 #: what ``invoke clean`` never touches, said in its report
 NEVER_TOUCHED: Final = (
     "the workdir, the patch queue, the backups, the compiler cache, toolkits, system roots and models"
 )
+
+
+def testbed_archives(cache_dir: Path) -> dict[str, str]:
+    """sha256 -> why it is kept, for each sdist a test-bed under ``<cache_dir>/testbed`` names in its
+    manifest (:data:`TESTBED_MANIFEST`); a manifest that cannot be read names none."""
+    named: dict[str, str] = {}
+    for manifest in sorted((cache_dir / "testbed").glob(f"*/{TESTBED_MANIFEST}")):
+        try:
+            versions = json.loads(manifest.read_text(encoding="utf-8"))["versions"]
+            found = {str(v["sha256"]): str(v["version"]) for v in versions}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        for digest, version in found.items():
+            why = f"the {version} sdist the test-bed {manifest.parent.name} was made from (nox -s bench, e2e tests)"
+            named[digest] = why
+    return named
 
 
 @dataclass(frozen=True)
@@ -216,10 +236,7 @@ class _Planner:
         cache = self.settings.cache_dir / "archives"
         if not cache.is_dir():
             return
-        named = {
-            source.sha256: f"the test-bed's {source.package} {source.version} sdist (nox -s bench, e2e tests)"
-            for source in LLAMA_CPP_PYTHON
-        }
+        named = testbed_archives(self.settings.cache_dir)
         for key, spec in load_archive_specs(self.settings).items():
             named[spec.sha256] = f"the source archive of upstream {key[:12]} ([tool.skippy.archives])"
         for path in sorted(cache.glob("*.archive")):
@@ -227,7 +244,7 @@ class _Planner:
             if digest in named:
                 self.add(path, named[digest], removable=False)
                 continue
-            why = "a source archive neither [tool.skippy.archives] nor the test-bed names any more"
+            why = "a source archive neither [tool.skippy.archives] nor a test-bed names any more"
             self.add(path, why, removable=True)
             lock = path.with_suffix(".lock")
             if lock.is_file() and self.user(lock.resolve()) is None:

@@ -26,11 +26,11 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionArgs, run_build_session
 from skippy.queue import archive_fetch
-from skippy.queue.testbed import LLAMA_CPP_PYTHON, LlamaTestbed, project_testbed
 from skippy.spot.models import DEFAULT_MODEL, parse_model_ref, resolve_model
 
 # on CI a skip fails: the hook is registered for every tier in tests/conftest.py
 from tests.e2e.needs import ENV_AT_START, cannot_run
+from tooling.testbed import LLAMA_CPP_PYTHON, LlamaTestbed, project_testbed
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

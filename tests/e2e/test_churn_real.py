@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from skippy.cli.entries import summary_main
-from skippy.queue.testbed import LlamaTestbed
 from tests.gitfixtures import git, hermetic_git_env, pyproject
+from tooling.testbed import LlamaTestbed
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVENANCE = "core/0001-core-report-skippy-build-provenance.patch"

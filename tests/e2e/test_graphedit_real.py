@@ -17,7 +17,7 @@ import pytest
 from skippy.core.errors import GraphEditError, QueueError
 from skippy.maintain import cppparse, genspec, graphcode
 from skippy.maintain import graphedit as ge
-from skippy.queue.testbed import LLAMA_CPP_PYTHON
+from tooling.testbed import LLAMA_CPP_PYTHON
 
 PINNED = LLAMA_CPP_PYTHON[1]
 ANCHOR = b'cb(cur, "l_out", il);'

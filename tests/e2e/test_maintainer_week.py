@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from skippy.queue import workdir as wd
-from skippy.queue.testbed import LlamaTestbed
+from tooling.testbed import LlamaTestbed
 
 ROOT = Path(__file__).resolve().parents[2]
 WEEK = ROOT / ".deps" / "e2e" / "week"

@@ -17,8 +17,8 @@ import pytest
 
 from skippy.cli.entries import check_main, parity_main
 from skippy.maintain.parity import DEFAULT_FILES, glob_match
-from skippy.queue.testbed import LlamaTestbed
 from tests.gitfixtures import git, hermetic_git_env, pyproject
+from tooling.testbed import LlamaTestbed
 
 VERSION = "0.3.35"
 

@@ -19,7 +19,7 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.pinbump import pin_bump, run_bisect
 from skippy.queue.prepare import Target, prepare, triage_target
-from skippy.queue.testbed import LlamaTestbed
+from tooling.testbed import LlamaTestbed
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / ".deps" / "e2e" / "pinbump"

@@ -13,7 +13,7 @@ from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue import archives
-from skippy.queue.testbed import LLAMA_CPP_PYTHON, LlamaTestbed, cache_key
+from tooling.testbed import LLAMA_CPP_PYTHON, LlamaTestbed, cache_key
 
 pytestmark = pytest.mark.e2e
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from skippy.queue.testbed import LlamaTestbed
 from tests.e2e import test_maintainer_week as week
+from tooling.testbed import LlamaTestbed
 
 HERE = week.ROOT / ".deps" / "e2e" / "upstream-tests"
 BROKEN_TEST = "test-sampling"

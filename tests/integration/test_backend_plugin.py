@@ -304,7 +304,7 @@ def test_a_plugin_backend_gets_its_row_of_the_docs_backends_table(plugin_env: di
     """The reference's backends table is made from the registry: with the plug-in installed the
     shipped table is stale (``--check`` names it, writing nothing) and the made one has its row."""
     check = subprocess.run(
-        [sys.executable, "-m", "skippy.cli.docs", "--check"],
+        [sys.executable, "-m", "tooling.docs", "--check"],
         cwd=ROOT,
         env=plugin_env,
         capture_output=True,
@@ -319,7 +319,7 @@ def test_a_plugin_backend_gets_its_row_of_the_docs_backends_table(plugin_env: di
             sys.executable,
             "-c",
             "from skippy.compile.backends import registry\n"
-            "from skippy.cli.docs import render_backends\n"
+            "from tooling.docs.reference import render_backends\n"
             "print(render_backends(registry()))",
         ],
         env=plugin_env,
@@ -330,8 +330,8 @@ def test_a_plugin_backend_gets_its_row_of_the_docs_backends_table(plugin_env: di
     ).stdout
     assert "build-fakegpu" in made and "PROBE_FAKEGPU" in made, made
     # the built-in rows are the shipped table's own
-    from skippy.cli.docs import render_backends
     from skippy.compile.backends import registry
+    from tooling.docs.reference import render_backends
 
     shipped = render_backends(registry())
     assert all(line in made for line in shipped.splitlines()), made

@@ -23,7 +23,7 @@ from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.clean import UNSTAMPED_GRACE, clean, plan_clean
-from skippy.queue.testbed import LLAMA_CPP_PYTHON
+from tooling.testbed import LLAMA_CPP_PYTHON, write_manifest
 
 pytestmark = pytest.mark.integration
 
@@ -98,6 +98,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Project, d
     (notes / "todo.txt").write_text("mine\n", encoding="utf-8")
     archives = project.settings.cache_dir / "archives"
     (archives / "quarantine").mkdir(parents=True)
+    # a test-bed built under the cache dir names the sdist it was made from: its archive is kept
+    bed = project.settings.cache_dir / "testbed" / "upstream-0123456789abcdef.git"
+    bed.mkdir(parents=True)
+    write_manifest(
+        bed, LLAMA_CPP_PYTHON[:1], {LLAMA_CPP_PYTHON[0].version: "a" * 40}, {LLAMA_CPP_PYTHON[0].version: None}
+    )
     for digest in (MAPPED, "b" * 64, LLAMA_CPP_PYTHON[0].sha256):
         (archives / f"{digest}.archive").write_bytes(b"x" * 1000)
         (archives / f"{digest}.lock").write_bytes(b"")
@@ -151,6 +157,8 @@ def test_dry_run_lists_each_path_with_its_size_and_why_and_removes_nothing(
     assert "(--workdir-as-is)" in removed[dirs["local"]]["why"]
     assert "no build stamp" in removed[dirs["failed"]]["why"]
     assert "the newest cpu build of the prepared tree" in kept[dirs["newest"]]["why"]
+    sdist = kept[archives / f"{LLAMA_CPP_PYTHON[0].sha256}.archive"]["why"]
+    assert f"the {LLAMA_CPP_PYTHON[0].version} sdist the test-bed upstream-0123456789abcdef.git" in sdist
     # the tests' build dir is newer, and kept beside the binaries' build, not instead of it
     assert "the newest cpu tests build of the prepared tree" in kept[dirs["tests"]]["why"]
     assert "perhaps a configure under way" in kept[dirs["fresh"]]["why"]

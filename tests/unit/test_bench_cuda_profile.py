@@ -16,7 +16,7 @@ from benchmarks.bench_cuda_profile import (
     parse_debug_log,
     phase_seconds,
 )
-from skippy.cli import docs
+from tooling.docs.bench import render_bench
 
 COMMAND = (
     "/kit/bin/nvcc -forward-unknown-to-host-compiler -DX -I/src/ggml/src -O3 "
@@ -143,11 +143,11 @@ def test_the_bench_table_shows_the_cuda_profile() -> None:
         "target_s": 180.0,
     }
     section = {"cu_objects": 186, "estimate": figures}
-    table = docs.render_bench({"machine": {"cpus": 2}, "cuda_profile": section})
+    table = render_bench({"machine": {"cpus": 2}, "cuda_profile": section})
     row = next(line for line in table.splitlines() if line.startswith("| where a fresh CUDA dir's time goes"))
     assert "| 150.5 s (0.12 of raw nvcc's 1250.0 s); 2.5 s | at most 180.0 s for the whole fresh dir |" in row
     assert "does not show" not in table
     fat = {**section, "estimate": {**figures, "fatbinary_sum_s": {"size": 370.0, "balance": 8.8}}}
-    row = docs.render_bench({"machine": {"cpus": 2}, "cuda_profile": fat}).splitlines()[2]
+    row = render_bench({"machine": {"cpus": 2}, "cuda_profile": fat}).splitlines()[2]
     assert "(0.12 of raw nvcc's 1250.0 s; fatbinary, run again on each hit: 370.0 s summed with the tree's" in row
     assert "size compression, 8.8 s with balance); 2.5 s |" in row

@@ -204,7 +204,7 @@ def section(build: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def test_the_figures_table_and_the_summary_show_the_section() -> None:
-    from skippy.cli.docs import render_bench
+    from tooling.docs.bench import render_bench
 
     build = {
         "target": "llama",

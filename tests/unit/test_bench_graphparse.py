@@ -78,7 +78,7 @@ def test_libclang_counts_the_same_builders(tmp_path: Path) -> None:
 
 
 def test_the_figures_table_shows_the_section(tmp_path: Path) -> None:
-    from skippy.cli.docs import render_bench
+    from tooling.docs.bench import render_bench
 
     tree = toy_tree(tmp_path)
     files = bg.family_files(tree)

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from benchmarks import bench_parse as bp
-from skippy.cli.docs import render_bench
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.maintain import cppscan
 from tests.gitfixtures import git, hermetic_git_env
+from tooling.docs.bench import render_bench
 
 MODEL_CPP = """\
 llama_rope_type llama_model_rope_type(const llama_model * model) {

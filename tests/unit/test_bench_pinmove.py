@@ -18,7 +18,7 @@ from benchmarks.bench_pinmove import (
     raw_configure_args,
     unpatched_configure_args,
 )
-from skippy.cli import docs
+from tooling.docs.bench import render_bench
 
 STAMP_ARGS = (
     "-DBUILD_SHARED_LIBS=OFF",
@@ -145,7 +145,7 @@ def test_the_figures_table_shows_the_pin_move_row() -> None:
         "target_extra_steps": 2,
         "met": False,
     }
-    table = docs.render_bench({"machine": {"cpus": 2}, "pin_move": section})
+    table = render_bench({"machine": {"cpus": 2}, "pin_move": section})
     row = next(line for line in table.splitlines() if line.startswith("| compile steps and seconds of a pin move"))
     assert "README only: 2 in 21.5 s / 0 in 9.1 s; one source: 2 in 21.5 s / 0 in 9.1 s; later move: 2 in" in row
     assert "on 1 of skippy's 308 compile lines (unpatched tree: 190 of 308)" in row

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from benchmarks import bench_scale as bs
-from skippy.cli import docs
 from skippy.core import proc
+from tooling.docs.bench import render_bench
 
 SHIPPED = bs.LaneSplit(core=5, model_support=1, generated=3)
 
@@ -270,7 +270,7 @@ def test_the_plot_is_written(tmp_path: Path) -> None:
 
 
 def test_the_figures_table_shows_each_command_and_its_target() -> None:
-    table = docs.render_bench({"machine": {"cpus": 2}, "scale": section()})
+    table = render_bench({"machine": {"cpus": 2}, "scale": section()})
     assert "400: 126 / 150 / 124 (132 of the generated share in model_support)" in table
     cold = next(line for line in table.splitlines() if line.startswith("| cold `invoke prepare --pinned` at N"))
     assert "0.55 s (1.1x; 5 / 2 git) / 1.10 s (1.1x; 5 / 2 git)" in cold
@@ -281,11 +281,11 @@ def test_the_figures_table_shows_each_command_and_its_target() -> None:
     # as read back from the JSON: string keys, sorted as strings
     parsed = json.loads(json.dumps({"scale": section()}, sort_keys=True))
     parsed["scale"]["targets"]["parity"]["per_patch_s"] = {"130": 0.07, "40": 0.1, "400": 0.05}
-    assert "ms per patch from N = 40: 100.0 / 70.0 / 50.0" in docs.render_bench(parsed)
+    assert "ms per patch from N = 40: 100.0 / 70.0 / 50.0" in render_bench(parsed)
     slow = section()
     slow["sizes"][2]["commands"]["check"] = command(9.5, 3.0)
     slow["targets"] = bs.verdicts(slow["sizes"])
-    check = next(line for line in docs.render_bench({"scale": slow}).splitlines() if "`invoke check` at N" in line)
+    check = next(line for line in render_bench({"scale": slow}).splitlines() if "`invoke check` at N" in line)
     assert check.endswith("| at most 3 raw applies at N = 130, 400 | **missed** |")
     assert "| `invoke status`" not in table  # not measured: no row
 

@@ -1,4 +1,4 @@
-"""skippy.cli.ci: the checks the workflows run besides nox and invoke."""
+"""tooling.ci: the checks the workflows run besides nox and invoke."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from skippy.cli.ci import CIError, assert_ran, fenced, main, parse_report, publish, ran_problems
+from tooling.ci import CIError, assert_ran, fenced, main, parse_report, publish, ran_problems
 
 
 def report(*sessions: tuple[str, str]) -> dict[str, Any]:

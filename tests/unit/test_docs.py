@@ -12,62 +12,66 @@ from types import MappingProxyType
 
 import pytest
 
-from skippy.cli import docs
 from skippy.compile.backends import ENTRY_POINT_GROUP, registry
 from skippy.compile.backends.base import BackendSpec, InstallHint
 from skippy.core.specs import SPOT_CHECK, Spec
+from tooling.docs.bench import BENCH_JSON, render_bench
+from tooling.docs.blocks import DocsError, block_names, doc_files
+from tooling.docs.generate import RENDERERS, main, stale
+from tooling.docs.reference import render_backends, render_settings
+from tooling.typed_json import ShapeError
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = docs.doc_files(ROOT)
+PAGES = doc_files(ROOT)
 
 
 def test_no_generated_block_is_stale() -> None:
-    assert docs.stale(ROOT) == [], "stale: run `python -m skippy.cli.docs`"
+    assert stale(ROOT) == [], "stale: run `python -m tooling.docs`"
 
 
 def test_every_kind_of_block_is_used_somewhere() -> None:
-    used = {name for page in PAGES for name in docs.block_names(page.read_text(encoding="utf-8"))}
-    assert used == set(docs.RENDERERS)
+    used = {name for page in PAGES for name in block_names(page.read_text(encoding="utf-8"))}
+    assert used == set(RENDERERS)
 
 
 def _project(tmp_path: Path, page: str) -> Path:
     (tmp_path / "docs" / "figures").mkdir(parents=True)
     (tmp_path / "README.md").write_text("# a project\n", encoding="utf-8")
     (tmp_path / "docs" / "page.md").write_text(page, encoding="utf-8")
-    (tmp_path / docs.BENCH_JSON).write_text((ROOT / docs.BENCH_JSON).read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / BENCH_JSON).write_text((ROOT / BENCH_JSON).read_text(encoding="utf-8"), encoding="utf-8")
     return tmp_path
 
 
 def test_a_stale_block_is_named_then_made_again(tmp_path: Path) -> None:
-    options = docs.RENDERERS["options"]
+    options = RENDERERS["options"]
     root = _project(tmp_path, f"# Options\n\n{options.begin}\n| an old table |\n{options.end}\n\nAfter.\n")
-    assert docs.stale(root) == ["docs/page.md: options"]
-    assert docs.main(["--check"], root) == 1
-    assert docs.main([], root) == 0
+    assert stale(root) == ["docs/page.md: options"]
+    assert main(["--check"], root) == 1
+    assert main([], root) == 0
     text = (root / "docs" / "page.md").read_text(encoding="utf-8")
     assert "| an old table |" not in text
     assert "| `--newest-compatible` |" in text
     assert text.startswith("# Options\n\n") and text.endswith(f"{options.end}\n\nAfter.\n")
-    assert docs.stale(root) == []
+    assert stale(root) == []
 
 
 @pytest.mark.parametrize(
     ("page", "message"),
     [
-        ("<!-- nope: made from x by `python -m skippy.cli.docs` -->\n<!-- nope: end -->\n", "unknown generated block"),
-        ("<!-- options: made from x by `python -m skippy.cli.docs` -->\n| no end |\n", "has no end marker"),
+        ("<!-- nope: made from x by `python -m tooling.docs` -->\n<!-- nope: end -->\n", "unknown generated block"),
+        ("<!-- options: made from x by `python -m tooling.docs` -->\n| no end |\n", "has no end marker"),
     ],
 )
 def test_a_block_that_cannot_be_made_is_refused_and_nothing_is_written(
     tmp_path: Path, page: str, message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = _project(tmp_path, page)
-    options = docs.RENDERERS["options"]
+    options = RENDERERS["options"]
     stale_readme = f"{options.begin}\n| old |\n{options.end}\n"
     (root / "README.md").write_text(stale_readme, encoding="utf-8")
-    with pytest.raises(docs.DocsError, match=message):
-        docs.stale(root)
-    assert docs.main([], root) == 2
+    with pytest.raises(DocsError, match=message):
+        stale(root)
+    assert main([], root) == 2
     assert "docs/page.md" in capsys.readouterr().err
     # the README comes first and could be made, but nothing is written when one block cannot be
     assert (root / "README.md").read_text(encoding="utf-8") == stale_readme
@@ -85,42 +89,67 @@ def test_the_backends_table_follows_the_registry_it_is_given() -> None:
         artifact_markers=("ggml_backend_fake_reg",),
         table_defines=MappingProxyType({"fake_targets": "FAKE_TARGETS"}),
     )
-    table = docs.render_backends({**registry(), "fake": fake})
+    table = render_backends({**registry(), "fake": fake})
     row = next(line for line in table.splitlines() if line.startswith("| `build-fake` |"))
     # a backend names its own switch, not the others' (only Metal's, which the tree turns on on macOS)
     assert "`GGML_FAKE=ON`" in row and "GGML_CUDA" not in row and "`GGML_METAL=OFF` on macOS" in row
     assert "`fake_targets`" in row and "`Fake0`" in row and "`ggml_backend_fake_reg`" in row
     cpu = next(line for line in table.splitlines() if line.startswith("| `build-cpu` |"))
     assert "GGML_FAKE" not in cpu
-    assert cpu == next(line for line in docs.render_backends(registry()).splitlines() if line.startswith(cpu[:14]))
+    assert cpu == next(line for line in render_backends(registry()).splitlines() if line.startswith(cpu[:14]))
     assert "| fake | apt-get install fake-sdk | not available | not available |" in table
-    assert "`build-fake`" not in docs.render_backends(registry())
+    assert "`build-fake`" not in render_backends(registry())
 
 
 def test_the_settings_table_gives_type_default_and_variable() -> None:
-    text = docs.render_settings(ROOT)
+    text = render_settings(ROOT)
     row = next(line for line in text.splitlines() if line.startswith("| `device_logprob_tolerance` |"))
     assert row == (
         "| `device_logprob_tolerance` | a finite number from 0 to 10 | `0.3` |  | the same on a GPU backend's device |"
     )
     assert "| `jobs` | a whole number from 1 to 1024 | (none) | `SKIPPY_BUILD_JOBS` |" in text
     extra = Spec("colour", "str", "auto", "the colour", env="SKIPPY_COLOUR", choices=("auto", "red"))
-    mine = docs.render_settings(ROOT, {"[tool.skippy.spot_check]": (*SPOT_CHECK, extra)})
+    mine = render_settings(ROOT, {"[tool.skippy.spot_check]": (*SPOT_CHECK, extra)})
     assert mine.splitlines()[-1] == '| `colour` | one of auto, red | `"auto"` | `SKIPPY_COLOUR` | the colour |'
 
 
 def test_the_bench_table_says_what_was_met_and_what_was_missed() -> None:
-    report = json.loads((ROOT / docs.BENCH_JSON).read_text(encoding="utf-8"))
+    report = json.loads((ROOT / BENCH_JSON).read_text(encoding="utf-8"))
     report["spot_check"] = {**report["spot_check"], "median_s": 16.2, "met": False}
     del report["cuda"]
-    table = docs.render_bench(report)
+    table = render_bench(report)
     row = next(line for line in table.splitlines() if line.startswith("| whole spot check"))
     assert "| 16.2 s; a raw llama-server start + one chat: 2.9 s | at most 15.0 s | **missed** |" in row
     assert "build-cuda" not in table
     assert "build-rocm" in table
-    assert docs.render_bench({"machine": {"cpus": 4}}).endswith("Machine: 4 CPUs.")
-    later = docs.render_bench({"machine": {"cpus": 4}, "later_section": {"x_s": 40.0}})
+    assert render_bench({"machine": {"cpus": 4}}).endswith("Machine: 4 CPUs.")
+    later = render_bench({"machine": {"cpus": 4}, "later_section": {"x_s": 40.0}})
     assert later.endswith("Sections in the JSON this table does not show yet: later_section.")
+
+
+def test_a_renamed_key_of_the_bench_report_is_named_by_its_path() -> None:
+    report = json.loads((ROOT / BENCH_JSON).read_text(encoding="utf-8"))
+    cold = dict(report["builds"]["cold_build"])
+    cold["raw_seconds"] = cold.pop("raw_s")
+    report["builds"] = {**report["builds"], "cold_build": cold}
+    with pytest.raises(ShapeError, match=r"^builds\.cold_build\.raw_s: missing$"):
+        render_bench(report)
+    cold["raw_s"] = "552.7"
+    with pytest.raises(ShapeError, match=r"^builds\.cold_build\.raw_s: expected float, found '552\.7'$"):
+        render_bench(report)
+
+
+def test_a_bench_report_the_table_cannot_read_is_refused_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = RENDERERS["bench"]
+    root = _project(tmp_path, f"{bench.begin}\n| old |\n{bench.end}\n")
+    report = json.loads((root / BENCH_JSON).read_text(encoding="utf-8"))
+    del report["prepare"]["queue"]
+    (root / BENCH_JSON).write_text(json.dumps(report), encoding="utf-8")
+    assert main([], root) == 2
+    assert f"{BENCH_JSON}: does not hold the figures (prepare.queue: missing)" in capsys.readouterr().err
+    assert "| old |" in (root / "docs" / "page.md").read_text(encoding="utf-8")
 
 
 def test_the_bench_table_shows_upstream_tests_figures() -> None:
@@ -130,7 +159,7 @@ def test_the_bench_table_shows_upstream_tests_figures() -> None:
         "ctest": {"wall_s": 115.0, "counts": {"passed": 46}},
         "attribution": {"wall_s": 500.0, "baseline_s": 300.0, "attribution_s": 80.0, "probes": 3, "blamed": {}},
     }
-    table = docs.render_bench({"machine": {"cpus": 2}, "upstream_tests": section})
+    table = render_bench({"machine": {"cpus": 2}, "upstream_tests": section})
     row = next(line for line in table.splitlines() if line.startswith("| upstream's tests"))
     assert "650.5 s / 90.0 s (400 hits, 2 misses); 115.0 s; 300.0 s + 80.0 s (3 probes)" in row
     assert "does not show" not in table
@@ -154,7 +183,7 @@ def test_the_bench_table_shows_the_dist_figures() -> None:
         "estimate_objects_s": {"2": 900.0, "1": 1800.0},
     }
     section = {**side, "compile_steps": {"cpu": 305, "cuda": 491, "vulkan": None}, "cuda": cuda}
-    table = docs.render_bench({"machine": {"cpus": 2}, "dist": section})
+    table = render_bench({"machine": {"cpus": 2}, "dist": section})
     cpu = next(line for line in table.splitlines() if line.startswith("| the CPU build"))
     assert "| 500.0 s / 510.5 s: 300 ran remotely, 3 locally, 2 failed over; overhead 0.066 core-s" in cpu
     assert cpu.endswith("estimate (an upper bound) 1: 510.0 s / 8: 66.0 s | - | - |")

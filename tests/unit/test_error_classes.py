@@ -88,7 +88,7 @@ def test_every_code_is_in_the_documented_table(every_class: list[type[SkippyErro
     for cls in every_class:
         assert f"| {cls.exit_code} | `{cls.__name__}`" in table, cls
     page = ERRORS_PAGE.read_text(encoding="utf-8")
-    assert table in page, "run `python -m skippy.cli.docs`"
+    assert table in page, "run `python -m tooling.docs`"
 
 
 def test_the_table_reads_each_class_once_in_code_order() -> None:

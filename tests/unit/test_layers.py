@@ -1,13 +1,17 @@
-"""The layers hold: each subpackage imports only from below (pyproject.toml [tool.importlinter])."""
+"""The layers hold: each subpackage imports only from below (pyproject.toml [tool.importlinter]);
+the benchmarks and the tooling sit beside the package, unshipped, and every room says what it holds."""
 
 from __future__ import annotations
 
 import ast
+import fnmatch
 import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+from tooling.docs.rooms import NO_DOCSTRING, render_rooms
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,6 +29,32 @@ def test_the_tree_shows_the_layers() -> None:
     assert {"core", "queue", "maintain", "compile", "spot", "flows", "cli"} <= packages
     flat = sorted(p.name for p in (ROOT / "skippy").glob("*.py") if p.name != "__init__.py")
     assert flat == [], f"modules outside the layers: {flat}"
+
+
+def test_the_benchmarks_and_the_tooling_sit_beside_the_package_unshipped() -> None:
+    """Not in the wheel (``[tool.setuptools.packages.find]``), checked by import-linter, and never
+    imported by the product (a forbidden contract each); their modules need no layer of their own."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    shipped = config["tool"]["setuptools"]["packages"]["find"]["include"]
+    linter = config["tool"]["importlinter"]
+    never = {
+        module
+        for c in linter["contracts"]
+        if c["type"] == "forbidden" and c["source_modules"] == ["skippy"]
+        for module in c["forbidden_modules"]
+    }
+    for folder in ("benchmarks", "tooling"):
+        assert (ROOT / folder / "__init__.py").is_file()
+        assert not any(fnmatch.fnmatch(folder, pattern) for pattern in shipped), f"{folder} would ship"
+        assert folder in linter["root_packages"] and folder in never
+        assert folder in config["tool"]["mypy"]["files"]
+
+
+def test_every_room_says_what_it_holds() -> None:
+    """Each package's ``__init__.py`` docstring is its row of docs/architecture.md's rooms."""
+    rooms = render_rooms(ROOT)
+    assert [line.split(" | ")[0] for line in rooms.splitlines() if NO_DOCSTRING in line] == []
+    assert "| `tooling` |" in rooms and "| `skippy.compile.backends` |" in rooms
 
 
 def test_inside_the_build_the_backends_sit_over_the_roots() -> None:

@@ -12,7 +12,6 @@ import pytest
 from ruamel.yaml import YAML
 
 from skippy.cli.build import session_args
-from skippy.cli.ci import COMMANDS
 from skippy.cli.entries import session_options
 from skippy.compile.backends import matrix, registry
 from skippy.compile.backends.cuda_toolkit import TOOLKIT_ENV, resolve_toolkit_choice
@@ -29,6 +28,7 @@ from tests.workflowtools import (
     steps,
     uses,
 )
+from tooling.ci import COMMANDS
 
 BUILD = WORKFLOW_DIR / "build.yml"
 CANARY = WORKFLOW_DIR / "canary.yml"
@@ -39,7 +39,7 @@ ALLOWED_COMMANDS = (
     (".ci/setup",),
     ("nox",),
     ("invoke",),
-    ("python", "-m", "skippy.cli.ci"),
+    ("python", "-m", "tooling.ci"),
     ("python", "-m", "pip", "install"),
     ("mkdir", "-p"),
     ("apt-get", "update"),
@@ -169,7 +169,7 @@ def test_every_nox_call_is_followed_by_assert_ran_for_the_same_sessions() -> Non
                     words = tail[: tail.index("--")] if "--" in tail else tail
                     sessions = [v for w in words for v in expand(w, step)]
                     by_job.setdefault(step.job_id, []).append(("nox", report, sessions))
-                if argv[:4] == ["python", "-m", "skippy.cli.ci", "assert-ran"]:
+                if argv[:4] == ["python", "-m", "tooling.ci", "assert-ran"]:
                     sessions = [v for w in argv[5:] for v in expand(w, step)]
                     by_job.setdefault(step.job_id, []).append(("assert", argv[4], sessions))
         assert set(by_job) == set(load(path)["jobs"]), path.name
@@ -308,7 +308,7 @@ def test_the_canary_opens_a_pull_request_to_the_newest_compatible_commit_when_ma
     argv = commands(step["run"])
     assert argv[0] == ["invoke", "pin-bump", "--newest-compatible"]
     # its body: pin-bump's Markdown, then bisect's result (the first breaking commit and patch)
-    assert argv[1][:4] == ["python", "-m", "skippy.cli.ci", "publish"] and argv[1][-2:] == [
+    assert argv[1][:4] == ["python", "-m", "tooling.ci", "publish"] and argv[1][-2:] == [
         "--append-to",
         ".deps/ci/compatible-body.md",
     ]
@@ -441,7 +441,7 @@ def test_run_steps_only_install_and_call_the_menus(path: Any) -> None:
 
 
 def test_skippy_ci_commands_exist() -> None:
-    used = {c.name for path in WORKFLOWS for c in calls(path) if c.kind == "skippy.cli.ci"}
+    used = {c.name for path in WORKFLOWS for c in calls(path) if c.kind == "tooling.ci"}
     assert used
     assert used <= set(COMMANDS)
 

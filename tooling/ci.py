@@ -1,4 +1,4 @@
-"""What the GitHub workflows call besides nox and invoke: ``python -m skippy.cli.ci``.
+"""What the GitHub workflows call besides nox and invoke: ``python -m tooling.ci``.
 
 The workflows hold no logic of their own; the two decisions they need live
 here, unit-tested:
@@ -92,7 +92,7 @@ def assert_ran(report_path: Path, sessions: Sequence[str]) -> tuple[SessionResul
         raise CIError(
             "assert-ran needs at least one session name",
             untouched="everything",
-            next_step="python -m skippy.cli.ci assert-ran REPORT build-cpu",
+            next_step="python -m tooling.ci assert-ran REPORT build-cpu",
         )
     try:
         data = json.loads(report_path.read_text(encoding="utf-8"))
@@ -149,8 +149,8 @@ def publish(title: str, path: Path, env: Mapping[str, str], out: TextIO, *, appe
 
 
 USAGE: Final = """\
-usage: python -m skippy.cli.ci assert-ran REPORT SESSION [SESSION...]
-       python -m skippy.cli.ci publish TITLE FILE [--append-to OUT]
+usage: python -m tooling.ci assert-ran REPORT SESSION [SESSION...]
+       python -m tooling.ci publish TITLE FILE [--append-to OUT]
 """
 
 COMMANDS: Final = ("assert-ran", "publish")
@@ -198,7 +198,7 @@ __all__ = [
 ]
 
 
-if __name__ == "__main__":  # `python -m skippy.cli.ci`: the entry point, the one place the environment is read
+if __name__ == "__main__":  # `python -m tooling.ci`: the entry point, the one place the environment is read
     import os
 
     raise SystemExit(main(sys.argv[1:], os.environ))

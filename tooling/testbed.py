@@ -32,10 +32,13 @@ from skippy.core.errors import ArchiveError, LockBusyError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
+from skippy.flows.clean import TESTBED_MANIFEST
 from skippy.queue import archive_fetch, archive_unpack, archives
 
 SCHEMA: Final = "skippy-testbed-v1"
-MANIFEST: Final = "skippy-testbed.json"
+#: the manifest in the bare repository: its commits, and the sdists it was made from (``invoke clean``
+#: keeps the source archives a test-bed under the cache dir names in it)
+MANIFEST: Final = TESTBED_MANIFEST
 BRANCH: Final = "master"
 #: first commit date (2024-01-01T00:00:00Z); each later commit one day on
 BASE_DATE: Final = 1704067200
@@ -219,6 +222,15 @@ def _build(
     assert parent is not None
     repo.git("update-ref", f"refs/heads/{BRANCH}", parent)
     repo.git("symbolic-ref", "HEAD", f"refs/heads/{BRANCH}")
+    write_manifest(bare, sources, commits, upstream)
+    return bare
+
+
+def write_manifest(
+    bare: Path, sources: Sequence[SdistSource], commits: Mapping[str, str], upstream: Mapping[str, str | None]
+) -> None:
+    """The manifest of the test-bed in ``bare``: each version's commit, the upstream commit it stands
+    for and the sha256 of the sdist it was made from."""
     manifest = {
         "schema": SCHEMA,
         "key": cache_key(sources),
@@ -229,7 +241,6 @@ def _build(
         ],
     }
     (bare / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return bare
 
 
 def _vendored_commit(archive: Path, source: SdistSource) -> str | None:
@@ -241,7 +252,7 @@ def _vendored_commit(archive: Path, source: SdistSource) -> str | None:
         raise ArchiveError(
             f"{source.package} {source.version} vendors upstream {value}, not {source.upstream_sha}",
             untouched="the cached test-bed (nothing was renamed into place)",
-            next_step="fix the upstream commit of this version in skippy/queue/testbed.py",
+            next_step="fix the upstream commit of this version in tooling/testbed.py",
         )
     return source.upstream_sha or value
 
@@ -277,6 +288,6 @@ def project_testbed(settings: Settings, console: Console, *, python: str | None 
     )
 
 
-#: the first name of :func:`project_testbed` (skippy.bench uses it); not collected by pytest
+#: the first name of :func:`project_testbed` (the bench uses it); not collected by pytest
 testbed_for = project_testbed
 testbed_for.__test__ = False  # type: ignore[attr-defined]
