@@ -380,6 +380,7 @@ def _build_once(
     provenance, build info); ``(build dir, its environment, seconds)``."""
     from skippy.compile.builder import execute_plan
     from skippy.compile.plan import plan_build
+    from skippy.compile.request import build_request
     from skippy.compile.toolchain import inspect_tree, probe_toolchain
     from skippy.queue import workdir as wd
 
@@ -389,7 +390,7 @@ def _build_once(
         project, {"build_root": str(project / "build"), "cache_dir": str(settings.cache_dir / "bench")}, env
     )
     plan = plan_build(
-        "cpu",
+        build_request("cpu", build_settings),
         build_settings,
         tree=inspect_tree(workdir),
         toolchain=probe_toolchain("cpu", build_settings),

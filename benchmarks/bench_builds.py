@@ -16,7 +16,6 @@ from skippy.core.ui import Console
 
 if TYPE_CHECKING:
     from skippy.compile.builder import BuildReport
-    from skippy.compile.plan import BuildOptions
 
 from benchmarks.common import Null, Timing, timed
 
@@ -32,7 +31,8 @@ def bench_builds(settings: Settings, console: Console, *, python: str = sys.exec
     Over 80 lines on purpose for now: three measurements read in sequence, each on the build API
     (plan, execute, cache server) that is being reworked; it splits with that rework.
     """
-    from skippy.compile.plan import BuildOptions, plan_build
+    from skippy.compile.plan import plan_build
+    from skippy.compile.request import build_request
     from skippy.compile.toolchain import inspect_tree, probe_toolchain
     from skippy.core.settings import Settings as _Settings
 
@@ -59,12 +59,11 @@ def bench_builds(settings: Settings, console: Console, *, python: str = sys.exec
     raw_settings = bench_settings(root / "raw", "none")
     toolchain = probe_toolchain("cpu", raw_settings)
     plan = plan_build(
-        "cpu",
+        build_request("cpu", raw_settings),
         raw_settings,
         tree=inspect_tree(workdir),
         toolchain=toolchain,
         patched_sha=stamp,
-        options=BuildOptions(),
     )
     raw_env = {**base_env, **plan.env_overrides}
     started = time.perf_counter()
@@ -93,7 +92,7 @@ def bench_builds(settings: Settings, console: Console, *, python: str = sys.exec
 
     stop_cache_server(
         plan_build(
-            "cpu",
+            build_request("cpu", warm_settings),
             warm_settings,
             tree=inspect_tree(workdir),
             toolchain=probe_toolchain("cpu", warm_settings),
@@ -147,24 +146,25 @@ def build_backend(
     *,
     source_dir: Path,
     patched_sha: str,
-    options: BuildOptions | None = None,
+    jobs: int | None = None,
     build: bool = True,
     targets: tuple[str, ...] = (),
     stop: bool = False,
 ) -> BuildReport:
-    """Probe, plan and execute a build of ``source_dir`` (no prepare, no spot check); with
-    ``build=False`` configure only; ``targets``: those Ninja targets instead of the backend's;
-    with ``stop`` the compiler cache server is stopped after."""
+    """Probe, plan and execute a build of ``source_dir`` (no prepare, no spot check) with ``jobs``
+    (None: the settings'); with ``build=False`` configure only; ``targets``: those Ninja targets
+    instead of the backend's; with ``stop`` the compiler cache server is stopped after."""
     from skippy.compile.builder import execute_plan
     from skippy.compile.cachestats import stop_cache_server
-    from skippy.compile.plan import BuildOptions, plan_build, requested_defines
+    from skippy.compile.plan import plan_build
+    from skippy.compile.request import build_request
     from skippy.compile.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 
-    options = options or BuildOptions()
-    toolchain = probe_toolchain(backend, settings, given=requested_defines(settings, options, backend))
+    request = build_request(backend, settings, jobs=jobs)
+    toolchain = probe_toolchain(backend, settings, given=request.defines)
     tree = inspect_tree(source_dir)
     check_tree_needs(tree, toolchain)
-    plan = plan_build(backend, settings, tree=tree, toolchain=toolchain, patched_sha=patched_sha, options=options)
+    plan = plan_build(request, settings, tree=tree, toolchain=toolchain, patched_sha=patched_sha)
     try:
         return execute_plan(plan, console, build=build, targets=targets)
     finally:

@@ -49,7 +49,8 @@ from benchmarks.common import Null
 from skippy.compile.backends.cuda import DEFAULT_CUDA_ARCHITECTURES, WHEEL_DEFAULT_ARCHITECTURES
 from skippy.compile.builder import execute_plan
 from skippy.compile.cachestats import stop_cache_server
-from skippy.compile.plan import BuildOptions, plan_build, requested_defines
+from skippy.compile.plan import plan_build
+from skippy.compile.request import build_request
 from skippy.compile.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -237,13 +238,13 @@ def _configured(settings: Settings, root: Path) -> tuple[Path, str, str]:
     prepare(settings, Target.pinned(), console=Console(env={}, stream=Null()))
     machine = machine_settings(settings, root, "a", SKIPPY_CUDA_TOOLKIT="wheels", SKIPPY_COMPILER_CACHE="sccache")
     share_downloads(settings, machine)
-    options = BuildOptions()
-    toolchain = probe_toolchain("cuda", machine, given=requested_defines(machine, options, "cuda"))
+    request = build_request("cuda", machine)
+    toolchain = probe_toolchain("cuda", machine, given=request.defines)
     tree = inspect_tree(machine.workdir)
     check_tree_needs(tree, toolchain)
     stamp = wd.read_stamp(machine.workdir / ".git")
     patched = stamp.patched_sha if stamp is not None else "bench"
-    plan = plan_build("cuda", machine, tree=tree, toolchain=toolchain, patched_sha=patched, options=options)
+    plan = plan_build(request, machine, tree=tree, toolchain=toolchain, patched_sha=patched)
     try:
         execute_plan(plan, Console(env={}, stream=Null()), build=False)
     finally:

@@ -36,7 +36,6 @@ from benchmarks.bench_proofs import _quiet, machine_settings, share_downloads
 from skippy.compile.builder import BuildReport
 from skippy.compile.configure import parse_cmake_cache
 from skippy.compile.distcluster import find_sccache_dist, plan_cluster, running_cluster, write_cluster
-from skippy.compile.plan import BuildOptions
 from skippy.compile.toolchain import parse_ninja_targets
 from skippy.core import proc
 from skippy.core.errors import SkippyError
@@ -145,7 +144,7 @@ def _timed_build(
         _quiet(),
         source_dir=machine.workdir,
         patched_sha=sha,
-        options=BuildOptions(jobs=jobs),
+        jobs=jobs,
         targets=targets,
         stop=True,
     )

@@ -433,6 +433,7 @@ def _build(settings: Settings, copy: _Copy, base: Path, console: Console) -> dic
     from skippy.compile.builder import COMPILE_LINE, execute_plan
     from skippy.compile.cachestats import CacheProbe
     from skippy.compile.plan import plan_build
+    from skippy.compile.request import build_request
     from skippy.compile.toolchain import inspect_tree, probe_toolchain
     from skippy.queue import workdir as wd
 
@@ -447,7 +448,7 @@ def _build(settings: Settings, copy: _Copy, base: Path, console: Console) -> dic
         table = {"build_root": str(build_root), "cache_dir": str(settings.cache_dir)}
         build_settings = Settings.from_table(copy.root, table, env)
         plan = plan_build(
-            "cpu",
+            build_request("cpu", build_settings),
             build_settings,
             tree=inspect_tree(copy.workdir),
             toolchain=probe_toolchain("cpu", build_settings),

@@ -35,13 +35,14 @@ from typing import Any, Final
 from benchmarks.bench_proofs import share_downloads
 from skippy.compile.builder import COMPILE_LINE
 from skippy.compile.cachestats import stop_cache_server
-from skippy.compile.plan import PROVENANCE_DEFINES, STAMP_NAME, plan_build, split_cmake_args
+from skippy.compile.plan import PROVENANCE_DEFINES, STAMP_NAME, plan_build
+from skippy.compile.request import DEFINE_ARG, build_request
 from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.git import Repo, hermetic_env
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionArgs, SessionOutcome, run_build_session
+from skippy.flows.build_session import Collaborators, SessionOutcome, SessionRequest, run_build_session
 from skippy.queue import workdir as wd
 from skippy.queue.prepare import Target, prepare
 from skippy.queue.run import PrepareReport
@@ -57,7 +58,6 @@ README_ONLY_TARGET: Final = 2
 EXTRA_TARGET: Final = 2
 #: the -D values that carry the commit into a build (held fixed in the raw dir)
 COMMIT_DEFINES: Final = ("LLAMA_BUILD_COMMIT", "LLAMA_BUILD_NUMBER")
-NO_SPOT_CHECK: Final = SessionArgs(spot_check=False)
 #: Ninja's step that re-runs CMake because an input of the manifest changed
 RERUN_LINE: Final = re.compile(r"^\[\d+/\d+\] Re-running CMake")
 _DATES: Final = {"GIT_AUTHOR_DATE": "2024-06-02T00:00:00+0000", "GIT_COMMITTER_DATE": "2024-06-02T00:00:00+0000"}
@@ -80,19 +80,32 @@ def _launcher(name: str) -> bool:
     return name.startswith("CMAKE_") and name.endswith("_COMPILER_LAUNCHER")
 
 
+def _split(configure_args: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """A build stamp's configure arguments: its -D values by name (the last wins), the others in order."""
+    defines: dict[str, str] = {}
+    rest: list[str] = []
+    for arg in configure_args:
+        match = DEFINE_ARG.match(arg)
+        if match is None:
+            rest.append(arg)
+        else:
+            defines[match.group(1)] = match.group(2)
+    return defines, rest
+
+
 def raw_configure_args(configure_args: Sequence[str]) -> list[str]:
     """skippy's configure arguments (a build stamp's) for the raw dir: no compiler launcher; the
     commit strings and the provenance kept as given (held fixed through the moves)."""
-    defines, rest = split_cmake_args(configure_args)
-    return [f"-D{k}={v}" for k, v in defines.items() if not _launcher(k)] + list(rest)
+    defines, rest = _split(configure_args)
+    return [f"-D{k}={v}" for k, v in defines.items() if not _launcher(k)] + rest
 
 
 def unpatched_configure_args(configure_args: Sequence[str]) -> list[str]:
     """skippy's configure arguments as an unpatched tree is configured by hand: no launcher, no
     commit given (upstream asks git), no provenance (the unpatched tree declares none)."""
     dropped = {*COMMIT_DEFINES, *PROVENANCE_DEFINES}
-    defines, rest = split_cmake_args(configure_args)
-    return [f"-D{k}={v}" for k, v in defines.items() if not _launcher(k) and k not in dropped] + list(rest)
+    defines, rest = _split(configure_args)
+    return [f"-D{k}={v}" for k, v in defines.items() if not _launcher(k) and k not in dropped] + rest
 
 
 def compile_entries(
@@ -207,13 +220,14 @@ def skippy_build(bench: Settings, upstream_commit: str) -> SkippyBuild:
     bench.pin_file.write_text(upstream_commit + "\n", encoding="utf-8")
     reports: list[PrepareReport] = []
 
-    def prepare_pinned(s: Settings, c: Console) -> PrepareReport:
+    def prepare_pinned(s: Settings, c: Console, _backend: str) -> PrepareReport:
         reports.append(prepare(s, Target.pinned(), console=c))
         return reports[-1]
 
     said = io.StringIO()
     started = time.perf_counter()
-    outcome = run_build_session("cpu", bench, Console(env={}, stream=said), NO_SPOT_CHECK, prepare_fn=prepare_pinned)
+    request = SessionRequest(build_request("cpu", bench), spot_check=False)
+    outcome = run_build_session(request, bench, Console(env={}, stream=said), Collaborators(prepare=prepare_pinned))
     wall = time.perf_counter() - started
     assert outcome.build is not None and reports
     counter = CompileCounter()
@@ -422,7 +436,7 @@ def _stop_server(bench: Settings) -> None:
     if stamp is None:
         return
     plan = plan_build(
-        "cpu",
+        build_request("cpu", bench),
         bench,
         tree=inspect_tree(bench.workdir),
         toolchain=probe_toolchain("cpu", bench),

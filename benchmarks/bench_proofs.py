@@ -42,12 +42,13 @@ from skippy.compile.backends import spec
 from skippy.compile.backends.base import SERVER_TARGET
 from skippy.compile.builder import BuildReport, execute_plan
 from skippy.compile.cachestats import stop_cache_server as _stop_sccache
-from skippy.compile.plan import BuildOptions, plan_build, requested_defines
+from skippy.compile.plan import plan_build
+from skippy.compile.request import build_request
 from skippy.compile.rootfs import mounted, remove_tree
 from skippy.compile.toolchain import check_tree_needs, inspect_tree, probe_toolchain
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionArgs, run_build_session
+from skippy.flows.build_session import SessionRequest, run_build_session
 from skippy.queue import workdir as wd
 from skippy.queue.prepare import Target, prepare
 from skippy.spot.evidence import artifact_markers_missing
@@ -56,7 +57,6 @@ from skippy.spot.spotcheck import spot_check
 
 SPOT_CHECK_TARGET_S: Final = 15.0
 #: the project's own CPU build, up to date (``nox -s build-cpu -- --no-spot-check``)
-NO_SPOT_CHECK: Final = SessionArgs(spot_check=False)
 REMOTE_CACHE_TARGET_RATIO: Final = 0.10
 
 
@@ -120,7 +120,7 @@ def _raw_chat(server: Path, model: Path, env: Mapping[str, str]) -> float:
 
 def bench_spot_check(settings: Settings, console: Console, *, rounds: int = 3) -> dict[str, Any]:
     """The whole spot check on the project's up-to-date CPU build, ``rounds`` times."""
-    outcome = run_build_session("cpu", settings, _quiet(), NO_SPOT_CHECK)
+    outcome = run_build_session(SessionRequest(build_request("cpu", settings), spot_check=False), settings, _quiet())
     assert outcome.build is not None
     server = outcome.build.binaries[SERVER_TARGET]
     rpc = next(p for n, p in outcome.build.binaries.items() if n != SERVER_TARGET)
@@ -181,17 +181,15 @@ def _redis(directory: Path, env: Mapping[str, str]) -> Iterator[str]:
         child.wait(10)
 
 
-def _build(
-    backend: str, settings: Settings, *, options: BuildOptions | None = None, stop: bool = True
-) -> tuple[BuildReport, float]:
+def _build(backend: str, settings: Settings, *, stop: bool = True) -> tuple[BuildReport, float]:
     """Probe, plan and execute a build of the project's prepared workdir (no prepare, no spot check)."""
-    options = options or BuildOptions()
-    toolchain = probe_toolchain(backend, settings, given=requested_defines(settings, options, backend))
+    request = build_request(backend, settings)
+    toolchain = probe_toolchain(backend, settings, given=request.defines)
     tree = inspect_tree(settings.workdir)
     check_tree_needs(tree, toolchain)
     stamp = wd.read_stamp(settings.workdir / ".git")
     patched = stamp.patched_sha if stamp is not None else "bench"
-    plan = plan_build(backend, settings, tree=tree, toolchain=toolchain, patched_sha=patched, options=options)
+    plan = plan_build(request, settings, tree=tree, toolchain=toolchain, patched_sha=patched)
     started = time.perf_counter()
     try:
         # a build inside a root file system (ROCm's Debian root) has the work folders mounted there
@@ -300,7 +298,7 @@ def bench_cuda(settings: Settings, console: Console) -> dict[str, Any]:
 # --- the whole ROCm build inside the Debian root ------------------------------------------
 
 #: one AMD target, as the workflow job builds (and the Debian root's default)
-ROCM_BENCH_ARGS: Final = ("-DAMDGPU_TARGETS=gfx1100",)
+ROCM_BENCH_DEFINES: Final = {"AMDGPU_TARGETS": "gfx1100"}
 
 
 def bench_rocm(settings: Settings, console: Console) -> dict[str, Any]:
@@ -309,25 +307,24 @@ def bench_rocm(settings: Settings, console: Console) -> dict[str, Any]:
     ``--version`` inside the root): cold, then up to date, then a fresh dir from the compiler
     cache (sccache inside the root) when a launcher was found."""
     _prepared(settings)
-    given = requested_defines(settings, BuildOptions(cmake_args=ROCM_BENCH_ARGS), "rocm")
     started = time.perf_counter()
     # the root made (or found) in the project's own cache, then shared by both bench machines
     project = Settings.from_table(settings.root, settings.raw, {**settings.env, "SKIPPY_ROCM_TOOLKIT": "debian-root"})
-    probe_toolchain("rocm", project, given=given)
+    probe_toolchain("rocm", project, given=build_request("rocm", project, defines=ROCM_BENCH_DEFINES).defines)
     root_s = time.perf_counter() - started
     root = settings.cache_dir.parent / "bench" / "rocm"
     remove_tree(root)  # refused, not deleted through, when a killed run left mounts
     first = machine_settings(settings, root, "a", SKIPPY_ROCM_TOOLKIT="debian-root")
     share_downloads(settings, first)
-    args = SessionArgs(spot_check=False, cmake_args=ROCM_BENCH_ARGS)
+    args = SessionRequest(build_request("rocm", first, defines=ROCM_BENCH_DEFINES), spot_check=False)
     started = time.perf_counter()
-    toolchain = probe_toolchain("rocm", first, given=given)
+    toolchain = probe_toolchain("rocm", first, given=args.build.defines)
     probe_s = time.perf_counter() - started
     started = time.perf_counter()
-    cold = run_build_session("rocm", first, _quiet(), args).build  # the artifact gates raise when they fail
+    cold = run_build_session(args, first, _quiet()).build  # the artifact gates raise when they fail
     cold_s = time.perf_counter() - started
     started = time.perf_counter()
-    again = run_build_session("rocm", first, _quiet(), args).build
+    again = run_build_session(args, first, _quiet()).build
     again_s = time.perf_counter() - started
     assert cold is not None and again is not None
     result: dict[str, Any] = {
@@ -356,7 +353,11 @@ def bench_rocm(settings: Settings, console: Console) -> dict[str, Any]:
         # the same session as the cold build (the same flags: its LLAMA_BUILD_* values reach most
         # compile lines, so a build planned another way would miss on them, not on the cache)
         started = time.perf_counter()
-        warm = run_build_session("rocm", second, _quiet(), args).build
+        warm = run_build_session(
+            SessionRequest(build_request("rocm", second, defines=ROCM_BENCH_DEFINES), spot_check=False),
+            second,
+            _quiet(),
+        ).build
         warm_s = time.perf_counter() - started
         assert warm is not None
         result.update(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_proofs import _prepared, _quiet, machine_settings, share_downloads
-from skippy.compile.plan import BuildOptions, requested_defines
+from skippy.compile.request import build_request
 from skippy.compile.toolchain import probe_toolchain
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
@@ -31,12 +31,12 @@ TOP_K_LINE = "    k = std::min(k, (int) cur_p->size);\n"
 
 
 def _subject(settings: Settings) -> Subject:
-    options = BuildOptions()
+    request = build_request("cpu", settings)
     stamp = wd.read_stamp(settings.workdir / ".git")
     assert stamp is not None, "the workdir is prepared"
     return Subject(
-        toolchain=probe_toolchain("cpu", settings, given=requested_defines(settings, options, "cpu")),
-        options=options,
+        toolchain=probe_toolchain("cpu", settings, given=request.defines),
+        request=request,
         upstream_sha=stamp.upstream_sha,
         patched_sha=stamp.patched_sha,
         queue_digest=stamp.queue_digest,

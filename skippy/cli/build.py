@@ -8,12 +8,13 @@ from typing import Any
 
 from skippy.cli.command import Report
 from skippy.cli.options import BuildOptions
+from skippy.compile.request import build_request
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import (
-    SessionArgs,
     SessionFn,
     SessionOutcome,
+    SessionRequest,
     run_build_session,
     session_ending,
 )
@@ -21,13 +22,14 @@ from skippy.spot.models import check_model_args
 from skippy.spot.report import SpotCheckReport
 
 
-def session_args(options: BuildOptions) -> SessionArgs:
-    """What the session is asked to do, from the command's typed options (field by field)."""
-    return SessionArgs(
+def session_request(options: BuildOptions, settings: Settings) -> SessionRequest:
+    """What the session is asked to do, from the command's typed options (field by field): the
+    build's request (the backend, the -D values over what ``settings`` ask for, the jobs), made
+    here once, and the session's own flags."""
+    return SessionRequest(
+        build=build_request(options.backend, settings, defines=options.define, jobs=options.jobs),
         skip_unavailable=options.skip_unavailable,
         spot_check=not options.no_spot_check,
-        jobs=options.jobs,
-        cmake_args=options.define,
         workdir_as_is=options.workdir_as_is,
         upstream_tests=options.upstream_tests,
         models=options.model,
@@ -64,7 +66,7 @@ def build(
     spot check's --model values are checked first, not after the build."""
     check_model_args(options.model, cwd=settings.root, rerun=f"nox -s build-{options.backend}")
     session = session_fn or run_build_session
-    outcome = session(options.backend, settings, console, session_args(options))
+    outcome = session(session_request(options, settings), settings, console)
     report = outcome_report(outcome)
     if outcome.skipped:
         # the nox session must then call session.skip, so that it shows as skipped, never as passed

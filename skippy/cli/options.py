@@ -48,14 +48,15 @@ CMAKE_TYPES: Final = ("BOOL", "FILEPATH", "PATH", "STRING", "INTERNAL", "UNINITI
 _SMUGGLED = re.compile(r"^\s*-D\s*[A-Za-z_]")
 
 
-def _define(text: str) -> str:
-    """``NAME[:TYPE]=VALUE`` -> ``-DNAME[:TYPE]=VALUE``: the only arguments passed to CMake.
+def _define(text: str) -> tuple[str, str]:
+    """``NAME[:TYPE]=VALUE`` -> ``(NAME, VALUE)``, parsed once: the plan passes it to CMake as
+    ``-DNAME=VALUE`` (over the value it would set itself); the only arguments passed to CMake.
 
     A `;` in a value is a CMake list (``-DCMAKE_CUDA_ARCHITECTURES=86;89``), kept; a list
     element that is another define (``-DCMAKE_BUILD_TYPE=Debug;-DX=1``) would reach CMake as
     part of the first value, and is refused, as are a type CMake does not know and a line
     break (they would end in a failed configure or compile that blames the patch)."""
-    from skippy.compile.plan import DEFINE_ARG
+    from skippy.compile.request import DEFINE_ARG
 
     given = "-D" + text
     match = DEFINE_ARG.match(given)
@@ -97,7 +98,7 @@ def _define(text: str) -> str:
             f"items of one CMake list value; each define is a -D of its own)",
             next_step=f"rerun with each define as a -D of its own: {defines}",
         )
-    return given
+    return name, value
 
 
 #: llama-server arguments the spot check gives itself, which a --server-arg must not change:
@@ -370,8 +371,9 @@ class BuildOptions(Common):
     backend: Annotated[
         str, text("the backend to build (default cpu; the nox session's name says it)", "NAME", convert=_backend)
     ] = "cpu"
+    #: the -D values as (name, value) pairs, in the order given (a name given twice: the last one wins)
     define: Annotated[
-        tuple[str, ...],
+        tuple[tuple[str, str], ...],
         repeated(
             "a CMake cache value (overrides ours; repeatable): the only arguments passed to CMake",
             "NAME[:TYPE]=VALUE",

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from skippy.compile.backends import registry, spec, switches
+from skippy.compile.backends import switches
 from skippy.compile.backends.base import COMMON_DEFINES, RPC_TARGETS, TREE_OPTIONAL_DEFINES, Backend, BackendSpec
 from skippy.compile.cache import (
     CacheStorage,
@@ -32,6 +31,7 @@ from skippy.compile.cache import (
 )
 from skippy.compile.dist import DistCluster, DistSetup, client_config, config_path, dist_env, select_dist
 from skippy.compile.localtree import MODE_LOCAL, WorkdirState, local_dir_name
+from skippy.compile.request import BuildRequest, build_table
 from skippy.compile.rootfs import Rootfs
 from skippy.compile.sharedcache import github_event, host_cpu_tag, native_namespace, read_only, read_only_reason
 from skippy.compile.tool import Tool
@@ -43,11 +43,13 @@ from skippy.core.settings import Settings
 
 GENERATOR: Final = "Ninja"
 STAMP_NAME: Final = "skippy-build-stamp.json"
-#: the define of a build dir of upstream's tests alone: the trees beside the workdir (baseline, attribution), and a
-#: binaries' dir that has them off (``--upstream-tests`` builds them in the binaries' dir where it can)
-TESTS_DEFINE: Final = "-DLLAMA_BUILD_TESTS=ON"
+#: upstream's tests' switch, ON in a build dir of upstream's tests alone: the trees beside the workdir (baseline,
+#: attribution), and a binaries' dir that has them off (``--upstream-tests`` builds them in the binaries' dir where
+#: it can)
+TESTS_SWITCH: Final = "LLAMA_BUILD_TESTS"
+#: that define as the configure arguments (and the stamp) of such a dir hold it
+TESTS_DEFINE: Final = f"-D{TESTS_SWITCH}=ON"
 STAMP_SCHEMA: Final = 1
-DEFINE_ARG = re.compile(r"^-D([A-Za-z_][A-Za-z0-9_.+-]*)(?::[A-Za-z]+)?=(.*)$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -63,22 +65,12 @@ class Define:
 
 
 @dataclass(frozen=True)
-class BuildOptions:
-    """What the user asked for on top of the registry."""
-
-    #: extra CMake arguments (``-DNAME=VALUE`` ones override the registry)
-    cmake_args: tuple[str, ...] = ()
-    jobs: int | None = None
-
-
-@dataclass(frozen=True)
 class BuildPlan:
     backend: Backend
     source_dir: Path
     build_dir: Path
     digest: str
     defines: tuple[Define, ...]
-    extra_args: tuple[str, ...]
     configure_argv: tuple[str, ...]
     build_argv: tuple[str, ...]
     targets: tuple[str, ...]
@@ -155,49 +147,6 @@ class BuildPlan:
             if d.name == name:
                 return d.value
         return None
-
-
-def split_cmake_args(args: Sequence[str]) -> tuple[dict[str, str], tuple[str, ...]]:
-    """``-DNAME[:TYPE]=VALUE`` args -> {NAME: VALUE} (last wins); the rest in order."""
-    defines: dict[str, str] = {}
-    rest: list[str] = []
-    pending_d = False
-    for raw in args:
-        arg = raw
-        if pending_d:
-            arg = "-D" + raw
-            pending_d = False
-        elif raw == "-D":
-            pending_d = True
-            continue
-        m = DEFINE_ARG.match(arg)
-        if m:
-            defines[m.group(1)] = m.group(2)
-        else:
-            rest.append(arg)
-    return defines, tuple(rest)
-
-
-#: [tool.skippy.build] keys of every build, besides those each backend reads
-COMMON_TABLE_KEYS: Final = frozenset({"native", "jobs", "compiler_cache", "cache_storage", "dist"})
-
-
-def build_table_keys() -> frozenset[str]:
-    """Every key [tool.skippy.build] may hold: the common ones and each registered backend's."""
-    return COMMON_TABLE_KEYS.union(*(b.table_keys for b in registry().values()))
-
-
-def _build_table(settings: Settings) -> Mapping[str, Any]:
-    return settings.subtable("build", build_table_keys(), example="jobs = 2")
-
-
-def requested_defines(settings: Settings, options: BuildOptions, backend: Backend) -> dict[str, str]:
-    """The -D values the user asked for: [tool.skippy.build] and the environment (read by the
-    backend they concern), then the command line's -D values (last wins, any backend)."""
-    out = spec(backend).requested(_build_table(settings), settings.env)
-    given, _ = split_cmake_args(options.cmake_args)
-    out.update(given)
-    return out
 
 
 def _digest(payload: Mapping[str, Any]) -> str:
@@ -297,7 +246,7 @@ def _launcher_setup(
     wanted = (lang for lang in s.languages if lang in tree.languages or lang in ("C", "CXX"))
     for lang in (lang for lang in wanted if lang not in UNCACHED_LANGUAGES):
         out.put(f"CMAKE_{lang}_COMPILER_LAUNCHER", command, path=True, source=source)
-    cluster = select_dist(_build_table(settings).get("dist"), settings.env)
+    cluster = select_dist(build_table(settings).get("dist"), settings.env)
     if toolchain.rootfs is not None:
         # inside a root: a server of the root's own, with the local directory (bound in); a
         # namespace runner's server sees only the folders bound when it started: they name it
@@ -335,7 +284,7 @@ def _unused(cluster: DistCluster | None, why: str) -> str | None:
 def _shared_storage(settings: Settings) -> CacheStorage:
     """The storage, made safe to share: a ``-march=native`` build's objects in a namespace of
     this host's CPU (or the remote refused), a pull-request job's reads only (GitHub Actions)."""
-    storage = select_storage(_build_table(settings).get("cache_storage"), settings.env)
+    storage = select_storage(build_table(settings).get("cache_storage"), settings.env)
     if not storage.remote:
         return storage
     if _native(settings) and not settings.on_ci:
@@ -354,16 +303,15 @@ def workdir_key(settings: Settings, source_dir: Path) -> str | None:
     return hashlib.sha256(str(resolved).encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
-def _dir_digest(
-    s: BackendSpec, defines: Sequence[Define], extra_args: Sequence[str], toolchain: Toolchain, workdir: str | None
-) -> str:
+def _dir_digest(s: BackendSpec, defines: Sequence[Define], toolchain: Toolchain, workdir: str | None) -> str:
     """The build dir's name: the flags (not the tool paths) and, but for the default one, the workdir."""
     identity: dict[str, Any] = {
         "backend": s.name,
         "generator": GENERATOR,
         "defines": [[d.name, d.value] for d in defines if not d.path],
         "path_defines": [d.name for d in defines if d.path],
-        "extra": list(extra_args),
+        # configure takes no arguments but the defines: kept, empty, so that every build dir keeps its name
+        "extra": [],
     }
     if workdir is not None:
         identity["workdir"] = workdir
@@ -384,46 +332,130 @@ def _checked_build_root(settings: Settings, source_dir: Path) -> Path:
     return build_root
 
 
+@dataclass(frozen=True)
+class _Subject:
+    """What a plan is made of besides its request and the settings: the tree, its tools, what it is."""
+
+    tree: TreeInfo
+    toolchain: Toolchain
+    patched_sha: str
+    upstream_sha: str | None
+    queue_digest: str | None
+    build_number: int | None
+    local_state: WorkdirState | None
+
+
 def _commands(
-    toolchain: Toolchain,
-    source_dir: Path,
+    subject: _Subject,
     build_dir: Path,
-    *,
     defines: Sequence[Define],
-    extra_args: Sequence[str],
+    *,
     jobs: int | None,
     targets: Sequence[str],
+    inside: Rootfs | None,
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The configure and build command lines."""
+    """The configure and build command lines (run ``inside`` a root file system when there is one)."""
+    toolchain = subject.toolchain
     configure_argv = (
         toolchain.cmake.path,
         "-S",
-        str(source_dir),
+        str(subject.tree.source_dir),
         "-B",
         str(build_dir),
         "-G",
         GENERATOR,
         *(d.arg for d in defines),
-        *extra_args,
     )
     build_argv = (toolchain.ninja.path, "-C", str(build_dir), *(("-j", str(jobs)) if jobs else ()), *targets)
+    if inside is not None:
+        return inside.wrap(configure_argv), inside.wrap(build_argv)
     return configure_argv, build_argv
 
 
+def _decide_values(request: BuildRequest, settings: Settings, subject: _Subject) -> tuple[_Values, _LauncherSetup]:
+    """The -D values (the registry's, the provenance, the backend's choices, the compiler cache's,
+    then the request's over them all) and the compiler cache's setup."""
+    s, tree, toolchain = request.spec, subject.tree, subject.toolchain
+    values = _Values()
+    _registry_values(s, settings, tree, toolchain, values)
+    _provenance_values(tree, subject.upstream_sha, subject.queue_digest, subject.build_number, values)
+    facts = toolchain.plan_facts(request.defines, tree.source_dir)
+    for choice in s.choices(facts):
+        values.put(choice.name, choice.value, path=choice.path, source=choice.source)
+    setup = _launcher_setup(s, settings, tree, toolchain, dict(s.env_overrides(facts)), out=values)
+    values.give(request.defines)
+    return values, setup
+
+
+def _build_dir(s: BackendSpec, settings: Settings, subject: _Subject, defines: Sequence[Define]) -> tuple[str, Path]:
+    """The build dir's digest and path: named by the backend and the digest, or (the workdir as it
+    stands) by the workdir's state too."""
+    source_dir = subject.tree.source_dir
+    digest = _dir_digest(s, defines, subject.toolchain, workdir_key(settings, source_dir))
+    local = subject.local_state
+    name = f"{s.name}-{digest}" if local is None else local_dir_name(s.name, digest, local)
+    return digest, _checked_build_root(settings, source_dir) / name
+
+
+def _targets(request: BuildRequest, tree: TreeInfo) -> tuple[str, ...]:
+    """The targets asked for, else the backend's own (the RPC server as the tree names it)."""
+    if request.targets is not None:
+        return request.targets
+    rpc_target = tree.rpc_target or RPC_TARGETS[0]
+    return tuple(rpc_target if t in RPC_TARGETS else t for t in request.spec.default_targets)
+
+
+def _stamp(s: BackendSpec, subject: _Subject, defines: Sequence[Define]) -> dict[str, Any]:
+    """What the build dir's stamp records: configure is skipped while it matches."""
+    stamp: dict[str, Any] = {
+        "schema": STAMP_SCHEMA,
+        "backend": s.name,
+        "patched_sha": subject.patched_sha,
+        "generator": GENERATOR,
+        "source_dir": str(subject.tree.source_dir),
+        "configure_args": [d.arg for d in defines],
+        "tools": subject.toolchain.tool_versions(),
+    }
+    if subject.local_state is not None:
+        # only local builds carry a mode: the stamps of prepared builds stay as they were
+        stamp.update({"mode": MODE_LOCAL, "workdir_state": subject.local_state.key})
+    return stamp
+
+
+def _share_basedirs(toolchain: Toolchain, settings: Settings, source_dir: Path, setup: _LauncherSetup) -> None:
+    """The compiler cache's base directories (the source tree, the build root), in its environments:
+    the same objects for the same sources wherever the tree and the build dirs are."""
+    if toolchain.launcher is None:
+        return
+    shared = basedirs_env(toolchain.launcher.name, settings.env, (source_dir, settings.build_root))
+    setup.env_overrides.update(shared)
+    if setup.fallback_env:
+        setup.fallback_env.update(shared)
+
+
+def _rootfs_of(toolchain: Toolchain, source_dir: Path, build_root: Path, setup: _LauncherSetup) -> Rootfs | None:
+    """The root file system configure and build run in (None: this host), with the compiler
+    cache's variables and, for a namespace runner, its binds."""
+    inside = _rootfs_with_cache(toolchain.rootfs, setup.env_overrides)
+    if inside is not None and inside.namespace:
+        # binds in the command line: the source tree, the build root, the cache and its socket
+        inside = inside.with_binds(rootfs_binds(source_dir, build_root, toolchain.launcher, setup.env_overrides))
+    return inside
+
+
 def plan_build(
-    backend: Backend,
+    request: BuildRequest,
     settings: Settings,
     *,
     tree: TreeInfo,
     toolchain: Toolchain,
     patched_sha: str,
-    options: BuildOptions | None = None,
     upstream_sha: str | None = None,
     queue_digest: str | None = None,
     build_number: int | None = None,
     local_state: WorkdirState | None = None,
 ) -> BuildPlan:
-    """Everything a build of ``backend`` will do, computed without running anything.
+    """Everything the build ``request`` asks for will do, computed without running anything.
 
     ``upstream_sha``/``queue_digest`` are passed to trees whose queue reports build
     provenance (they declare ``SKIPPY_UPSTREAM_SHA``/``SKIPPY_QUEUE_DIGEST``); they are
@@ -432,65 +464,28 @@ def plan_build(
     the workdir's state (:func:`skippy.compile.localtree.local_dir_name`), and records
     that mode in its stamp.
     """
-    options = options or BuildOptions()
-    s = spec(backend)
-    given = requested_defines(settings, options, s.name)
-    _, extra_args = split_cmake_args(options.cmake_args)
-    values = _Values()
-    _registry_values(s, settings, tree, toolchain, values)
-    _provenance_values(tree, upstream_sha, queue_digest, build_number, values)
-    facts = toolchain.plan_facts(given, tree.source_dir)
-    for choice in s.choices(facts):
-        values.put(choice.name, choice.value, path=choice.path, source=choice.source)
-    setup = _launcher_setup(s, settings, tree, toolchain, dict(s.env_overrides(facts)), out=values)
-    values.give(given)
+    s = request.spec
+    subject = _Subject(tree, toolchain, patched_sha, upstream_sha, queue_digest, build_number, local_state)
+    values, setup = _decide_values(request, settings, subject)
     defines = values.sorted()
-    source_dir = tree.source_dir
-    digest = _dir_digest(s, defines, extra_args, toolchain, workdir_key(settings, source_dir))
-    name = f"{s.name}-{digest}" if local_state is None else local_dir_name(s.name, digest, local_state)
-    build_root = _checked_build_root(settings, source_dir)
-    build_dir = build_root / name
-    if toolchain.launcher is not None:
-        shared = basedirs_env(toolchain.launcher.name, settings.env, (source_dir, build_root))
-        setup.env_overrides.update(shared)
-        if setup.fallback_env:
-            setup.fallback_env.update(shared)
-    rpc_target = tree.rpc_target or RPC_TARGETS[0]
-    targets = tuple(rpc_target if t in RPC_TARGETS else t for t in s.default_targets)
-    jobs = options.jobs if options.jobs is not None else _table_jobs(settings)
-    configure_argv, build_argv = _commands(
-        toolchain, source_dir, build_dir, defines=defines, extra_args=extra_args, jobs=jobs, targets=targets
-    )
-    inside = _rootfs_with_cache(toolchain.rootfs, setup.env_overrides)
-    if inside is not None and inside.namespace:
-        # binds in the command line: the source tree, the build root, the cache and its socket
-        inside = inside.with_binds(rootfs_binds(source_dir, build_root, toolchain.launcher, setup.env_overrides))
-    if inside is not None:
-        configure_argv, build_argv = inside.wrap(configure_argv), inside.wrap(build_argv)
-    stamp = {
-        "schema": STAMP_SCHEMA,
-        "backend": s.name,
-        "patched_sha": patched_sha,
-        "generator": GENERATOR,
-        "source_dir": str(source_dir),
-        "configure_args": [d.arg for d in defines] + list(extra_args),
-        "tools": toolchain.tool_versions(),
-    }
-    if local_state is not None:
-        # only local builds carry a mode: the stamps of prepared builds stay as they were
-        stamp.update({"mode": MODE_LOCAL, "workdir_state": local_state.key})
+    digest, build_dir = _build_dir(s, settings, subject, defines)
+    _share_basedirs(toolchain, settings, tree.source_dir, setup)
+    targets = _targets(request, tree)
+    jobs = request.jobs if request.jobs is not None else _table_jobs(settings)
+    inside = _rootfs_of(toolchain, tree.source_dir, settings.build_root, setup)
+    configure_argv, build_argv = _commands(subject, build_dir, defines, jobs=jobs, targets=targets, inside=inside)
     spot_env = {k: v.replace("{cache_dir}", str(settings.cache_dir)) for k, v in s.spot_check_env.items()}
     return BuildPlan(
         backend=s.name,
-        source_dir=source_dir,
+        source_dir=tree.source_dir,
         build_dir=build_dir,
         digest=digest,
         defines=defines,
-        extra_args=extra_args,
         configure_argv=configure_argv,
         build_argv=build_argv,
         targets=targets,
-        rpc_target_known=tree.rpc_target is not None,
+        # targets asked for are known; else the tree's RPC target is, or it is looked up after configure
+        rpc_target_known=tree.rpc_target is not None or request.targets is not None,
         binaries=MappingProxyType({t: build_dir / "bin" / t for t in targets}),
         expectations=MappingProxyType({d.name: d.value for d in defines if not d.path}),
         env_overrides=MappingProxyType(setup.env_overrides),
@@ -498,7 +493,7 @@ def plan_build(
         launcher=toolchain.launcher,
         spot_check_env=MappingProxyType(spot_env),
         spot_check_args=s.spot_check_args,
-        stamp=MappingProxyType(stamp),
+        stamp=MappingProxyType(_stamp(s, subject, defines)),
         provenance=MappingProxyType(values.provenance),
         cache_storage=setup.storage,
         cache_fallback_env=MappingProxyType(setup.fallback_env),
@@ -540,12 +535,12 @@ def _rootfs_with_cache(root: Rootfs | None, overrides: Mapping[str, str]) -> Roo
 
 def _native(settings: Settings) -> bool:
     """``SKIPPY_NATIVE=1`` or ``[tool.skippy.build] native = true``: let ggml use -march=native."""
-    return bool(specs.value(specs.BUILD, "native", _build_table(settings), settings.env, where=_WHERE))
+    return bool(specs.value(specs.BUILD, "native", build_table(settings), settings.env, where=_WHERE))
 
 
 def _table_jobs(settings: Settings) -> int | None:
     """``SKIPPY_BUILD_JOBS`` or ``[tool.skippy.build] jobs`` (checked: a whole number from 1)."""
-    jobs = specs.value(specs.BUILD, "jobs", _build_table(settings), settings.env, where=_WHERE)
+    jobs = specs.value(specs.BUILD, "jobs", build_table(settings), settings.env, where=_WHERE)
     return int(jobs) if jobs is not None else None
 
 

@@ -3,10 +3,12 @@
 What ``nox -s build-<backend>`` (and ``invoke pin-bump``) run: the one place where
 the queue (prepare), the build and the spot check meet.  With ``--workdir-as-is``
 the workdir is built as it stands instead of prepared (:class:`LocalTree`).  The
-options of a session are parsed by the command line from the option table, and the
-outcome rendered there (:func:`skippy.cli.build.build_main`).  The spot check follows the change:
+command line turns its options into one :class:`SessionRequest` (the build's
+:class:`~skippy.compile.request.BuildRequest` and the session's own flags), and
+renders the outcome (:func:`skippy.cli.build.build`).  The spot check follows the change:
 it also loads the tiny model of each model family the change touches, and a passed check is
-recorded as the next session's baseline (:mod:`skippy.flows.follow`).
+recorded as the next session's baseline (:mod:`skippy.flows.follow`).  The few functions a
+session calls that tests replace are its :class:`Collaborators`.
 """
 
 from __future__ import annotations
@@ -16,37 +18,36 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, Protocol
 
-from skippy.compile.backends import parse_backend, reference_backend, spec
+from skippy.compile.backends import reference_backend
 from skippy.compile.backends.base import SERVER_TARGET, Backend
-from skippy.compile.builder import KEEP_LOCAL_BUILDS, BuildReport, execute_plan, prune_local_builds
+from skippy.compile.builder import BuildReport, execute_plan
 from skippy.compile.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, read_workdir_state
-from skippy.compile.plan import PROVENANCE_DEFINES, BuildOptions, BuildPlan, plan_build, requested_defines
+from skippy.compile.plan import PROVENANCE_DEFINES, BuildPlan, plan_build
+from skippy.compile.request import BuildRequest
 from skippy.compile.rootfs import Rootfs, mounted
-from skippy.compile.toolchain import Toolchain, check_tree_needs, inspect_tree, probe_toolchain
-from skippy.core import proc
+from skippy.compile.toolchain import Toolchain, TreeInfo, check_tree_needs, inspect_tree, probe_toolchain
 from skippy.core.errors import BuildError, CommandError, ModelCheckFailed, ToolchainMissing, UpstreamTestsFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows import follow
 from skippy.flows.follow import Following
+from skippy.flows.gates import gates, rootfs_spot_check
 from skippy.flows.upstream_tests.report import UpstreamTestsReport
 from skippy.flows.upstream_tests.run import run_backend_ops, run_upstream_tests
 from skippy.flows.upstream_tests.tree import Subject
-from skippy.spot.binaries import version_line
-from skippy.spot.evidence import artifact_markers_missing
 from skippy.spot.report import Ending, Proof, SpotCheckReport, model_check_failed, model_path, spot_proofs
 
 
 @dataclass(frozen=True)
-class SessionArgs:
-    """What a build session is asked to do (the command line's typed options, :mod:`skippy.cli.build`)."""
+class SessionRequest:
+    """What a build session is asked to do: the build, and the session's own flags (from the
+    command line's typed options, :mod:`skippy.cli.build`, made once)."""
 
+    #: the backend (its registry entry), the -D values, the jobs
+    build: BuildRequest
     #: a backend this host cannot build is skipped instead of failing (--skip-unavailable)
     skip_unavailable: bool = False
     spot_check: bool = True
-    jobs: int | None = None
-    #: the -D arguments, normalized to ``-DNAME[:TYPE]=VALUE``: the only ones that reach CMake
-    cmake_args: tuple[str, ...] = ()
     #: build the workdir as it stands (no prepare, a build dir of its own, queue digest "local")
     workdir_as_is: bool = False
     #: then build and run upstream's tests (skippy.flows.upstream_tests)
@@ -55,6 +56,12 @@ class SessionArgs:
     models: tuple[str, ...] = ()
     #: make the spot check's proofs again, even those kept for the same binaries, model, reference and settings
     recheck: bool = False
+    #: False: a difference from the CPU reference is reported, not failed (pin-bump's new upstream)
+    numerics_must_match: bool = True
+
+    @property
+    def backend(self) -> Backend:
+        return self.build.backend
 
 
 @dataclass(frozen=True)
@@ -163,7 +170,8 @@ class _Prepared(Protocol):
     def workdir(self) -> Path: ...
 
 
-PrepareFn = Callable[[Settings, Console], _Prepared]
+#: the tree a session builds: (settings, console, the backend, whose --workdir-as-is build a refusal names)
+PrepareFn = Callable[[Settings, Console, Backend], _Prepared]
 
 
 @dataclass(frozen=True)
@@ -195,18 +203,12 @@ class SpotCheckFn(Protocol):
     def __call__(self, settings: Settings, request: SpotCheckRequest, console: Console) -> object: ...
 
 
-def _pinned_prepare(backend: Backend) -> PrepareFn:
+def prepare_pinned(settings: Settings, console: Console, backend: Backend) -> _Prepared:
     """The session's own prepare of the pinned tree: its refusal of local work names this backend's
     build of the workdir as it stands."""
+    from skippy.queue.prepare import Target, prepare
 
-    def prepare_pinned(settings: Settings, console: Console) -> _Prepared:
-        from skippy.queue.prepare import Target, prepare
-
-        return prepare(
-            settings, Target.pinned(), console=console, as_is_build=f"nox -s build-{backend} -- --workdir-as-is"
-        )
-
-    return prepare_pinned
+    return prepare(settings, Target.pinned(), console=console, as_is_build=f"nox -s build-{backend} -- --workdir-as-is")
 
 
 def _default_spot_check(settings: Settings, request: SpotCheckRequest, console: Console) -> object:
@@ -229,6 +231,16 @@ def _default_spot_check(settings: Settings, request: SpotCheckRequest, console: 
     )
 
 
+@dataclass(frozen=True)
+class Collaborators:
+    """The functions a build session calls that tests replace (the real ones by default)."""
+
+    #: the tree to build, unless it is the workdir as it stands
+    prepare: PrepareFn = prepare_pinned
+    #: the spot check of the binaries built
+    spot_check: SpotCheckFn = _default_spot_check
+
+
 def _upstream_count(settings: Settings, prepared: _Prepared) -> int | None:
     """How many commits the upstream base has (llama.cpp's build number), or None."""
     from skippy.core.git import Repo
@@ -242,68 +254,6 @@ def _upstream_count(settings: Settings, prepared: _Prepared) -> int | None:
         return Repo(prepared.workdir, settings.env).commit_count(stamp.base_commit)
     except (CommandError, ValueError):
         return None
-
-
-def artifact_gate(backend: Backend, plan: BuildPlan, report: BuildReport, console: Console) -> Proof:
-    """The binary must contain its backend: a build that fell back to CPU (an ignored CMake
-    switch) lacks the backend's registration symbol.  Runs with and without the spot check."""
-    server = report.binaries[SERVER_TARGET]
-    markers = spec(backend).artifact_markers
-    missing = artifact_markers_missing(server, markers)
-    if missing:
-        switches = ", ".join(f"{d.name}={d.value}" for d in plan.defines if d.name.startswith("GGML_"))
-        raise BuildError(
-            f"{server.name} does not contain the {backend} backend: {', '.join(missing)} not in the binary",
-            untouched=f"the source tree; the build is kept in {plan.build_dir}",
-            next_step=f"check CMakeCache.txt in {plan.build_dir} (the switches set were: {switches}) "
-            "and the configure log for an ignored or failed backend",
-        )
-    found = f"{server.name} contains its backend ({', '.join(markers)})"
-    console.info(f"{backend}: {found}")
-    return Proof("artifact gate", "pass", found)
-
-
-def rootfs_spot_check(plan: BuildPlan) -> str:
-    """Why a build made inside a root file system is not spot-checked on the host."""
-    inside = plan.rootfs
-    label = f" ({inside.label})" if inside is not None else ""
-    return (
-        f"the binaries were built inside a root file system{label} and link its libraries "
-        f"({spec(plan.backend).root_links}), so they run there, not on this host; the artifact gate (the backend's "
-        "symbols, and --version run inside the root) is the proof that was made"
-    )
-
-
-def rootfs_gate(plan: BuildPlan, report: BuildReport, env: Mapping[str, str], console: Console) -> str:
-    """A binary built inside a root file system links the root's libraries: ``llama-server
-    --version`` must run there (the build dir bound in, as for the build).  Returns its
-    backend's start-up line (``BackendSpec.rootfs_gate_line``: for ROCm ``ggml_cuda_init: failed to
-    initialize ROCm: ...`` without a GPU)."""
-    inside = plan.rootfs
-    assert inside is not None
-    server = report.binaries[SERVER_TARGET]
-    with mounted(inside, (plan.build_dir,), env=env, log=console.warn):
-        result = proc.run([*plan.runner, str(server), "--version"], env=env, check=False, timeout=120)
-    text = result.stdout + "\n" + result.stderr
-    version = version_line(text)
-    if not result.ok or version is None:
-        raise BuildError(
-            f"{server.name} does not run inside {inside.label} (`{server.name} --version` exit code "
-            f"{result.returncode})",
-            untouched=f"the source tree; the build is kept in {plan.build_dir}",
-            next_step=f"run it by hand: {' '.join(plan.runner)} {server} --version"
-            + ("" if inside.namespace else " (with /proc, /dev and the build dir mounted in the root)")
-            + " and read what it says",
-            details=result.tail(),
-        )
-    mark = spec(plan.backend).rootfs_gate_line
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if mark is None:
-        init = lines[0] if lines else "no output"
-    else:
-        init = next((line for line in lines if mark in line), f"no {mark} line")
-    console.info(f"{plan.backend}: {server.name} --version runs inside the root ({version}): {init}")
-    return init
 
 
 def where(
@@ -336,78 +286,68 @@ def where(
     return tuple(lines)
 
 
-def _gates(plan: BuildPlan, report: BuildReport, settings: Settings, console: Console, *, local: bool) -> list[Proof]:
-    """After a build: the artifact gate (and the root's), older local build dirs pruned."""
-    proofs = [artifact_gate(plan.backend, plan, report, console)]
-    if plan.rootfs is not None:
-        init = rootfs_gate(plan, report, settings.env, console)
-        proofs.append(Proof("runs in the root", "pass", f"llama-server --version runs inside the root: {init}"))
-    if local:
-        removed = prune_local_builds(report.build_dir)
-        if removed:
-            console.info(
-                f"removed {len(removed)} older build dir(s) of the workdir as it stood "
-                f"({', '.join(p.name for p in removed)}); the newest {KEEP_LOCAL_BUILDS} are kept"
-            )
-    return proofs
+@dataclass(frozen=True)
+class _Built:
+    """A session's build, as the steps after it read it."""
+
+    toolchain: Toolchain
+    prepared: _Prepared
+    #: the workdir as it stands (--workdir-as-is), None for the prepared tree
+    local: LocalTree | None
+    plan: BuildPlan
+    report: BuildReport
+    #: what the build itself proved (the artifact gate, the root's gate)
+    proofs: tuple[Proof, ...]
+    following: Following | None
+    #: how many commits the upstream base has (llama.cpp's build number), when known
+    build_number: int | None
 
 
 def _spot_check(
-    b: Backend,
-    settings: Settings,
-    console: Console,
-    *,
-    args: SessionArgs,
-    plan: BuildPlan,
-    report: BuildReport,
-    prepared: _Prepared,
-    proofs: tuple[Proof, ...],
-    spot_check_fn: SpotCheckFn,
-    numerics_must_match: bool,
-    following: Following | None,
+    request: SessionRequest, built: _Built, settings: Settings, console: Console, spot_check: SpotCheckFn
 ) -> tuple[object | None, str | None]:
     """The spot check of the build (its report), or why it did not run; it also checks the
     families the change touches (``following``)."""
-    spot = None
-    not_run = None if args.spot_check else "--no-spot-check"
-    if args.spot_check and plan.rootfs is not None:
+    b, plan, report, prepared, following = request.backend, built.plan, built.report, built.prepared, built.following
+    if not request.spot_check:
+        return None, "--no-spot-check"
+    if plan.rootfs is not None:
         not_run = rootfs_spot_check(plan)
         console.warn(f"spot check not run: {not_run}")
-    elif args.spot_check:
+        return None, not_run
 
-        def failure(spot: SpotCheckReport) -> ModelCheckFailed:
-            """The failure ends with the same block: what the build proved, what the spot check did not."""
-            from skippy.spot.spotcheck import failure_next_step
+    def failure(spot: SpotCheckReport) -> ModelCheckFailed:
+        """The failure ends with the same block: what the build proved, what the spot check did not."""
+        from skippy.spot.spotcheck import failure_next_step
 
-            failed = SessionOutcome(
-                b, build=report, patched_sha=prepared.patched_sha, spot=spot, proofs=proofs, following=following
-            )
-            next_step = failure_next_step(spot, f"nox -s build-{b}")
-            return model_check_failed(spot, next_step=next_step, ending=session_ending(failed, settings))
-
-        request = SpotCheckRequest(
-            server_binary=report.binaries[SERVER_TARGET],
-            server_env=plan.spot_check_env,
-            extra_server_args=tuple(plan.spot_check_args),
-            # a binary that does not report this build's provenance is stale: refuse it
-            expect=(prepared.upstream_sha, prepared.queue_digest) if plan.define(PROVENANCE_DEFINES[0]) else None,
-            device_prefix=spec(b).device_prefix,
-            rpc_server=next((path for name, path in report.binaries.items() if name != SERVER_TARGET), None),
-            agreement_required=numerics_must_match,
-            models=following.models(args.models) if following is not None else args.models,
-            recheck=args.recheck,
-            failure=failure,
+        failed = SessionOutcome(
+            b, build=report, patched_sha=prepared.patched_sha, spot=spot, proofs=built.proofs, following=following
         )
-        spot = spot_check_fn(settings, request, console)
-    return spot, not_run
+        next_step = failure_next_step(spot, f"nox -s build-{b}")
+        return model_check_failed(spot, next_step=next_step, ending=session_ending(failed, settings))
+
+    asked = SpotCheckRequest(
+        server_binary=report.binaries[SERVER_TARGET],
+        server_env=plan.spot_check_env,
+        extra_server_args=tuple(plan.spot_check_args),
+        # a binary that does not report this build's provenance is stale: refuse it
+        expect=(prepared.upstream_sha, prepared.queue_digest) if plan.define(PROVENANCE_DEFINES[0]) else None,
+        device_prefix=request.build.spec.device_prefix,
+        rpc_server=next((path for name, path in report.binaries.items() if name != SERVER_TARGET), None),
+        agreement_required=request.numerics_must_match,
+        models=following.models(request.models) if following is not None else request.models,
+        recheck=request.recheck,
+        failure=failure,
+    )
+    return spot_check(settings, asked, console), None
 
 
 def _follow(
-    args: SessionArgs, plan: BuildPlan, prepared: _Prepared, settings: Settings, console: Console, *, as_is: bool
+    request: SessionRequest, plan: BuildPlan, prepared: _Prepared, settings: Settings, console: Console
 ) -> Following | None:
     """The model families the change touches (:mod:`skippy.flows.follow`), said before the build;
     None when no spot check runs on this host."""
-    if not args.spot_check or plan.rootfs is not None:
+    if not request.spot_check or plan.rootfs is not None:
         return None
     following = follow.follow_change(
         settings,
@@ -415,7 +355,7 @@ def _follow(
         prepared.workdir,
         patched_sha=prepared.patched_sha,
         upstream_sha=prepared.upstream_sha,
-        as_is=as_is,
+        as_is=isinstance(prepared, LocalTree),
     )
     follow.announce(following, console)
     return following
@@ -437,112 +377,121 @@ def _certify(b: Backend, prepared: _Prepared, spot: SpotCheckReport, settings: S
         console.detail(f"the next build-{b} follows its change from this tree (recorded in {where})")
 
 
-def run_build_session(
-    backend: Backend,
-    settings: Settings,
-    console: Console,
-    args: SessionArgs | None = None,
-    *,
-    prepare_fn: PrepareFn | None = None,
-    spot_check_fn: SpotCheckFn = _default_spot_check,
-    numerics_must_match: bool = True,
-) -> SessionOutcome:
-    """Probe the toolchain, prepare the pinned tree (``prepare_fn``, by default the pinned tree
-    with refusals naming this backend's build), configure, build, spot check.
-
-    A backend that cannot build here raises ToolchainMissing, unless the user
-    asked to skip unavailable backends: then the outcome says ``skipped`` and
-    nothing was built (the nox session must show it as skipped, not passed).
-    """
-    b = parse_backend(backend)
-    args = args or SessionArgs()
-    skip = args.skip_unavailable
-    options = BuildOptions(cmake_args=args.cmake_args, jobs=args.jobs)
-    try:
-        with console.step(f"probe the {b} toolchain"):
-            toolchain = probe_toolchain(b, settings, given=requested_defines(settings, options, b))
-    except ToolchainMissing as exc:
-        if skip:
-            return SessionOutcome(backend=b, skipped=exc.what)
-        raise
+def _probe(request: SessionRequest, settings: Settings, console: Console) -> Toolchain:
+    """The tools of the backend's build on this host (ToolchainMissing when it cannot build here)."""
+    with console.step(f"probe the {request.backend} toolchain"):
+        toolchain = probe_toolchain(request.backend, settings, given=request.build.defines)
     for note in toolchain.notes:
         console.info(note)
-    local = local_tree(settings, console, str(b)) if args.workdir_as_is else None
-    prepared: _Prepared = local if local is not None else (prepare_fn or _pinned_prepare(b))(settings, console)
-    tree = inspect_tree(prepared.workdir)
-    try:
-        check_tree_needs(tree, toolchain)
-    except ToolchainMissing as exc:
-        if skip:
-            return SessionOutcome(backend=b, skipped=exc.what, patched_sha=prepared.patched_sha)
-        raise
+    return toolchain
+
+
+def _tree(
+    request: SessionRequest, settings: Settings, console: Console, prepare: PrepareFn
+) -> tuple[LocalTree | None, _Prepared]:
+    """The tree to build: the workdir as it stands (``--workdir-as-is``), or the one ``prepare`` makes."""
+    if request.workdir_as_is:
+        local = local_tree(settings, console, request.backend)
+        return local, local
+    return None, prepare(settings, console, request.backend)
+
+
+def _build(
+    request: SessionRequest,
+    settings: Settings,
+    console: Console,
+    *,
+    toolchain: Toolchain,
+    tree: TreeInfo,
+    prepared: _Prepared,
+    local: LocalTree | None,
+) -> _Built:
+    """Plan the build of ``tree``, say the families it touches, build it, and run the gates."""
+    build_number = _upstream_count(settings, prepared)
     plan = plan_build(
-        b,
+        request.build,
         settings,
         tree=tree,
         toolchain=toolchain,
         patched_sha=prepared.patched_sha,
-        options=options,
         upstream_sha=prepared.upstream_sha,
         queue_digest=prepared.queue_digest,
-        build_number=_upstream_count(settings, prepared),
+        build_number=build_number,
         local_state=local.state if local is not None else None,
     )
     for name, source in plan.provenance.items():
         console.detail(f"{name}={plan.define(name)} ({source})")
-    following = _follow(args, plan, prepared, settings, console, as_is=local is not None)
+    following = _follow(request, plan, prepared, settings, console)
     with mounted(plan.rootfs, plan.rootfs_binds, env=settings.env, log=console.warn):
         report = execute_plan(plan, console)
     what = (
         "the workdir as it stands (a local, unregistered tree: queue digest 'local')" if local else "the prepared tree"
     )
     console.info(
-        f"{b}: built {', '.join(report.binaries)} of {what} in {report.total_seconds:.1f} s "
+        f"{plan.backend}: built {', '.join(report.binaries)} of {what} in {report.total_seconds:.1f} s "
         f"({report.compiled} compile steps) in {settings.relative(report.build_dir)}"
     )
-    proofs = tuple(_gates(plan, report, settings, console, local=local is not None))
-    spot, not_run = _spot_check(
-        b,
-        settings,
-        console,
-        args=args,
-        plan=plan,
-        report=report,
-        prepared=prepared,
-        proofs=proofs,
-        spot_check_fn=spot_check_fn,
-        numerics_must_match=numerics_must_match,
-        following=following,
-    )
-    if local is None and isinstance(spot, SpotCheckReport):
-        _certify(b, prepared, spot, settings, console)
-    upstream = None
-    if args.upstream_tests:
-        upstream = _upstream_tests(
-            b,
-            settings,
-            console,
-            toolchain=toolchain,
-            options=options,
-            prepared=prepared,
-            plan=plan,
-            local=local is not None,
-        )
+    proofs = tuple(gates(plan, report, settings, console, local=local is not None))
+    return _Built(toolchain, prepared, local, plan, report, proofs, following, build_number)
+
+
+def _checked(
+    request: SessionRequest, built: _Built, settings: Settings, console: Console, spot_check: SpotCheckFn
+) -> SessionOutcome:
+    """After the build: the spot check (a passed one of the prepared tree is the next baseline),
+    then upstream's tests when asked for; a test the queue breaks fails the session."""
+    spot, not_run = _spot_check(request, built, settings, console, spot_check)
+    if built.local is None and isinstance(spot, SpotCheckReport):
+        _certify(request.backend, built.prepared, spot, settings, console)
+    upstream = _upstream_tests(request, built, settings, console) if request.upstream_tests else None
     outcome = SessionOutcome(
-        backend=b,
-        build=report,
-        patched_sha=prepared.patched_sha,
+        backend=request.backend,
+        build=built.report,
+        patched_sha=built.prepared.patched_sha,
         spot=spot,
-        local=local,
-        proofs=proofs,
+        local=built.local,
+        proofs=built.proofs,
         spot_not_run=not_run,
-        rootfs=plan.rootfs,
+        rootfs=built.plan.rootfs,
         upstream=upstream,
-        following=following,
+        following=built.following,
     )
     if upstream is not None and not upstream.ok:
-        raise _upstream_failure(outcome, settings, local=local is not None)
+        raise _upstream_failure(outcome, settings, local=built.local is not None)
     return outcome
+
+
+#: the real functions a build session calls
+REAL_COLLABORATORS: Final = Collaborators()
+
+
+def run_build_session(
+    request: SessionRequest, settings: Settings, console: Console, collaborators: Collaborators = REAL_COLLABORATORS
+) -> SessionOutcome:
+    """Probe the toolchain, prepare the pinned tree (``collaborators.prepare``, by default the
+    pinned tree with refusals naming this backend's build), configure, build, spot check.
+
+    A backend that cannot build here raises ToolchainMissing, unless the user
+    asked to skip unavailable backends: then the outcome says ``skipped`` and
+    nothing was built (the nox session must show it as skipped, not passed).
+    """
+    b = request.backend
+    try:
+        toolchain = _probe(request, settings, console)
+    except ToolchainMissing as exc:
+        if request.skip_unavailable:
+            return SessionOutcome(backend=b, skipped=exc.what)
+        raise
+    local, prepared = _tree(request, settings, console, collaborators.prepare)
+    tree = inspect_tree(prepared.workdir)
+    try:
+        check_tree_needs(tree, toolchain)
+    except ToolchainMissing as exc:
+        if request.skip_unavailable:
+            return SessionOutcome(backend=b, skipped=exc.what, patched_sha=prepared.patched_sha)
+        raise
+    built = _build(request, settings, console, toolchain=toolchain, tree=tree, prepared=prepared, local=local)
+    return _checked(request, built, settings, console, collaborators.spot_check)
 
 
 #: the proofs a spot check makes, for the ending of a session that did not run one
@@ -587,35 +536,29 @@ def _kept_family(proof: Proof, following: Following | None, spot: SpotCheckRepor
 
 
 def _upstream_tests(
-    backend: Backend,
-    settings: Settings,
-    console: Console,
-    *,
-    toolchain: Toolchain,
-    options: BuildOptions,
-    prepared: _Prepared,
-    plan: BuildPlan,
-    local: bool,
+    request: SessionRequest, built: _Built, settings: Settings, console: Console
 ) -> UpstreamTestsReport | None:
     """Upstream's tests on the tree just built; a test the queue breaks (or, as it stands, any
     failing test) fails the session with the report."""
+    plan, prepared, local = built.plan, built.prepared, built.local
     if plan.rootfs is not None:
         console.warn("upstream tests not run: the build runs inside a root file system, its tests would too")
         return None
     subject = Subject(
-        toolchain=toolchain,
-        options=options,
+        toolchain=built.toolchain,
+        request=request.build,
         upstream_sha=prepared.upstream_sha,
         patched_sha=prepared.patched_sha,
         queue_digest=prepared.queue_digest,
-        build_number=_upstream_count(settings, prepared),
+        build_number=built.build_number,
         plan=plan,
+        local_state=local.state if local is not None else None,
     )
-    device = spec(backend).device_prefix
+    device = request.build.spec.device_prefix
     if device is None:
-        report = run_upstream_tests(backend, settings, console, subject, prepared=not local)
+        report = run_upstream_tests(request.backend, settings, console, subject, prepared=local is None)
     else:
-        report = run_backend_ops(backend, settings, console, subject, device=f"{device}0")
+        report = run_backend_ops(request.backend, settings, console, subject, device=f"{device}0")
     for line in report.render():
         console.info(line)
     return report
@@ -650,6 +593,4 @@ def _upstream_failure(outcome: SessionOutcome, settings: Settings, *, local: boo
 
 
 class SessionFn(Protocol):
-    def __call__(
-        self, backend: Backend | str, settings: Settings, console: Console, args: SessionArgs | None = None
-    ) -> SessionOutcome: ...
+    def __call__(self, request: SessionRequest, settings: Settings, console: Console) -> SessionOutcome: ...

@@ -21,10 +21,11 @@ import pytest
 
 from skippy.compile.backends.base import SERVER_TARGET
 from skippy.compile.builder import BuildReport
+from skippy.compile.request import build_request
 from skippy.core.errors import NetworkError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionArgs, run_build_session
+from skippy.flows.build_session import SessionRequest, run_build_session
 from skippy.queue import archive_fetch
 from skippy.spot.models import DEFAULT_MODEL, parse_model_ref, resolve_model
 
@@ -95,7 +96,8 @@ def cpu_build(project_settings: Settings) -> BuildReport:
     no-op when the build dir is up to date)."""
     console = Console(env={}, stream=io.StringIO())
     try:
-        outcome = run_build_session("cpu", project_settings, console, SessionArgs(spot_check=False))
+        request = SessionRequest(build_request("cpu", project_settings), spot_check=False)
+        outcome = run_build_session(request, project_settings, console)
     except NetworkError as exc:  # only the first fetch of the pinned sources needs the network
         cannot_run(f"cannot fetch the pinned sources: {exc.what}")
     assert outcome.skipped is None, outcome.skipped

@@ -19,10 +19,11 @@ import pytest
 
 from skippy.compile.builder import BuildReport, read_stamp
 from skippy.compile.configure import parse_cmake_cache
+from skippy.compile.request import build_request
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionArgs, run_build_session, session_ending
+from skippy.flows.build_session import SessionRequest, run_build_session, session_ending
 from skippy.flows.follow import FOLLOWED
 from skippy.spot.report import Ending, SpotCheckReport, shown_time
 
@@ -39,7 +40,7 @@ def test_build_cpu_builds_and_spot_checks_the_pinned_tree(
     stream = io.StringIO()
     console = Console(env={}, stream=stream)
     # --recheck: the spot check runs even when an earlier run (nox -s build-cpu) kept its proofs
-    outcome = run_build_session("cpu", project, console, SessionArgs(recheck=True))
+    outcome = run_build_session(SessionRequest(build_request("cpu", project), recheck=True), project, console)
     assert outcome.skipped is None
     ending = session_ending(outcome, project)
     ending.show(console)
@@ -101,7 +102,7 @@ def _again_every_proof_is_kept(project: Settings, build_dir: Path, made: Ending)
     stream = io.StringIO()
     console = Console(env={}, stream=stream)
     started = time.monotonic()
-    again = run_build_session("cpu", project, console)
+    again = run_build_session(SessionRequest(build_request("cpu", project)), project, console)
     ending = session_ending(again, project)
     ending.show(console)
     seconds = time.monotonic() - started
@@ -122,9 +123,8 @@ def _again_every_proof_is_kept(project: Settings, build_dir: Path, made: Ending)
 
 
 def test_up_to_date_build_configures_and_compiles_nothing(project_settings: Settings, cpu_build: BuildReport) -> None:
-    again = run_build_session(
-        "cpu", project_settings, Console(env={}, stream=io.StringIO()), SessionArgs(spot_check=False)
-    )
+    request = SessionRequest(build_request("cpu", project_settings), spot_check=False)
+    again = run_build_session(request, project_settings, Console(env={}, stream=io.StringIO()))
     assert again.build is not None
     assert again.build.build_dir == cpu_build.build_dir
     assert not again.build.configured

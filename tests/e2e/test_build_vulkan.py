@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 
 from skippy.compile.configure import parse_cmake_cache
+from skippy.compile.request import build_request
 from skippy.core import proc
 from skippy.core.errors import ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionArgs, run_build_session
+from skippy.flows.build_session import SessionRequest, run_build_session
 from skippy.spot.report import SpotCheckReport
 from tests.e2e.needs import cannot_run
 
@@ -47,7 +48,9 @@ def test_build_vulkan_runs_on_lavapipe_and_computes_like_the_cpu(
     try:
         # --recheck: the spot check runs on lavapipe even when an earlier run kept its proofs
         outcome = run_build_session(
-            "vulkan", project_settings, Console(env={}, stream=stream), SessionArgs(recheck=True)
+            SessionRequest(build_request("vulkan", project_settings), recheck=True),
+            project_settings,
+            Console(env={}, stream=stream),
         )
     except ToolchainMissing as exc:
         cannot_run(f"the Vulkan toolchain is missing here: {exc.what} (see .ci/run)")
@@ -101,10 +104,9 @@ def test_vulkan_ops_against_the_cpu_on_lavapipe_within_the_time_box(project_sett
     stream = io.StringIO()
     try:
         outcome = run_build_session(
-            "vulkan",
+            SessionRequest(build_request("vulkan", settings), spot_check=False, upstream_tests=True),
             settings,
             Console(env={}, stream=stream),
-            SessionArgs(spot_check=False, upstream_tests=True),
         )
     except ToolchainMissing as exc:
         cannot_run(f"the Vulkan toolchain is missing here: {exc.what} (see .ci/run)")

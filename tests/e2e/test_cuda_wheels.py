@@ -20,7 +20,8 @@ import pytest
 from skippy.compile.builder import execute_plan
 from skippy.compile.cachestats import stop_cache_server
 from skippy.compile.configure import parse_cmake_cache
-from skippy.compile.plan import BuildOptions, plan_build
+from skippy.compile.plan import plan_build
+from skippy.compile.request import build_request
 from skippy.compile.toolchain import Toolchain, check_tree_needs, inspect_tree, parse_ninja_targets, probe_toolchain
 from skippy.core import proc
 from skippy.core.errors import NetworkError
@@ -137,12 +138,11 @@ def test_the_patched_tree_configures_with_cuda_and_compiles_a_few_objects(
     tree = inspect_tree(prepared.workdir)
     check_tree_needs(tree, wheel_toolchain)
     plan = plan_build(
-        "cuda",
+        build_request("cuda", wheel_settings),
         wheel_settings,
         tree=tree,
         toolchain=wheel_toolchain,
         patched_sha=prepared.patched_sha,
-        options=BuildOptions(),
     )
     assert plan.define("CMAKE_CUDA_ARCHITECTURES") == "80"
     # the toolkit's kind and version are in the stamp (and in the build dir's name: see the unit tests)

@@ -18,6 +18,7 @@ from skippy.compile.builder import execute_plan
 from skippy.compile.cachestats import CacheProbe, stop_cache_server
 from skippy.compile.distcluster import find_sccache_dist, plan_cluster, running_cluster, write_cluster
 from skippy.compile.plan import plan_build
+from skippy.compile.request import build_request
 from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.settings import Settings
@@ -62,7 +63,13 @@ def test_ggml_base_objects_are_compiled_by_the_cluster(tmp_path: Path, project_s
     dist_env = {**env, "SKIPPY_DIST": cluster.scheduler_url, "SKIPPY_DIST_TOKEN": cluster.client_token}
     settings = Settings.from_table(project_settings.root, table, dist_env)
     toolchain = probe_toolchain("cpu", settings)
-    plan = plan_build("cpu", settings, tree=inspect_tree(settings.workdir), toolchain=toolchain, patched_sha="0" * 40)
+    plan = plan_build(
+        build_request("cpu", settings),
+        settings,
+        tree=inspect_tree(settings.workdir),
+        toolchain=toolchain,
+        patched_sha="0" * 40,
+    )
     out = io.StringIO()
     console = Console(env={}, stream=out)
     with running_cluster(cluster, exe, env):

@@ -21,12 +21,13 @@ import pytest
 from skippy.compile.backends.base import SERVER_TARGET
 from skippy.compile.builder import BuildReport, read_stamp
 from skippy.compile.plan import STAMP_NAME
+from skippy.compile.request import build_request
 from skippy.core import proc
 from skippy.core.errors import DirtyWorkdirError
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionArgs, run_build_session
+from skippy.flows.build_session import SessionRequest, run_build_session
 from skippy.queue import workdir as wd
 from skippy.queue.prepare import Target, prepare
 from skippy.spot.binaries import parse_provenance
@@ -79,7 +80,8 @@ def test_a_local_change_builds_beside_the_pinned_build_and_is_spot_checked(
 
     stream = io.StringIO()
     started = time.monotonic()
-    outcome = run_build_session("cpu", local_settings, Console(env={}, stream=stream), SessionArgs(workdir_as_is=True))
+    request = SessionRequest(build_request("cpu", local_settings), workdir_as_is=True)
+    outcome = run_build_session(request, local_settings, Console(env={}, stream=stream))
     seconds = time.monotonic() - started
     out = stream.getvalue()
     report = outcome.build

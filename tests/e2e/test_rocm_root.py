@@ -27,7 +27,8 @@ from skippy.compile.cacheserver import claimed_server
 from skippy.compile.cachestats import CacheProbe, CacheStats
 from skippy.compile.configure import parse_cmake_cache
 from skippy.compile.fetched import MARKER
-from skippy.compile.plan import BuildOptions, BuildPlan, plan_build
+from skippy.compile.plan import BuildPlan, plan_build
+from skippy.compile.request import build_request
 from skippy.compile.rootfs import mounted, mounts_under
 from skippy.compile.toolchain import Toolchain, check_tree_needs, inspect_tree, parse_ninja_targets, probe_toolchain
 from skippy.core import proc
@@ -113,12 +114,11 @@ def test_the_patched_tree_configures_with_hip_inside_the_root_and_compiles_a_few
     tree = inspect_tree(prepared.workdir)
     check_tree_needs(tree, root_toolchain)
     plan = plan_build(
-        "rocm",
+        build_request("rocm", root_settings, defines={"AMDGPU_TARGETS": TARGETS}),
         root_settings,
         tree=tree,
         toolchain=root_toolchain,
         patched_sha=prepared.patched_sha,
-        options=BuildOptions(cmake_args=(f"-DAMDGPU_TARGETS={TARGETS}",)),
     )
     inside = plan.rootfs
     assert inside is not None
@@ -233,12 +233,11 @@ def test_hip_objects_from_the_cache_inside_the_root_are_all_hits_in_a_fresh_buil
             root_settings.root, {**table, "build_root": str(tmp_path / name)}, root_settings.env
         )
         plan = plan_build(
-            "rocm",
+            build_request("rocm", settings, defines={"AMDGPU_TARGETS": TARGETS}),
             settings,
             tree=tree,
             toolchain=root_toolchain,
             patched_sha=prepared.patched_sha,
-            options=BuildOptions(cmake_args=(f"-DAMDGPU_TARGETS={TARGETS}",)),
         )
         plans.append((plan, settings))
     (first, first_settings), (fresh, fresh_settings) = plans
@@ -279,12 +278,11 @@ def namespace_flow(work: Path, project: Path, rootfs_home: Path) -> dict[str, ob
     for name in ("first", "fresh"):
         settings = Settings.from_table(project, {**table, "build_root": str(work / name)}, env)
         plan = plan_build(
-            "rocm",
+            build_request("rocm", settings, defines={"AMDGPU_TARGETS": TARGETS}),
             settings,
             tree=tree,
             toolchain=toolchain,
             patched_sha="0" * 40,
-            options=BuildOptions(cmake_args=(f"-DAMDGPU_TARGETS={TARGETS}",)),
         )
         stats, took = _objects_through_the_cache(plan, console, settings.env)
         cache = parse_cmake_cache((plan.build_dir / "CMakeCache.txt").read_text(encoding="utf-8"))

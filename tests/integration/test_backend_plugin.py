@@ -74,6 +74,7 @@ import json
 from pathlib import Path
 from skippy.compile.backends import failure_patterns, names, upstream_areas
 from skippy.compile.plan import plan_build
+from skippy.compile.request import build_request
 from skippy.compile.tool import Tool
 from skippy.compile.toolchain import Toolchain, TreeInfo
 from skippy.spot.chat import scan_log
@@ -88,7 +89,7 @@ for backend in ("cpu", "vulkan"):
     for system in ("Linux", "Darwin"):
         tc = Toolchain(backend=backend, system=system, cmake=Tool("cmake", "/t/cmake", "4"),
                        ninja=Tool("ninja", "/t/ninja", "1"))
-        planned = plan_build(backend, settings, tree=tree, toolchain=tc, patched_sha="1" * 40)
+        planned = plan_build(build_request(backend, settings), settings, tree=tree, toolchain=tc, patched_sha="1" * 40)
         dirs[f"{backend} {system}"] = planned.build_dir.name
 print(json.dumps({
     "dirs": dirs,
@@ -103,7 +104,8 @@ DRIVER = """
 import json, sys
 from pathlib import Path
 from skippy.compile.backends import registry
-from skippy.compile.plan import BuildOptions, plan_build
+from skippy.compile.plan import plan_build
+from skippy.compile.request import build_request
 from skippy.compile.builder import execute_plan
 from skippy.compile.cachestats import stop_cache_server
 from skippy.compile.toolchain import inspect_tree, probe_toolchain
@@ -123,8 +125,8 @@ try:
 except ToolchainMissing as exc:
     out["missing"] = exc.render()
 tc = probe_toolchain("fakegpu", settings)
-plan = plan_build("fakegpu", settings, tree=inspect_tree(src), toolchain=tc, patched_sha="1" * 40,
-                  options=BuildOptions())
+plan = plan_build(build_request("fakegpu", settings), settings, tree=inspect_tree(src), toolchain=tc,
+                  patched_sha="1" * 40)
 report = execute_plan(plan, Console(env={}, stream=sys.stderr))
 stop_cache_server(plan)
 out["build_dir"] = plan.build_dir.name

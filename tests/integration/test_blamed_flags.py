@@ -21,6 +21,7 @@ import pytest
 
 from skippy.cli.entries import session_options
 from skippy.cli.options import PinBumpOptions, make
+from skippy.compile.request import DEFINE_ARG
 from skippy.core.errors import ModelCheckFailed, QueueError, SettingsError, ToolchainMissing
 from skippy.queue.patchpaths import paths_outside_the_tree
 from skippy.spot.server import free_port
@@ -333,12 +334,22 @@ def test_a_define_cmake_would_misread_is_refused_at_option_parsing(
     assert not project.workdir.exists() and not (project.root / "build").exists()
     assert written_outside(before, tree_state([tmp_path], ())) == []
     # what the next step says parses: the defines as given there
-    assert session_options(fixed, project.env).define == tuple(fixed)
+    assert session_options(fixed, project.env).define == tuple(_pair(arg) for arg in fixed)
+
+
+def _pair(arg: str) -> tuple[str, str]:
+    """``-DNAME[:TYPE]=VALUE`` as the option table's converter parses it."""
+    match = DEFINE_ARG.match(arg)
+    assert match is not None, arg
+    return match.group(1), match.group(2)
 
 
 def test_a_list_value_keeps_its_semicolons() -> None:
     defines = ("-DCMAKE_CUDA_ARCHITECTURES=86;89", "-DAMDGPU_TARGETS=gfx1100;gfx1030")
-    assert session_options(list(defines), {}).define == defines
+    assert session_options(list(defines), {}).define == (
+        ("CMAKE_CUDA_ARCHITECTURES", "86;89"),
+        ("AMDGPU_TARGETS", "gfx1100;gfx1030"),
+    )
 
 
 # --- item 9: nox's exit codes, pin-bump --sha ------------------------------------------------

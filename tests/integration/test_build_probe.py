@@ -18,7 +18,8 @@ import pytest
 from skippy.compile.builder import BuildReport, execute_plan, newest_builds
 from skippy.compile.cachestats import stop_cache_server
 from skippy.compile.configure import parse_cmake_cache
-from skippy.compile.plan import TESTS_DEFINE, BuildOptions, BuildPlan, plan_build
+from skippy.compile.plan import TESTS_DEFINE, BuildPlan, plan_build
+from skippy.compile.request import build_request
 from skippy.compile.tool import Tool
 from skippy.compile.toolchain import Toolchain, inspect_tree, parse_ninja_targets, probe_toolchain, tool_version
 from skippy.core import proc
@@ -44,14 +45,13 @@ class Env:
         self.console = Console(env={}, stream=self.out)
         self.plans: list[BuildPlan] = []
 
-    def plan(self, *args: str, sha: str = SHA, toolchain: Toolchain | None = None) -> BuildPlan:
+    def plan(self, *, sha: str = SHA, toolchain: Toolchain | None = None, **defines: str) -> BuildPlan:
         p = plan_build(
-            "cpu",
+            build_request("cpu", self.settings, defines=defines),
             self.settings,
             tree=inspect_tree(self.src),
             toolchain=toolchain or self.toolchain,
             patched_sha=sha,
-            options=BuildOptions(cmake_args=args),
         )
         self.plans.append(p)
         return p
@@ -130,7 +130,7 @@ def test_changed_patched_sha_reconfigures_fresh_in_the_same_dir(env: Env) -> Non
 def test_changed_flags_get_a_new_dir(env: Env) -> None:
     first = env.plan()
     env.run(first)
-    other = env.plan("-DGGML_NATIVE=ON")
+    other = env.plan(GGML_NATIVE="ON")
     assert other.build_dir != first.build_dir
     report = env.run(other)
     assert report.configure_reason == "new build directory"
@@ -139,7 +139,7 @@ def test_changed_flags_get_a_new_dir(env: Env) -> None:
 
 
 def test_unused_variable_fails_the_build(env: Env) -> None:
-    plan = env.plan("-DSKIPPY_NOT_A_VARIABLE=1")
+    plan = env.plan(SKIPPY_NOT_A_VARIABLE="1")
     with pytest.raises(BuildError, match="SKIPPY_NOT_A_VARIABLE") as info:
         env.run(plan)
     assert "did not use" in info.value.what
@@ -150,7 +150,7 @@ def test_unused_variable_fails_the_build(env: Env) -> None:
 def test_a_given_variable_the_project_never_declared_fails_before_the_build(env: Env) -> None:
     """A -D typo the project reads anyway (ggml reads every GGML_*; the probe every PROBE_*) is
     "used" to CMake, which then says nothing: skippy names it, with the closest known names."""
-    plan = env.plan("-DPROBE_FAKEGPU_ARHC=gfx1100", "-DPROBE_FAKEGPU=ON")
+    plan = env.plan(PROBE_FAKEGPU_ARHC="gfx1100", PROBE_FAKEGPU="ON")
     with pytest.raises(BuildError) as info:
         env.run(plan)
     error = info.value
@@ -165,12 +165,12 @@ def test_a_given_variable_the_project_never_declared_fails_before_the_build(env:
     assert not plan.stamp_path.exists(), "the next run configures again"
     assert not (plan.build_dir / "bin" / "llama-server").exists(), "nothing was built"
     # the name spelled right builds
-    good = env.run(env.plan("-DPROBE_FAKEGPU_ARCH=gfx1100", "-DPROBE_FAKEGPU=ON"))
+    good = env.run(env.plan(PROBE_FAKEGPU_ARCH="gfx1100", PROBE_FAKEGPU="ON"))
     assert good.configured and (good.build_dir / "bin" / "llama-server").exists()
 
 
 def test_a_value_clobbered_by_the_project_fails_the_build(env: Env) -> None:
-    plan = env.plan("-DPROBE_CLOBBER_RPC=ON")
+    plan = env.plan(PROBE_CLOBBER_RPC="ON")
     with pytest.raises(BuildError) as info:
         env.run(plan)
     assert "did not keep" in info.value.what
@@ -179,7 +179,7 @@ def test_a_value_clobbered_by_the_project_fails_the_build(env: Env) -> None:
 
 def test_configure_error_is_a_build_error_with_cmake_output(env: Env) -> None:
     with pytest.raises(BuildError) as info:
-        env.run(env.plan("-DGGML_BOGUS=ON"))
+        env.run(env.plan(GGML_BOGUS="ON"))
     assert "configure failed" in info.value.what
     assert "cmake_probe: unknown option GGML_BOGUS" in (info.value.details or "")
 
@@ -305,7 +305,9 @@ def test_ccache_launcher_and_hit_rate(tmp_path: Path) -> None:
     toolchain = probe_toolchain("cpu", settings)
     assert toolchain.launcher is not None
     assert toolchain.launcher.name == "ccache"
-    plan = plan_build("cpu", settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha=SHA)
+    plan = plan_build(
+        build_request("cpu", settings), settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha=SHA
+    )
     assert plan.env_overrides == {"CCACHE_DIR": str(settings.cache_dir / "ccache"), "CCACHE_DEPEND": "true"}
     console = Console(env={}, stream=io.StringIO())
     cold = execute_plan(plan, console)
@@ -320,7 +322,7 @@ def test_ccache_launcher_and_hit_rate(tmp_path: Path) -> None:
 
 
 def test_artifact_gate_refuses_a_binary_without_its_backend(env: Env) -> None:
-    from skippy.flows.build_session import artifact_gate
+    from skippy.flows.gates import artifact_gate
 
     plan = env.plan()
     report = env.run(plan)
@@ -366,7 +368,7 @@ def test_a_source_reading_a_backend_use_its_line_lacks_fails_before_the_build(en
     readers.mkdir()
     (readers / "uses_rpc.c").write_text("#ifdef GGML_USE_RPC\nint rpc_on = 1;\n#else\nint rpc_on = 0;\n#endif\n")
     (readers / "plain.c").write_text("/* GGML_USE_RPCX is another name */\nint plain = 1;\n")
-    plan = env.plan("-DGGML_RPC=ON")
+    plan = env.plan(GGML_RPC="ON")
     with pytest.raises(BuildError) as info:
         env.run(plan)
     error = info.value
@@ -378,15 +380,15 @@ def test_a_source_reading_a_backend_use_its_line_lacks_fails_before_the_build(en
     assert not plan.stamp_path.exists(), "the next run configures again"
     assert not (plan.build_dir / "bin" / "llama-server").exists(), "nothing was built"
     # given the definitions (as linking ggml-backend-use does), the same tree builds
-    good = env.run(env.plan("-DGGML_RPC=ON", "-DPROBE_READERS_GET_USE=ON"))
+    good = env.run(env.plan(GGML_RPC="ON", PROBE_READERS_GET_USE="ON"))
     assert good.configured and (good.build_dir / "bin" / "llama-server").exists()
 
 
-def _tests_tree(env: Env, plan: BuildPlan, *args: str) -> _Tree:
-    """What ``--upstream-tests`` runs after the build of ``plan`` (made with ``args``)."""
+def _tests_tree(env: Env, plan: BuildPlan, **defines: str) -> _Tree:
+    """What ``--upstream-tests`` runs after the build of ``plan`` (made with ``defines``)."""
     subject = Subject(
         toolchain=env.toolchain,
-        options=BuildOptions(cmake_args=args),
+        request=build_request("cpu", env.settings, defines=defines),
         upstream_sha=SHA,
         patched_sha=SHA,
         queue_digest=None,
@@ -405,10 +407,17 @@ def test_upstream_tests_build_in_the_binaries_dir_and_are_not_binaries(env: Env)
     assert builds_tests(plan.build_dir)
     stamp = plan.stamp_path.read_bytes()
     tree = _tests_tree(env, plan)
-    tests_plan = tree.patched()
-    assert tests_plan.build_dir == plan.build_dir
+    tests = tree.patched()
+    assert tests.plan is plan, "the binaries' own plan"
     assert plan.stamp_path.read_bytes() == stamp, "not configured again"
-    report, run, chosen = tree.build_and_run(tests_plan, None, ())
+    programs = tree.programs(tests, ["test-probe"])
+    assert (programs.build_dir, programs.configure_argv, programs.stamp) == (
+        plan.build_dir,
+        plan.configure_argv,
+        plan.stamp,
+    )
+    assert programs.build_argv == (*plan.build_argv[: -len(plan.targets)], "test-probe")
+    report, run, chosen = tree.build_and_run(tests, None, ())
     assert [c.name for c in chosen] == ["test-probe"]
     assert (plan.build_dir / "bin" / "test-probe").is_file()
     assert [r.verdict for r in run.results] == ["passed"]
@@ -418,10 +427,10 @@ def test_upstream_tests_build_in_the_binaries_dir_and_are_not_binaries(env: Env)
 
 
 def test_upstream_tests_get_a_dir_of_their_own_where_the_binaries_have_them_off(env: Env) -> None:
-    plan = env.plan("-DLLAMA_BUILD_TESTS=OFF")
+    plan = env.plan(LLAMA_BUILD_TESTS="OFF")
     env.run(plan)
     assert not builds_tests(plan.build_dir)
-    tests_plan = _tests_tree(env, plan, "-DLLAMA_BUILD_TESTS=OFF").patched()
+    tests_plan = _tests_tree(env, plan, LLAMA_BUILD_TESTS="OFF").patched().plan
     assert tests_plan.build_dir != plan.build_dir
     assert builds_tests(tests_plan.build_dir)
     assert TESTS_DEFINE in tests_plan.stamp["configure_args"]
@@ -433,7 +442,7 @@ def test_upstream_tests_get_a_dir_of_their_own_where_the_binaries_have_them_off(
 def test_a_build_given_llama_build_tests_on_is_still_the_backends_build(env: Env) -> None:
     """A maintainer's own ``-DLLAMA_BUILD_TESTS=ON`` build has binaries: status shows it (only a
     dir of upstream's tests alone, without llama-server, is left out)."""
-    plan = env.plan("-DLLAMA_BUILD_TESTS=ON")
+    plan = env.plan(LLAMA_BUILD_TESTS="ON")
     env.run(plan)
     assert TESTS_DEFINE in plan.stamp["configure_args"]
     found = newest_builds(env.settings.build_root)

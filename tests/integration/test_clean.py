@@ -18,7 +18,8 @@ import pytest
 from skippy.cli.entries import clean_main
 from skippy.compile.builder import execute_plan
 from skippy.compile.localtree import WorkdirState
-from skippy.compile.plan import STAMP_NAME, BuildOptions, BuildPlan, plan_build
+from skippy.compile.plan import STAMP_NAME, BuildPlan, plan_build
+from skippy.compile.request import build_request
 from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -51,14 +52,15 @@ class Project:
         shutil.copytree(PROBE, self.workdir)
         self.toolchain = probe_toolchain("cpu", self.settings)
 
-    def build(self, *args: str, source: Path | None = None, local: bool = False, build: bool = True) -> BuildPlan:
+    def build(
+        self, *, source: Path | None = None, local: bool = False, build: bool = True, **defines: str
+    ) -> BuildPlan:
         plan = plan_build(
-            "cpu",
+            build_request("cpu", self.settings, defines=defines),
             self.settings,
             tree=inspect_tree(source or self.workdir),
             toolchain=self.toolchain,
             patched_sha=SHA,
-            options=BuildOptions(cmake_args=args),
             local_state=WorkdirState("2" * 40, "3" * 64) if local else None,
         )
         execute_plan(plan, Console(quiet=True), build=build)
@@ -78,17 +80,17 @@ def age(path: Path, seconds: float) -> None:
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Project, dict[str, Path]]]:
     """Real build dirs, made once (each a CMake configure and a Ninja build of the probe)."""
     project = Project(tmp_path_factory.mktemp("clean"))
-    older = project.build("-DGGML_NATIVE=ON")
+    older = project.build(GGML_NATIVE="ON")
     age(older.build_dir, 7200)
     newest = project.build()
     # a build dir of upstream's tests alone (a tree beside the workdir, an older --upstream-tests),
     # made after the binaries': it holds test programs, no llama-server
-    tests = project.build("-DLLAMA_BUILD_TESTS=ON", build=False)
+    tests = project.build(LLAMA_BUILD_TESTS="ON", build=False)
     local = project.build(local=True)
-    failed = project.build("-DLLAMA_OPENSSL=ON", build=False)
+    failed = project.build(LLAMA_OPENSSL="ON", build=False)
     (failed.build_dir / STAMP_NAME).unlink()  # as a configure that failed its checks leaves it
     age(failed.build_dir, UNSTAMPED_GRACE + 60)
-    fresh = project.build("-DLLAMA_BUILD_UI=ON", build=False)
+    fresh = project.build(LLAMA_BUILD_UI="ON", build=False)
     (fresh.build_dir / STAMP_NAME).unlink()  # no stamp yet: as a configure under way
     other_tree = project.root / ".deps" / "other-llama.cpp"
     shutil.copytree(PROBE, other_tree)

@@ -102,7 +102,7 @@ def test_upstream_tests_show_each_test_as_it_finishes(build_dir: Path) -> None:
     from typing import Any
 
     from skippy.compile.backends import parse_backend
-    from skippy.compile.plan import BuildOptions
+    from skippy.compile.request import build_request
     from skippy.compile.tool import Tool
     from skippy.compile.toolchain import Toolchain
     from skippy.core.settings import Settings
@@ -112,8 +112,8 @@ def test_upstream_tests_show_each_test_as_it_finishes(build_dir: Path) -> None:
     stream = io.StringIO()
     cmake, ninja = Tool("cmake", _tool("cmake"), ""), Tool("ninja", _tool("ninja"), "")
     toolchain = Toolchain(parse_backend("cpu"), "Linux", cmake, ninja)
-    subject = Subject(toolchain, BuildOptions(jobs=1), "a" * 40, "b" * 40, None, None)
     settings = Settings.load(build_dir.parent, dict(os.environ))
+    subject = Subject(toolchain, build_request("cpu", settings, jobs=1), "a" * 40, "b" * 40, None, None)
     tree = _Tree("cpu", settings, Console(stream=stream), subject)
     # the plan's build dir and environment are all the run reads of it
     plan: Any = SimpleNamespace(build_dir=build_dir, env=dict(os.environ))

@@ -13,11 +13,18 @@ from pathlib import Path
 import pytest
 
 from skippy.cli.build import outcome_report
+from skippy.compile.request import build_request
 from skippy.core.errors import ModelCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows import follow
-from skippy.flows.build_session import SessionArgs, SpotCheckRequest, run_build_session, session_ending
+from skippy.flows.build_session import (
+    Collaborators,
+    SessionRequest,
+    SpotCheckRequest,
+    run_build_session,
+    session_ending,
+)
 from skippy.spot.models import DEFAULT_MODEL
 from skippy.spot.report import Ending, ModelResult, SpotCheckReport, model_check_failed
 from tests.gitfixtures import Upstream
@@ -62,15 +69,15 @@ class Rig:
             raise request.failure(report) if request.failure else model_check_failed(report, next_step="fix the patch")
         return report
 
-    def session(self, patched: str, args: SessionArgs | None = None) -> tuple[object, str]:
+    def session(self, patched: str, *, models: tuple[str, ...] = (), spot_check: bool = True) -> tuple[object, str]:
         out = io.StringIO()
         outcome = run_build_session(
-            "cpu",
+            SessionRequest(build_request("cpu", self.settings), models=models, spot_check=spot_check),
             self.settings,
             Console(env={}, stream=out),
-            args or SessionArgs(),
-            prepare_fn=lambda _s, _c: Prepared(patched, self.pin, self.up.path),
-            spot_check_fn=self.spot_check,
+            Collaborators(
+                prepare=lambda _s, _c, _b: Prepared(patched, self.pin, self.up.path), spot_check=self.spot_check
+            ),
         )
         return outcome, out.getvalue()
 
@@ -153,13 +160,13 @@ def test_a_session_checks_the_families_its_change_touches(rig: Rig) -> None:
     assert families(outcome) == [] and "no model family touched since the last cpu build" in said
     # models asked for stay first; a shared file touches nothing
     third = rig.up.commit("queue: a shared header", {"src/models/models.h": TREE["src/models/models.h"] + "// x\n"})
-    rig.session(third, SessionArgs(models=("tiny:llama",)))
+    rig.session(third, models=("tiny:llama",))
     assert asked(rig) == ("tiny:llama",)
 
 
 def test_no_spot_check_no_following(rig: Rig) -> None:
     first = rig.up.commit("queue", {QWEN2: hooked(QWEN2)})
-    outcome, said = rig.session(first, SessionArgs(spot_check=False))
+    outcome, said = rig.session(first, spot_check=False)
     assert rig.requests == [] and outcome.following is None  # type: ignore[attr-defined]
     assert "touched" not in said
     assert not (rig.settings.cache_dir / follow.RECORD_DIR).exists()

@@ -267,7 +267,7 @@ BUILD = """
     from pathlib import Path
     from skippy.compile.builder import execute_plan
     from skippy.compile.cachestats import stop_cache_server
-    from skippy.compile.plan import BuildOptions, plan_build
+    from skippy.compile.plan import plan_build
     from skippy.compile.toolchain import inspect_tree, probe_toolchain
     from skippy.cli.entries import build_main
     from skippy.flows.build_session import SessionOutcome
@@ -275,14 +275,13 @@ BUILD = """
     src, root = Path(sys.argv[1]), Path(sys.argv[2])
     plans = []
 
-    def session(backend, settings, console, args=None):
+    def session(request, settings, console):
         plan = plan_build(
-            "cpu",
+            request.build,
             settings,
             tree=inspect_tree(src),
             toolchain=probe_toolchain("cpu", settings),
             patched_sha="1" * 40,
-            options=BuildOptions(cmake_args=args.cmake_args),
         )
         plans.append(plan)
         return SessionOutcome(backend="cpu", build=execute_plan(plan, console))

@@ -25,6 +25,7 @@ from skippy.compile.backends.rocm_rootfs import INSIDE_ENV
 from skippy.compile.builder import execute_plan
 from skippy.compile.configure import parse_cmake_cache
 from skippy.compile.plan import plan_build
+from skippy.compile.request import build_request
 from skippy.compile.rootfs import install_launcher, mounted, mounts_under, runner_program, runner_rootfs
 from skippy.compile.tool import Tool
 from skippy.compile.toolchain import Toolchain, inspect_tree, tool_version
@@ -60,7 +61,9 @@ def flow(work: Path) -> dict[str, Any]:
         settings = Settings.from_table(
             work / "proj", {"build_root": str(work / name), "cache_dir": str(cache_dir)}, env
         )
-        plan = plan_build("cpu", settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha="1" * 40)
+        plan = plan_build(
+            build_request("cpu", settings), settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha="1" * 40
+        )
         assert plan.rootfs is not None
         console = Console(env={}, stream=io.StringIO())
         with mounted(plan.rootfs, plan.rootfs_binds, env=settings.env):

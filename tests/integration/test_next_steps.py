@@ -15,12 +15,12 @@ import pytest
 from skippy.cli.entries import build_main, spot_main
 from skippy.compile.builder import execute_plan
 from skippy.compile.cachestats import stop_cache_server
-from skippy.compile.plan import BuildOptions, plan_build
+from skippy.compile.plan import plan_build
 from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core.errors import BuildError, ModelCheckFailed, SettingsError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionArgs, SessionOutcome
+from skippy.flows.build_session import SessionOutcome, SessionRequest
 from skippy.spot import spotcheck
 from tests.integration.test_spotcheck import FAST, Rig
 from tests.outside import tree_state, written_outside
@@ -129,16 +129,14 @@ def test_a_configure_failing_on_a_missing_define_path_names_the_setting(
     env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home)}
     plans = []
 
-    def session(backend: str, settings: Settings, console: Console, args: SessionArgs | None = None) -> SessionOutcome:
+    def session(request: SessionRequest, settings: Settings, console: Console) -> SessionOutcome:
         """The session's configure and build on the probe tree (no llama.cpp, no prepare)."""
-        assert args is not None
         plan = plan_build(
-            "cpu",
+            request.build,
             settings,
             tree=inspect_tree(src),
             toolchain=probe_toolchain("cpu", settings),
             patched_sha="1" * 40,
-            options=BuildOptions(cmake_args=args.cmake_args),
         )
         plans.append(plan)
         return SessionOutcome(backend="cpu", build=execute_plan(plan, console))

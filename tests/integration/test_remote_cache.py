@@ -23,6 +23,7 @@ import pytest
 from skippy.compile.builder import BuildReport, execute_plan
 from skippy.compile.cachestats import stop_cache_server
 from skippy.compile.plan import BuildPlan, plan_build
+from skippy.compile.request import build_request
 from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.settings import Settings
@@ -80,7 +81,11 @@ class Machine:
         self.out = io.StringIO()
         self.console = Console(env={}, stream=self.out)
         self.plan: BuildPlan = plan_build(
-            "cpu", self.settings, tree=inspect_tree(src), toolchain=self.toolchain, patched_sha=SHA
+            build_request("cpu", self.settings),
+            self.settings,
+            tree=inspect_tree(src),
+            toolchain=self.toolchain,
+            patched_sha=SHA,
         )
 
     def build(self) -> BuildReport:

@@ -29,6 +29,7 @@ from skippy.compile.builder import BuildReport
 from skippy.compile.cache import launcher_env, rootfs_launcher_env
 from skippy.compile.fetched import MARKER
 from skippy.compile.plan import BuildPlan, plan_build
+from skippy.compile.request import build_request
 from skippy.compile.rootfs import Rootfs, mounted, runner_program
 from skippy.compile.tool import Tool
 from skippy.compile.toolchain import Toolchain, TreeInfo, probe_toolchain
@@ -36,14 +37,14 @@ from skippy.core.errors import BuildError, NetworkError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import (
-    SessionArgs,
+    Collaborators,
     SessionOutcome,
+    SessionRequest,
     SpotCheckRequest,
-    rootfs_gate,
-    rootfs_spot_check,
     run_build_session,
     session_ending,
 )
+from skippy.flows.gates import rootfs_gate, rootfs_spot_check
 from tests.integration.test_build_toolchain import Host, fake_tool
 
 pytestmark = pytest.mark.integration
@@ -443,7 +444,7 @@ def _gate_plan(tmp_path: Path, env: dict[str, str]) -> tuple[BuildPlan, BuildRep
     toolchain = Toolchain(backend="rocm", system="Linux", cmake=tool, ninja=inside.ninja, rootfs=inside)
     tree = TreeInfo(tmp_path / "src", frozenset(), frozenset({"C", "CXX", "HIP"}), "ggml-rpc-server")
     settings = Settings.from_table(tmp_path / "proj", {}, env)
-    plan = plan_build("rocm", settings, tree=tree, toolchain=toolchain, patched_sha="a" * 40)
+    plan = plan_build(build_request("rocm", settings), settings, tree=tree, toolchain=toolchain, patched_sha="a" * 40)
     server = plan.build_dir / "bin" / "llama-server"
     report = BuildReport(
         backend="rocm",
@@ -544,12 +545,12 @@ def _session(host: Host, tmp_path: Path, **env: str) -> tuple[Settings, Callable
 
     def run(out: io.StringIO | None = None) -> object:
         return run_build_session(
-            "rocm",
+            SessionRequest(build_request("rocm", settings, defines={"AMDGPU_TARGETS": "gfx1100"})),
             settings,
             Console(env={}, stream=out or io.StringIO()),
-            SessionArgs(cmake_args=("-DAMDGPU_TARGETS=gfx1100",)),
-            prepare_fn=lambda _s, _c: Prepared(),
-            spot_check_fn=lambda _s, request, _c: checked.append(request),
+            Collaborators(
+                prepare=lambda _s, _c, _b: Prepared(), spot_check=lambda _s, request, _c: checked.append(request)
+            ),
         )
 
     return settings, run, checked

@@ -17,7 +17,7 @@ from skippy.compile.backends import parse_backend
 from skippy.core.errors import DirtyWorkdirError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import _pinned_prepare
+from skippy.flows.build_session import prepare_pinned
 from skippy.maintain.regenerate import regenerate
 from skippy.queue.prepare import Target, prepare
 from skippy.queue.session import resume
@@ -89,7 +89,7 @@ def test_plain_local_work_still_names_prepare(queued_project: Project) -> None:
 
     # a build session's own prepare names that backend's build, in the refusal as it is made
     with pytest.raises(DirtyWorkdirError) as vulkan:
-        _pinned_prepare(parse_backend("vulkan"))(settings, QUIET)
+        prepare_pinned(settings, QUIET, parse_backend("vulkan"))
     assert "build it as it stands: `nox -s build-vulkan -- --workdir-as-is`" in (vulkan.value.next_step or "")
     assert "build-cpu" not in (vulkan.value.next_step or "")
 

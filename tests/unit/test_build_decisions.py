@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from skippy.cli.build import session_args
+from skippy.cli.build import session_request
 from skippy.cli.entries import session_options
 from skippy.compile.backends.cuda import parse_cuda_compute_caps
 from skippy.compile.backends.rocm import parse_amdgpu_targets
@@ -21,6 +21,7 @@ from skippy.compile.backends.vulkan import parse_vulkan_header
 from skippy.compile.cachestats import ccache_counts, sccache_counts
 from skippy.compile.configure import cache_mismatches, decide_configure, parse_cmake_cache, parse_unused_variables
 from skippy.compile.plan import BuildPlan, plan_build
+from skippy.compile.request import build_request
 from skippy.compile.tool import Tool
 from skippy.compile.toolchain import (
     Toolchain,
@@ -37,7 +38,7 @@ from skippy.compile.toolchain import (
 from skippy.core.errors import SettingsError, ToolchainMissing
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.build_session import SessionArgs, SpotCheckRequest, run_build_session
+from skippy.flows.build_session import Collaborators, SessionRequest, SpotCheckRequest, run_build_session
 
 
 def _plan(tmp_path: Path) -> BuildPlan:
@@ -48,7 +49,8 @@ def _plan(tmp_path: Path) -> BuildPlan:
         ninja=Tool("ninja", "/t/ninja", "1.12"),
     )
     tree = TreeInfo(tmp_path / "src", frozenset(), frozenset({"C", "CXX"}), "ggml-rpc-server")
-    return plan_build("cpu", Settings.from_table(tmp_path, {}, {}), tree=tree, toolchain=tc, patched_sha="b" * 40)
+    settings = Settings.from_table(tmp_path, {}, {})
+    return plan_build(build_request("cpu", settings), settings, tree=tree, toolchain=tc, patched_sha="b" * 40)
 
 
 def _cache(plan: BuildPlan, **over: str) -> dict[str, str]:
@@ -194,19 +196,35 @@ def test_vulkan_headers_too_old_for_the_tree_fail_before_configure(tmp_path: Pat
     check_tree_needs(tree, replace(old, backend="cpu"))
 
 
-def parse_session_args(argv: list[str], env: dict[str, str], backend: str = "cpu") -> SessionArgs:
-    return session_args(session_options(argv, env, backend))
+#: settings with nothing set (no file is read: the project is not there)
+NO_SETTINGS = Settings.from_table(Path("/nonexistent/proj"), {}, {})
+
+
+def parse_session_args(argv: list[str], env: dict[str, str], backend: str = "cpu") -> SessionRequest:
+    return session_request(session_options(argv, env, backend), NO_SETTINGS)
 
 
 def test_session_args() -> None:
     a = parse_session_args(["--skip-unavailable", "-j2", "-DGGML_RPC=ON", "--no-spot-check"], {})
-    assert (a.skip_unavailable, a.spot_check, a.jobs, a.cmake_args) == (True, False, 2, ("-DGGML_RPC=ON",))
+    assert (a.skip_unavailable, a.spot_check, a.build.jobs, dict(a.build.defines)) == (
+        True,
+        False,
+        2,
+        {"GGML_RPC": "ON"},
+    )
     b = parse_session_args(["--jobs", "4", "--model", "tiny:llama"], {"SKIPPY_SKIP_UNAVAILABLE": "1"})
-    assert (b.skip_unavailable, b.spot_check, b.jobs, b.cmake_args, b.models) == (True, True, 4, (), ("tiny:llama",))
+    assert (b.skip_unavailable, b.spot_check, b.build.jobs, dict(b.build.defines), b.models) == (
+        True,
+        True,
+        4,
+        {},
+        ("tiny:llama",),
+    )
+    assert (a.backend, a.build.spec.name) == ("cpu", "cpu")
     assert not parse_session_args([], {"SKIPPY_SKIP_UNAVAILABLE": "0"}).skip_unavailable
     c = session_options(["-D", "A=1", "-DB:STRING=two words", "--json", "-v", "-j", "3"], {}, "cuda")
     assert (c.define, c.json, c.verbose, c.jobs, c.backend) == (
-        ("-DA=1", "-DB:STRING=two words"),
+        (("A", "1"), ("B", "two words")),
         True,
         True,
         3,
@@ -267,7 +285,7 @@ class _Recorder:
         self.prepared = 0
         self.checked = 0
 
-    def prepare(self, settings: Settings, console: Console) -> Any:
+    def prepare(self, settings: Settings, console: Console, backend: str) -> Any:
         self.prepared += 1
         raise AssertionError("an unavailable backend must not prepare the tree")
 
@@ -281,16 +299,17 @@ def test_unavailable_backend_fails_unless_skipping_was_asked(tmp_path: Path) -> 
     s = Settings.from_table(tmp_path, {}, {"PATH": str(tmp_path)})
     console = Console(env={}, stream=io.StringIO())
     rec = _Recorder()
+    calls = Collaborators(prepare=rec.prepare, spot_check=rec.spot_check)
+    rocm = build_request("rocm", s)
     with pytest.raises(ToolchainMissing):
-        run_build_session("rocm", s, console, SessionArgs(), prepare_fn=rec.prepare, spot_check_fn=rec.spot_check)
-    outcome = run_build_session(
-        "rocm", s, console, SessionArgs(skip_unavailable=True), prepare_fn=rec.prepare, spot_check_fn=rec.spot_check
-    )
+        run_build_session(SessionRequest(rocm), s, console, calls)
+    outcome = run_build_session(SessionRequest(rocm, skip_unavailable=True), s, console, calls)
     assert outcome.skipped
     assert outcome.build is None
     # SKIPPY_SKIP_UNAVAILABLE is the option's default, read once from the option table (not by the session)
-    from_env = session_args(session_options([], {"SKIPPY_SKIP_UNAVAILABLE": "1"}, "rocm"))
-    assert run_build_session("rocm", s, console, from_env, prepare_fn=rec.prepare, spot_check_fn=rec.spot_check).skipped
+    from_env = session_request(session_options([], {"SKIPPY_SKIP_UNAVAILABLE": "1"}, "rocm"), s)
+    assert from_env.backend == "rocm"
+    assert run_build_session(from_env, s, console, calls).skipped
     assert rec.prepared == 0
     assert rec.checked == 0
 
@@ -314,7 +333,7 @@ def test_provenance_defines_only_for_trees_that_declare_them(tmp_path: Path) -> 
     def plan(options: frozenset[str], patched: str, digest: str) -> BuildPlan:
         tree = TreeInfo(tmp_path / "src", options, frozenset({"C", "CXX"}), "ggml-rpc-server")
         return plan_build(
-            "cpu",
+            build_request("cpu", settings),
             settings,
             tree=tree,
             toolchain=tc,
@@ -357,18 +376,37 @@ def test_build_info_is_pinned_to_the_upstream_commit(tmp_path: Path) -> None:
     )
     settings = Settings.from_table(tmp_path, {}, {})
     plan = plan_build(
-        "cpu", settings, tree=tree, toolchain=tc, patched_sha="b" * 40, upstream_sha="a" * 40, build_number=42
+        build_request("cpu", settings),
+        settings,
+        tree=tree,
+        toolchain=tc,
+        patched_sha="b" * 40,
+        upstream_sha="a" * 40,
+        build_number=42,
     )
     assert "-DLLAMA_BUILD_COMMIT=" + "a" * 12 in plan.configure_argv
     assert "-DLLAMA_BUILD_NUMBER=42" in plan.configure_argv
     other = plan_build(
-        "cpu", settings, tree=tree, toolchain=tc, patched_sha="c" * 40, upstream_sha="d" * 40, build_number=43
+        build_request("cpu", settings),
+        settings,
+        tree=tree,
+        toolchain=tc,
+        patched_sha="c" * 40,
+        upstream_sha="d" * 40,
+        build_number=43,
     )
     assert other.build_dir == plan.build_dir
     (src / "CMakeLists.txt").write_text("project(llama C CXX)\nset(LLAMA_BUILD_COMMIT ${BUILD_COMMIT})\n")
     old_tree = inspect_tree(src)
     assert not old_tree.build_info_overridable
-    plain = plan_build("cpu", settings, tree=old_tree, toolchain=tc, patched_sha="b" * 40, upstream_sha="a" * 40)
+    plain = plan_build(
+        build_request("cpu", settings),
+        settings,
+        tree=old_tree,
+        toolchain=tc,
+        patched_sha="b" * 40,
+        upstream_sha="a" * 40,
+    )
     assert plain.define("LLAMA_BUILD_COMMIT") is None
 
 

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from skippy.cli.entries import session_options
 from skippy.compile.backends import names, registry, spec
 from skippy.compile.backends.base import Backend
 from skippy.compile.backends.cuda import DEFAULT_COMPRESSION_MODE, DEFAULT_CUDA_ARCHITECTURES
 from skippy.compile.backends.rocm import DEFAULT_AMDGPU_TARGETS, ROOT_DEFAULT_AMDGPU_TARGETS
-from skippy.compile.plan import BuildOptions, BuildPlan, plan_build, requested_defines, split_cmake_args
+from skippy.compile.plan import TESTS_DEFINE, TESTS_SWITCH, BuildPlan, plan_build
+from skippy.compile.request import build_request
 from skippy.compile.tool import Tool
 from skippy.compile.toolchain import Toolchain, TreeInfo
 from skippy.core.errors import BuildError, SettingsError
@@ -54,19 +56,19 @@ def plan(
     tmp_path: Path,
     backend: Backend,
     *,
-    args: tuple[str, ...] = (),
+    defines: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
     table: dict[str, object] | None = None,
     tc: dict[str, object] | None = None,
     tr: dict[str, object] | None = None,
 ) -> BuildPlan:
+    s = settings(tmp_path, env, table)
     return plan_build(
-        backend,
-        settings(tmp_path, env, table),
+        build_request(backend, s, defines=defines or {}),
+        s,
         tree=tree(tmp_path, **(tr or {})),
         toolchain=toolchain(backend, **(tc or {})),
         patched_sha=SHA,
-        options=BuildOptions(cmake_args=args),
     )
 
 
@@ -189,7 +191,7 @@ def test_cuda_architectures_precedence(tmp_path: Path) -> None:
     assert defines(table)["CMAKE_CUDA_ARCHITECTURES"] == "75"
     env = plan(tmp_path, "cuda", env={"CUDAARCHS": "80"}, table={"build": {"cuda_architectures": "75"}})
     assert defines(env)["CMAKE_CUDA_ARCHITECTURES"] == "80"
-    given = plan(tmp_path, "cuda", args=("-DCMAKE_CUDA_ARCHITECTURES=90",), env={"CUDAARCHS": "80"})
+    given = plan(tmp_path, "cuda", defines={"CMAKE_CUDA_ARCHITECTURES": "90"}, env={"CUDAARCHS": "80"})
     assert defines(given)["CMAKE_CUDA_ARCHITECTURES"] == "90"
     assert given.provenance["CMAKE_CUDA_ARCHITECTURES"] == "given"
     assert given.expectations["CMAKE_CUDA_ARCHITECTURES"] == "90"
@@ -217,7 +219,7 @@ def test_cuda_compression_mode_is_balance_unless_given(tmp_path: Path) -> None:
     assert defines(p)["GGML_CUDA_COMPRESSION_MODE"] == DEFAULT_COMPRESSION_MODE == "balance"
     assert p.expectations["GGML_CUDA_COMPRESSION_MODE"] == "balance"
     assert "cache hit" in p.provenance["GGML_CUDA_COMPRESSION_MODE"]
-    given = plan(tmp_path, "cuda", args=("-DGGML_CUDA_COMPRESSION_MODE=size",))
+    given = plan(tmp_path, "cuda", defines={"GGML_CUDA_COMPRESSION_MODE": "size"})
     assert defines(given)["GGML_CUDA_COMPRESSION_MODE"] == "size"
     assert given.expectations["GGML_CUDA_COMPRESSION_MODE"] == "size"
     assert given.digest != p.digest, "another compression, another build dir"
@@ -226,7 +228,7 @@ def test_cuda_compression_mode_is_balance_unless_given(tmp_path: Path) -> None:
 
 
 def test_cuda_fa_all_quants_opt_out(tmp_path: Path) -> None:
-    posarg = plan(tmp_path, "cuda", args=("-DGGML_CUDA_FA_ALL_QUANTS=OFF",))
+    posarg = plan(tmp_path, "cuda", defines={"GGML_CUDA_FA_ALL_QUANTS": "OFF"})
     assert defines(posarg)["GGML_CUDA_FA_ALL_QUANTS"] == "OFF"
     assert posarg.expectations["GGML_CUDA_FA_ALL_QUANTS"] == "OFF"
     table = plan(tmp_path, "cuda", table={"build": {"cuda_fa_all_quants": False}})
@@ -269,11 +271,13 @@ def test_rocm_plan(tmp_path: Path) -> None:
     # the Debian root looks for no GPU: one target, unless one is given
     in_root = plan(tmp_path, "rocm", tc={"rocm_toolkit": "debian-root"})
     assert defines(in_root)["AMDGPU_TARGETS"] == ROOT_DEFAULT_AMDGPU_TARGETS == "gfx1100"
-    given_in_root = plan(tmp_path, "rocm", args=("-DAMDGPU_TARGETS=gfx90a;gfx942",), tc={"rocm_toolkit": "debian-root"})
+    given_in_root = plan(
+        tmp_path, "rocm", defines={"AMDGPU_TARGETS": "gfx90a;gfx942"}, tc={"rocm_toolkit": "debian-root"}
+    )
     assert defines(given_in_root)["AMDGPU_TARGETS"] == "gfx90a;gfx942"
-    given = plan(tmp_path, "rocm", args=("-DAMDGPU_TARGETS=gfx90a",), tc={"amdgpu_targets": "gfx1100"})
+    given = plan(tmp_path, "rocm", defines={"AMDGPU_TARGETS": "gfx90a"}, tc={"amdgpu_targets": "gfx1100"})
     assert defines(given)["AMDGPU_TARGETS"] == "gfx90a"
-    gpu_targets = plan(tmp_path, "rocm", args=("-DGPU_TARGETS=gfx942",))
+    gpu_targets = plan(tmp_path, "rocm", defines={"GPU_TARGETS": "gfx942"})
     assert "AMDGPU_TARGETS" not in defines(gpu_targets)
     assert defines(gpu_targets)["GPU_TARGETS"] == "gfx942"
 
@@ -287,13 +291,61 @@ def test_old_tree_rpc_target(tmp_path: Path) -> None:
     assert not unknown.rpc_target_known
 
 
-def test_user_args_override_and_pass_through(tmp_path: Path) -> None:
-    p = plan(tmp_path, "cpu", args=("-DGGML_RPC=OFF", "--log-level=VERBOSE", "-D", "FOO:STRING=bar"))
+def test_the_command_lines_defines_are_parsed_once_and_win(tmp_path: Path) -> None:
+    """The option table's converter parses each -D into (name, value) once; the request holds them
+    by name (a name given twice keeps its last value), and the plan passes each to CMake as
+    ``-DNAME=VALUE`` over its own value: configure gets nothing else."""
+    options = session_options(["-DGGML_RPC=OFF", "-D", "FOO:STRING=bar", "-DGGML_RPC=ON", "-DL=a;b", "-DE=x=y"], {})
+    pairs = (("GGML_RPC", "OFF"), ("FOO", "bar"), ("GGML_RPC", "ON"), ("L", "a;b"), ("E", "x=y"))
+    assert options.define == pairs
+    s = settings(tmp_path)
+    request = build_request("cpu", s, defines=options.define)
+    assert dict(request.defines) == {"GGML_RPC": "ON", "FOO": "bar", "L": "a;b", "E": "x=y"}
+    p = plan_build(request, s, tree=tree(tmp_path), toolchain=toolchain("cpu"), patched_sha=SHA)
     d = defines(p)
-    assert d["GGML_RPC"] == "OFF"
-    assert d["FOO"] == "bar"
-    assert p.configure_argv[-1] == "--log-level=VERBOSE"
-    assert p.extra_args == ("--log-level=VERBOSE",)
+    assert (d["GGML_RPC"], d["FOO"], d["L"], d["E"]) == ("ON", "bar", "a;b", "x=y")
+    assert p.provenance["GGML_RPC"] == "given"
+    # each once, in the plan's order (by name)
+    given = [a for a in p.configure_argv if a.split("=")[0] in ("-DGGML_RPC", "-DFOO", "-DL", "-DE")]
+    assert given == ["-DE=x=y", "-DFOO=bar", "-DGGML_RPC=ON", "-DL=a;b"]
+    assert p.configure_argv[7:] == tuple(x.arg for x in p.defines)
+    assert p.stamp["configure_args"] == [x.arg for x in p.defines]
+    # the same defines as a mapping: the same plan
+    same = plan_build(
+        build_request("cpu", s, defines=dict(request.defines)),
+        s,
+        tree=tree(tmp_path),
+        toolchain=toolchain("cpu"),
+        patched_sha=SHA,
+    )
+    assert (same.configure_argv, same.build_argv, same.build_dir) == (p.configure_argv, p.build_argv, p.build_dir)
+
+
+def test_other_targets_or_defines_are_another_request_planned_again(tmp_path: Path) -> None:
+    """Upstream's tests ask for the same build with other targets (the same dir, its build line
+    naming them) or with LLAMA_BUILD_TESTS=ON (a dir of their own): each is a plan of its own."""
+    s = settings(tmp_path)
+    request = build_request("cpu", s, defines={"GGML_RPC": "ON"}, jobs=2)
+    base = plan_build(request, s, tree=tree(tmp_path, rpc_target=None), toolchain=toolchain("cpu"), patched_sha=SHA)
+    assert not base.rpc_target_known
+    tests = plan_build(
+        request.with_targets(["test-a", "test-b"]),
+        s,
+        tree=tree(tmp_path, rpc_target=None),
+        toolchain=toolchain("cpu"),
+        patched_sha=SHA,
+    )
+    assert tests.targets == ("test-a", "test-b") and tests.rpc_target_known
+    assert tests.build_argv == (*base.build_argv[: -len(base.targets)], "test-a", "test-b")
+    assert tests.build_argv[3:5] == ("-j", "2")
+    assert (tests.configure_argv, tests.build_dir, tests.stamp) == (base.configure_argv, base.build_dir, base.stamp)
+    assert dict(tests.binaries) == {t: base.build_dir / "bin" / t for t in ("test-a", "test-b")}
+    own = plan_build(
+        request.with_define(TESTS_SWITCH, "ON"), s, tree=tree(tmp_path), toolchain=toolchain("cpu"), patched_sha=SHA
+    )
+    assert TESTS_DEFINE in own.configure_argv and TESTS_DEFINE in own.stamp["configure_args"]
+    assert own.build_dir != base.build_dir and defines(own)["GGML_RPC"] == "ON"
+    assert dict(request.defines) == {"GGML_RPC": "ON"}, "the request asked first is unchanged"
 
 
 def test_flags_change_the_build_dir_but_tools_do_not(tmp_path: Path) -> None:
@@ -301,20 +353,14 @@ def test_flags_change_the_build_dir_but_tools_do_not(tmp_path: Path) -> None:
     moved = plan(tmp_path, "cpu", tc={"cmake": Tool("cmake", "/new/venv/bin/cmake", "cmake version 3.31")})
     assert moved.build_dir == base.build_dir
     assert moved.stamp["tools"] != base.stamp["tools"]
-    flagged = plan(tmp_path, "cpu", args=("-DGGML_CPU_REPACK=OFF",))
+    flagged = plan(tmp_path, "cpu", defines={"GGML_CPU_REPACK": "OFF"})
     assert flagged.build_dir != base.build_dir
     assert plan(tmp_path, "cuda").build_dir.name.startswith("cuda-")
 
 
 def test_jobs(tmp_path: Path) -> None:
-    p = plan_build(
-        "cpu",
-        settings(tmp_path),
-        tree=tree(tmp_path),
-        toolchain=toolchain("cpu"),
-        patched_sha=SHA,
-        options=BuildOptions(jobs=3),
-    )
+    s = settings(tmp_path)
+    p = plan_build(build_request("cpu", s, jobs=3), s, tree=tree(tmp_path), toolchain=toolchain("cpu"), patched_sha=SHA)
     assert p.build_argv[3:5] == ("-j", "3")
     from_env = plan(tmp_path, "cpu", env={"SKIPPY_BUILD_JOBS": "2"})
     assert from_env.build_argv[3:5] == ("-j", "2")
@@ -323,23 +369,22 @@ def test_jobs(tmp_path: Path) -> None:
 def test_build_root_inside_the_tree_is_refused(tmp_path: Path) -> None:
     s = Settings.from_table(tmp_path / "proj", {"build_root": ".deps/llama.cpp/build"}, {})
     with pytest.raises(BuildError, match="inside the source tree"):
-        plan_build("cpu", s, tree=tree(tmp_path), toolchain=toolchain("cpu"), patched_sha=SHA)
-
-
-def test_split_cmake_args() -> None:
-    d, rest = split_cmake_args(["-DA=1", "-DB:BOOL=ON", "-D", "C=x=y", "-Wno-dev", "-DA=2"])
-    assert d == {"A": "2", "B": "ON", "C": "x=y"}
-    assert rest == ("-Wno-dev",)
+        plan_build(build_request("cpu", s), s, tree=tree(tmp_path), toolchain=toolchain("cpu"), patched_sha=SHA)
 
 
 def test_requested_defines_precedence(tmp_path: Path) -> None:
+    """The request's defines: what the backend reads from [tool.skippy.build] and the environment,
+    under the command line's (any backend's name is passed on)."""
     s = settings(tmp_path, {"CUDAARCHS": "80"}, {"build": {"cuda_architectures": "75", "vulkan_include_dir": "/v"}})
-    options = BuildOptions(cmake_args=("-DAMDGPU_TARGETS=gfx90a",))
-    assert requested_defines(s, options, "cuda") == {
+    given = {"AMDGPU_TARGETS": "gfx90a"}
+    assert dict(build_request("cuda", s, defines=given).defines) == {
         "CMAKE_CUDA_ARCHITECTURES": "80",
         "AMDGPU_TARGETS": "gfx90a",
     }
-    assert requested_defines(s, options, "vulkan") == {"Vulkan_INCLUDE_DIR": "/v", "AMDGPU_TARGETS": "gfx90a"}
+    vulkan = build_request("vulkan", s, defines=given)
+    assert dict(vulkan.defines) == {"Vulkan_INCLUDE_DIR": "/v", "AMDGPU_TARGETS": "gfx90a"}
+    assert vulkan.spec.name == vulkan.backend == "vulkan"
+    assert build_request(" Vulkan ", s).spec is vulkan.spec, "the name is resolved to its registry entry"
 
 
 def test_backend_settings_do_not_leak_into_other_backends(tmp_path: Path) -> None:

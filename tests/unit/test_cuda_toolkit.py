@@ -243,13 +243,13 @@ def test_a_wheel_toolkit_plan_sets_root_and_compiler_and_one_architecture(tmp_pa
 
 
 def test_another_toolkit_is_another_build_dir(tmp_path: Path) -> None:
-    args = ("-DCMAKE_CUDA_ARCHITECTURES=80",)  # the same defines, only the toolkit differs
-    wheels = plan(tmp_path, "cuda", args=args, tc=WHEELS_FACTS)
-    newer = plan(tmp_path, "cuda", args=args, tc={**WHEELS_FACTS, "toolkit": "cuda wheels 13.1.80 def"})
-    system = plan(tmp_path, "cuda", args=args, tc={**WHEELS_FACTS, "toolkit": "cuda system 13.0.88"})
+    given = {"CMAKE_CUDA_ARCHITECTURES": "80"}  # the same defines, only the toolkit differs
+    wheels = plan(tmp_path, "cuda", defines=given, tc=WHEELS_FACTS)
+    newer = plan(tmp_path, "cuda", defines=given, tc={**WHEELS_FACTS, "toolkit": "cuda wheels 13.1.80 def"})
+    system = plan(tmp_path, "cuda", defines=given, tc={**WHEELS_FACTS, "toolkit": "cuda system 13.0.88"})
     assert len({wheels.build_dir, newer.build_dir, system.build_dir}) == 3
     # the toolkit is said in the plan and so in the build report (--json "toolkit")
     assert (wheels.toolkit, system.toolkit) == ("cuda wheels 13.0.88 abc", "cuda system 13.0.88")
     # the same toolkit in another cache dir is the same build dir (paths stay out of the digest)
     moved: dict[str, object] = {k: str(v).replace("/c/", "/elsewhere/") for k, v in WHEELS_FACTS.items()}
-    assert plan(tmp_path, "cuda", args=args, tc=moved).build_dir == wheels.build_dir
+    assert plan(tmp_path, "cuda", defines=given, tc=moved).build_dir == wheels.build_dir

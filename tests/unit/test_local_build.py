@@ -20,6 +20,7 @@ from skippy.compile.builder import newest_builds, prune_local_builds
 from skippy.compile.localtree import LOCAL_QUEUE_DIGEST, WorkdirState, local_dir_name, state_key, untracked_digest
 from skippy.compile.noise import UI_NOTE, NoiseFilter
 from skippy.compile.plan import STAMP_NAME, BuildPlan, plan_build
+from skippy.compile.request import build_request
 from skippy.core.errors import SettingsError
 from skippy.core.ui import Console
 from skippy.flows.build_session import LocalTree, SessionOutcome
@@ -68,8 +69,8 @@ def test_a_local_build_dir_sits_beside_the_prepared_one(tmp_path: Path) -> None:
     def planned(state: WorkdirState | None) -> BuildPlan:
         digest = LOCAL_QUEUE_DIGEST if state else "q" * 64
         return plan_build(
-            "cpu", s, tree=tr, toolchain=tc, patched_sha=HEAD if state else SHA, upstream_sha="a" * 40,
-            queue_digest=digest, local_state=state,
+            build_request("cpu", s), s, tree=tr, toolchain=tc, patched_sha=HEAD if state else SHA,
+            upstream_sha="a" * 40, queue_digest=digest, local_state=state,
         )  # fmt: skip
 
     prepared = planned(None)

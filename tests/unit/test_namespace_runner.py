@@ -21,6 +21,7 @@ from skippy.compile.backends.rocm_rootfs import (
     parse_rootfs_pin,
 )
 from skippy.compile.plan import BuildPlan, plan_build
+from skippy.compile.request import build_request
 from skippy.compile.rootfs import (
     NAMESPACE_LAUNCHERS,
     Rootfs,
@@ -183,7 +184,9 @@ def test_the_plan_binds_the_work_folders_and_the_cache_in_the_bwrap_command(tmp_
 
     def plan(build_root: str) -> BuildPlan:
         settings = Settings.from_table(tmp_path / "proj", {"build_root": build_root}, {})
-        return plan_build("rocm", settings, tree=tree, toolchain=toolchain, patched_sha="a" * 40)
+        return plan_build(
+            build_request("rocm", settings), settings, tree=tree, toolchain=toolchain, patched_sha="a" * 40
+        )
 
     p = plan(str(tmp_path / "builds"))
     assert p.rootfs is not None and p.rootfs.namespace

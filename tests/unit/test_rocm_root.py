@@ -3,6 +3,7 @@ installed versions and what they name, the chroot wrapping of the plan, the moun
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
@@ -20,7 +21,8 @@ from skippy.compile.backends.rocm_rootfs import (
     rootfs_home,
     versions_digest,
 )
-from skippy.compile.plan import BuildOptions, BuildPlan, plan_build
+from skippy.compile.plan import BuildPlan, plan_build
+from skippy.compile.request import build_request
 from skippy.compile.rootfs import Rootfs, mounts_under, parse_mount_points, plan_mounts, remove_tree
 from skippy.compile.tool import Tool
 from skippy.compile.toolchain import Toolchain, TreeInfo
@@ -113,7 +115,10 @@ def _root(path: Path, versions: dict[str, str] = VERSIONS) -> DebianRootfs:
 
 
 def _plan(
-    tmp_path: Path, root: DebianRootfs | None, args: tuple[str, ...] = (), env: dict[str, str] | None = None
+    tmp_path: Path,
+    root: DebianRootfs | None,
+    defines: Mapping[str, str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> BuildPlan:
     base = Toolchain(
         backend="rocm",
@@ -136,14 +141,13 @@ def _plan(
         )
     tree = TreeInfo(tmp_path / "src", frozenset({"GGML_RPC"}), frozenset({"C", "CXX", "HIP"}), "ggml-rpc-server")
     settings = Settings.from_table(tmp_path / "proj", {}, env or {})
-    return plan_build(
-        "rocm", settings, tree=tree, toolchain=base, patched_sha="a" * 40, options=BuildOptions(cmake_args=args)
-    )
+    request = build_request("rocm", settings, defines=defines or {})
+    return plan_build(request, settings, tree=tree, toolchain=base, patched_sha="a" * 40)
 
 
 def test_the_plan_runs_cmake_and_ninja_inside_the_root_with_nothing_of_the_host(tmp_path: Path) -> None:
     root = _root(tmp_path / "rootfs")
-    p = _plan(tmp_path, root, ("-DAMDGPU_TARGETS=gfx1100",))
+    p = _plan(tmp_path, root, {"AMDGPU_TARGETS": "gfx1100"})
     prefix = ("/usr/sbin/chroot", str(root.path), "/usr/bin/env", "-i")
     inside_env = tuple(f"{k}={v}" for k, v in sorted(INSIDE_ENV.items()))
     assert p.configure_argv[:4] == prefix
@@ -169,7 +173,7 @@ def test_the_plan_runs_cmake_and_ninja_inside_the_root_with_nothing_of_the_host(
     assert p.stamp["tools"]["cmake"]["path"] == "/usr/bin/cmake"
     # CMake's recorded tool paths are checked inside the root
     assert p.host_path("/usr/bin/cmake") == root.path / "usr" / "bin" / "cmake"
-    host = _plan(tmp_path, None, ("-DAMDGPU_TARGETS=gfx1100",))
+    host = _plan(tmp_path, None, {"AMDGPU_TARGETS": "gfx1100"})
     assert host.runner == () and host.configure_argv[0] == "/venv/bin/cmake"
     assert host.host_path("/usr/bin/cmake") == Path("/usr/bin/cmake")
 

@@ -85,7 +85,7 @@ def test_find_root_walks_up(tmp_path: Path) -> None:
 
 
 def test_subtables_refuse_non_tables_and_unknown_keys(tmp_path: Path) -> None:
-    from skippy.compile.plan import build_table_keys
+    from skippy.compile.request import build_table_keys
     from skippy.maintain.parity import ParityConfig
     from skippy.spot.report import Options
 

@@ -6,17 +6,20 @@ and invoke menus are in tests/integration/test_workflows.py.)"""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
 
-from skippy.cli.build import session_args
+from skippy.cli.build import session_request
 from skippy.cli.entries import session_options
 from skippy.compile.backends import matrix, registry
 from skippy.compile.backends.cuda_toolkit import TOOLKIT_ENV, resolve_toolkit_choice
 from skippy.compile.cache import ENV_VAR as CACHE_STORAGE_ENV
 from skippy.compile.cache import reachable, select_storage
+from skippy.core.settings import Settings
+from skippy.flows.build_session import SessionRequest
 from tests.workflowtools import (
     WORKFLOW_DIR,
     WORKFLOWS,
@@ -106,10 +109,16 @@ def test_a_stale_matrix_is_caught_and_rewritten(tmp_path: Any) -> None:
     assert bare.read_text(encoding="utf-8") == "jobs: {}\n"
 
 
-def test_each_job_title_says_whether_it_spot_checks() -> None:
+def parsed_posargs(entry: dict[str, Any], tmp_path: Path) -> SessionRequest:
+    """What the build session is asked by a job's posargs, as its own parser reads them."""
+    options = session_options(str(entry.get("posargs", "")).split(), {})
+    return session_request(options, Settings.from_table(tmp_path, {}, {}))
+
+
+def test_each_job_title_says_whether_it_spot_checks(tmp_path: Path) -> None:
     for entry in build_entries():
         # the build session's own parser decides whether the posargs turn the spot check off
-        parsed = session_args(session_options(str(entry.get("posargs", "")).split(), {}))
+        parsed = parsed_posargs(entry, tmp_path)
         assert parsed.skip_unavailable is False
         title = entry["title"]
         if parsed.spot_check:
@@ -132,11 +141,11 @@ def test_each_job_title_says_whether_it_spot_checks() -> None:
     ],
 )
 def test_each_backend_runs_where_it_can_and_spot_checks_when_there_is_a_device(
-    backend: str, spot_check: bool, where: str
+    backend: str, spot_check: bool, where: str, tmp_path: Path
 ) -> None:
     (entry,) = [e for e in build_entries() if e["key"] == backend]
     # the build session's own parser decides whether the posargs turn the spot check off
-    parsed = session_args(session_options(str(entry.get("posargs", "")).split(), {}))
+    parsed = parsed_posargs(entry, tmp_path)
     assert parsed.spot_check is spot_check
     assert parsed.skip_unavailable is False
     title = entry["title"]
@@ -270,10 +279,10 @@ def test_the_gha_storage_the_workflows_choose_is_usable_with_the_runtime_variabl
     assert bare.unusable and "ACTIONS_RUNTIME_TOKEN" in bare.unusable
 
 
-def test_the_cpu_runs_on_arm64_too_with_the_spot_check() -> None:
+def test_the_cpu_runs_on_arm64_too_with_the_spot_check(tmp_path: Path) -> None:
     (arm,) = [e for e in build_entries() if e["key"] == "cpu-arm64"]
     assert arm["backend"] == "cpu" and arm["runs-on"] == "ubuntu-24.04-arm" and arm["container"] == ""
-    assert session_args(session_options(str(arm.get("posargs", "")).split(), {})).spot_check is True
+    assert parsed_posargs(arm, tmp_path).spot_check is True
     assert "arm64" in arm["title"] and "spot check" in arm["title"]
 
 

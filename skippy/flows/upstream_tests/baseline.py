@@ -55,7 +55,8 @@ class _Baseline:
         if patches and key is None:
             tree.console.info("the queue's build-only patches do not apply to the bare pin: its baseline is bare")
         self.applied = tuple(patches) if key else ()
-        plan = tree.plan(source, self.base, None, aside=True, own_dir=True)
+        tests = tree.plan(source, self.base, None, aside=True, own_dir=True)
+        plan = tests.plan
         digest = f"{plan.digest[:16]}-{key[:12]}" if key else plan.digest
         cache_file = _baseline_file(tree.settings, tree.backend, sha, digest)
         on = f"upstream {sha[:12]}" + (
@@ -69,7 +70,7 @@ class _Baseline:
         start = time.monotonic()
         with tree.console.step(f"baseline: {len(missing)} failing tests on {on}"):
             execute_plan(plan, tree.console, build=False)
-            _, run, _ = tree.build_and_run(plan, missing, self.own)
+            _, run, _ = tree.build_and_run(tests, missing, self.own)
         for name in missing:
             known[name] = run.by_name().get(name) or ctest.Result(name, "not run", 0.0, "no such test upstream")
         _write_baseline(cache_file, sha, known)

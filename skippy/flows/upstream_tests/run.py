@@ -12,7 +12,7 @@ from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.upstream_tests import backend_ops
 from skippy.flows.upstream_tests.report import TestOutcome, UpstreamTestsReport
-from skippy.flows.upstream_tests.tree import Subject, _Tree, _with_targets
+from skippy.flows.upstream_tests.tree import Subject, _Tree
 from skippy.flows.upstream_tests.verdicts import _judge, _Verdicts
 from skippy.queue.model import Queue, load_queue
 
@@ -52,8 +52,9 @@ def run_backend_ops(
     (``test-backend-ops``, the one upstream test that exercises a device; ``ctest -L main``
     runs on the CPU build)."""
     tree = _Tree(backend, settings, console, subject)
-    plan = tree.patched()
-    report = execute_plan(_with_targets(plan, [BACKEND_OPS_TARGET]), console)
+    tests = tree.patched()
+    plan = tests.plan
+    report = execute_plan(tree.programs(tests, [BACKEND_OPS_TARGET]), console)
     env = {**plan.env, **plan.spot_check_env}
     seconds = budget_of(settings, "ops_budget")
     with console.step(f"test-backend-ops on {device}: {len(backend_ops.MODEL_OPS)} ops, {seconds:.0f} s time box"):
@@ -87,8 +88,9 @@ def run_upstream_tests(
     own = own_test_targets(load_queue(settings.patch_dir))
     tree = _Tree(backend, settings, console, subject)
     patched_sha = subject.patched_sha
-    plan = tree.patched()
-    report, run, chosen = tree.build_and_run(plan, None, own)
+    patched = tree.patched()
+    plan = patched.plan
+    report, run, chosen = tree.build_and_run(patched, None, own)
     own_names = {c.name for c in chosen if c.target in own}
     results = {r.name: r for r in run.results if not r.setup}
     failed = sorted(n for n, r in results.items() if r.verdict == "failed")
