@@ -15,6 +15,7 @@ and stops them by pid. Build servers need bubblewrap (``bwrap``) and root.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import secrets
 import signal
@@ -85,6 +86,15 @@ class ClusterPlan:
         return tuple(s for s in self.servers if s.host.startswith("127.") or s.host in own)
 
 
+def _scheduler_bind(scheduler_host: str) -> str:
+    """Where the scheduler listens: its own address only (the servers and clients reach it there);
+    every interface only when it is known by a name, which sccache-dist cannot listen on."""
+    try:
+        return str(ipaddress.ip_address(scheduler_host))
+    except ValueError:
+        return "0.0.0.0"  # noqa: S104 - a host name: the scheduler serves the hosts through every interface
+
+
 def plan_cluster(
     folder: Path,
     *,
@@ -105,7 +115,7 @@ def plan_cluster(
         members = tuple(chosen)
     else:
         members = tuple(BuildServer(LOOPBACK, first_port + i) for i in range(servers))
-    bind = LOOPBACK if scheduler_host.startswith("127.") else "0.0.0.0"  # noqa: S104 - hosts given: the scheduler serves them
+    bind = _scheduler_bind(scheduler_host)
     return ClusterPlan(
         folder=folder,
         scheduler_host=scheduler_host,

@@ -237,4 +237,8 @@ def test_a_cluster_plan_writes_secret_configs_for_each_server(tmp_path: Path) ->
     hosts = plan_cluster(tmp_path, hosts=["10.0.0.5", "10.0.0.6:10777"], scheduler_host="10.0.0.1")
     assert [s.addr for s in hosts.servers] == ["10.0.0.5:10501", "10.0.0.6:10777"]
     assert hosts.local_servers(frozenset({"10.0.0.5"})) == (hosts.servers[0],)
-    assert 'public_addr = "0.0.0.0:10600"' in scheduler_toml(hosts)
+    # the scheduler listens on its own address, not on every interface of this machine
+    assert 'public_addr = "10.0.0.1:10600"' in scheduler_toml(hosts)
+    named = plan_cluster(tmp_path, hosts=["10.0.0.5"], scheduler_host="builder.example")
+    assert 'public_addr = "0.0.0.0:10600"' in scheduler_toml(named)
+    assert 'scheduler_url = "http://builder.example:10600"' in server_toml(named, named.servers[0], "jwt")
