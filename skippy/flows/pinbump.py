@@ -348,12 +348,16 @@ def _default_build(
     *,
     upstream_tests: bool = True,
 ) -> object:
-    from skippy.flows.build_session import SessionArgs, run_build_session, session_ending
+    from skippy.compile.request import build_request
+    from skippy.flows import build_session
+    from skippy.flows.build_session import SessionRequest, run_build_session, session_ending
 
-    # upstream's tests on the CPU build: a test the queue breaks raises, and the pin stays
-    args = SessionArgs(upstream_tests=upstream_tests and backend == reference_backend())
+    # upstream's tests on the CPU build: a test the queue breaks raises, and the pin stays;
     # the new upstream's numbers may move on purpose: compared with the reference and reported, not failed
-    outcome = run_build_session(backend, settings, console, args, prepare_fn=prepare_fn, numerics_must_match=False)
+    upstream = upstream_tests and backend == reference_backend()
+    request = SessionRequest(build_request(backend, settings), upstream_tests=upstream, numerics_must_match=False)
+    calls = build_session.Collaborators(prepare=lambda s, c, _backend: prepare_fn(s, c))
+    outcome = run_build_session(request, settings, console, calls)
     if outcome.skipped:
         raise BuildSkipped(
             f"build-{backend} was skipped: {outcome.skipped}",
