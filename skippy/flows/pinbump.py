@@ -782,8 +782,8 @@ def _write_pins(settings: Settings, new_pin: str) -> list[str]:
 def _numerics(settings: Settings, cpu_outcome: object, *, write: bool) -> list[dict[str, Any]]:
     """The CPU build's fingerprints against the committed reference; rewrite it when ``write``."""
     from skippy.spot.fingerprint import greedy_changed, read_reference, reference_path, render_reference
+    from skippy.spot.proofs import reference_dir
     from skippy.spot.report import SpotCheckReport
-    from skippy.spot.spotcheck import reference_dir
 
     spot = getattr(cpu_outcome, "spot", None)
     if not isinstance(spot, SpotCheckReport):

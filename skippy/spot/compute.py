@@ -1,6 +1,6 @@
 """The compute half of the spot check: the fingerprint runs over HTTP, and what a
 result says about the numbers (agreement with the CPU reference, the chat template,
-the device the layers went to).  The server's life is :mod:`skippy.spot.spotcheck`'s.
+the device the layers went to).  The server's life is :mod:`skippy.spot.proofs`'s.
 """
 
 from __future__ import annotations

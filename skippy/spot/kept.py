@@ -35,7 +35,7 @@ PROOFS_NAME: Final = "skippy-proofs.json"
 #: the record's format; another format is read as no record (every proof is made again)
 SCHEMA: Final = 1
 #: the modules whose code makes the proofs: another version of them makes another proof
-CHECKER_MODULES: Final = ("spotcheck", "chat", "compute", "evidence", "fingerprint", "server", "kept")
+CHECKER_MODULES: Final = ("spotcheck", "proofs", "chat", "compute", "evidence", "fingerprint", "server", "kept")
 
 
 def now() -> str:

@@ -11,9 +11,10 @@ import pytest
 
 from skippy.core.errors import ModelCheckFailed
 from skippy.core.ui import Console
+from skippy.spot.proofs import reference_dir
 from skippy.spot.report import SpotCheckReport, spot_report_of
 from skippy.spot.server import port_is_free
-from skippy.spot.spotcheck import reference_dir, spot_check
+from skippy.spot.spotcheck import spot_check
 from tests.integration import fake_server
 from tests.integration.test_spotcheck import Rig, wait_gone
 

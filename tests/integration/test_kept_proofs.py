@@ -17,8 +17,9 @@ from skippy.core.errors import ModelCheckFailed
 from skippy.core.ui import Console
 from skippy.spot.fingerprint import Fingerprint, reference_path, render_reference
 from skippy.spot.kept import PROOFS_NAME
+from skippy.spot.proofs import reference_dir
 from skippy.spot.report import SpotCheckReport, spot_proofs
-from skippy.spot.spotcheck import reference_dir, spot_check
+from skippy.spot.spotcheck import spot_check
 from tests.integration import fake_server
 from tests.integration.test_spotcheck import Rig, _project
 

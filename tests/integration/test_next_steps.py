@@ -21,7 +21,7 @@ from skippy.core.errors import BuildError, ModelCheckFailed, SettingsError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.flows.build_session import SessionOutcome, SessionRequest
-from skippy.spot import spotcheck
+from skippy.spot import proofs
 from tests.integration.test_spotcheck import FAST, Rig
 from tests.outside import tree_state, written_outside
 
@@ -63,7 +63,7 @@ def test_a_port_taken_between_the_probe_and_the_bind_is_named_not_the_patch(
 ) -> None:
     rig, env = _spot_project(tmp_path)
     # every free port the check picks is taken before the server binds it (the race, every time)
-    monkeypatch.setattr(spotcheck, "free_port", lambda *_a: holder)
+    monkeypatch.setattr(proofs, "free_port", lambda *_a: holder)
     allowed = (rig.root / "build", rig.root / "cache", rig.state)
     before = tree_state([tmp_path, Path(os.environ["HOME"])], allowed)
 

@@ -192,8 +192,8 @@ def test_a_pin_the_upstream_history_holds_is_not_marked(queued_project: Project)
 
 def test_a_reference_that_already_holds_the_answers_is_not_said_to_be_rewritten(queued_project: Project) -> None:
     from skippy.spot.fingerprint import Fingerprint, Run, Step, reference_path, render_reference
+    from skippy.spot.proofs import reference_dir
     from skippy.spot.report import ModelResult, SpotCheckReport
-    from skippy.spot.spotcheck import reference_dir
 
     settings = queued_project.settings()
     prepare(settings, Target.pinned(), console=QUIET)

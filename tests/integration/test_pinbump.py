@@ -294,8 +294,8 @@ def test_pin_bump_reports_greedy_drift_and_rewrites_the_reference(history: tuple
     from types import SimpleNamespace
 
     from skippy.spot.fingerprint import Fingerprint, Run, Step, read_reference, reference_path, render_reference
+    from skippy.spot.proofs import reference_dir
     from skippy.spot.report import ModelResult, SpotCheckReport
-    from skippy.spot.spotcheck import reference_dir
 
     project, shas = history
     settings = project.settings()

@@ -17,7 +17,7 @@ from skippy.cli.entries import spot_main
 from skippy.core.errors import ModelCheckFailed, SpotCheckFailed
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.spot import server, spotcheck
+from skippy.spot import proofs, server
 from skippy.spot.report import Provenance, SpotCheckReport, spot_report_of
 from skippy.spot.server import port_is_free
 from skippy.spot.spotcheck import spot_check
@@ -403,7 +403,7 @@ def test_port_taken_between_probe_and_bind_is_retried(rig: Rig, monkeypatch: pyt
         taken.listen()
         busy = int(taken.getsockname()[1])
         ports = iter([busy, server.free_port()])
-        monkeypatch.setattr(spotcheck, "free_port", lambda: next(ports))
+        monkeypatch.setattr(proofs, "free_port", lambda: next(ports))
         report = rig.check()
     (result,) = report.results
     assert result.verdict == "pass"

@@ -15,7 +15,7 @@ from skippy.cli.run import nox_values
 from skippy.compile.backends import spec
 from skippy.core.errors import SettingsError, SpotCheckFailed
 from skippy.core.settings import Settings
-from skippy.spot import spotcheck
+from skippy.spot import proofs
 from skippy.spot.binaries import backend_of, default_server, parse_provenance, provenance_mismatch, version_line
 from skippy.spot.chat import Answer, completion_request, judge, parse_stream, plan_server_argv, scan_log
 from skippy.spot.models import ChatFacts
@@ -246,7 +246,7 @@ def test_exit_descriptions_name_signals() -> None:
 def test_a_file_gguf_cannot_read_has_no_chat_facts(tmp_path: Path, data: bytes) -> None:
     path = tmp_path / "m.gguf"
     path.write_bytes(data)
-    assert spotcheck.model_chat_facts(path) == ChatFacts(architecture=None, has_template=True)
+    assert proofs.model_chat_facts(path) == ChatFacts(architecture=None, has_template=True)
 
 
 def test_a_bug_reading_the_chat_facts_is_not_taken_for_an_unreadable_file(
@@ -255,6 +255,6 @@ def test_a_bug_reading_the_chat_facts_is_not_taken_for_an_unreadable_file(
     def broken(_path: Path) -> ChatFacts:
         raise AttributeError("a bug")
 
-    monkeypatch.setattr(spotcheck, "chat_facts", broken)
+    monkeypatch.setattr(proofs, "chat_facts", broken)
     with pytest.raises(AttributeError, match="a bug"):
-        spotcheck.model_chat_facts(tmp_path / "m.gguf")
+        proofs.model_chat_facts(tmp_path / "m.gguf")
