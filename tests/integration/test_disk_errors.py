@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 QUIET = Console(quiet=True)
 
 PREPARE = (
-    "import json, os, sys\nfrom pathlib import Path\nfrom skippy.cli.app import prepare_main\n"
+    "import json, os, sys\nfrom pathlib import Path\nfrom skippy.cli.entries import prepare_main\n"
     "sys.exit(prepare_main(os.environ, root=Path(sys.argv[1]), **json.loads(sys.argv[2])))\n"
 )
 

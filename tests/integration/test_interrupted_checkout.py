@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 QUIET = Console(quiet=True)
 SIZE = 48 << 20  # git streams a blob this size to disk in small writes (core.bigFileThreshold below)
 RUN = (
-    "import os, sys\nfrom pathlib import Path\nfrom skippy.cli.app import prepare_main\n"
+    "import os, sys\nfrom pathlib import Path\nfrom skippy.cli.entries import prepare_main\n"
     "sys.exit(prepare_main(os.environ, root=Path(sys.argv[1]), sha=sys.argv[2]))\n"
 )
 

@@ -487,7 +487,7 @@ def test_interrupted_am_is_recovered(queued_project: Project, tmp_path: Path, wa
     script = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from skippy.cli.app import prepare_main\n"
+        "from skippy.cli.entries import prepare_main\n"
         "sys.exit(prepare_main(os.environ, root=Path(sys.argv[1])))\n"
     )
     env = dict(os.environ)
@@ -538,7 +538,7 @@ def test_lock_serializes_and_times_out(queued_project: Project) -> None:
     with lock:
         # the holder is this test; filelock's locks are per process, so probe from a subprocess
         code = (
-            "import os, sys\nfrom pathlib import Path\nfrom skippy.cli.app import prepare_main\n"
+            "import os, sys\nfrom pathlib import Path\nfrom skippy.cli.entries import prepare_main\n"
             "sys.exit(prepare_main(os.environ, root=Path(sys.argv[1])))\n"
         )
         result = subprocess.run(

@@ -101,7 +101,7 @@ def interrupted_switch(project: Project, tmp_path: Path, sig: str) -> tuple[str,
     )
     fake.chmod(0o755)
     script = (
-        "import os, sys\nfrom pathlib import Path\nfrom skippy.cli.app import prepare_main\n"
+        "import os, sys\nfrom pathlib import Path\nfrom skippy.cli.entries import prepare_main\n"
         "sys.exit(prepare_main(os.environ, root=Path(sys.argv[1]), sha=sys.argv[2]))\n"
     )
     env = dict(os.environ)

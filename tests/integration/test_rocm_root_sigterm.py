@@ -39,7 +39,7 @@ sleep 600
 """
 
 BUILD = (
-    "import os, sys\nfrom pathlib import Path\nfrom skippy.cli.build import build_main\n"
+    "import os, sys\nfrom pathlib import Path\nfrom skippy.cli.entries import build_main\n"
     "sys.exit(build_main('rocm', dict(os.environ), root=Path(sys.argv[1]), args=['--json'])[0])\n"
 )
 
