@@ -95,7 +95,7 @@ def triage(options: TriageOptions, settings: Settings, console: Console) -> Repo
 
 
 def pin_bump(options: PinBumpOptions, settings: Settings, console: Console) -> Report:
-    from skippy.flows.pinbump import pin_bump as run_pin_bump
+    from skippy.flows.pinbump.bump import pin_bump as run_pin_bump
 
     report = run_pin_bump(
         settings,
@@ -126,7 +126,7 @@ def pin_bump(options: PinBumpOptions, settings: Settings, console: Console) -> R
 
 
 def summary(options: SummaryOptions, settings: Settings, console: Console) -> Report:
-    from skippy.flows.pinbump import run_summary
+    from skippy.flows.pinbump.sides import run_summary
 
     found = run_summary(settings, options.old, options.new, console=console)
     console.summary(found.markdown())
@@ -141,7 +141,7 @@ def _annotate_churn(found: Summary, settings: Settings, console: Console) -> Non
 
 
 def bisect(options: BisectOptions, settings: Settings, console: Console) -> Report:
-    from skippy.flows.pinbump import run_bisect
+    from skippy.flows.pinbump.bisect import run_bisect
     from skippy.queue.model import load_queue
 
     report = run_bisect(settings, to=options.to or None, console=console)

@@ -17,7 +17,8 @@ from skippy.core import proc
 from skippy.core.git import hermetic_env
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.pinbump import pin_bump, run_bisect
+from skippy.flows.pinbump.bisect import run_bisect
+from skippy.flows.pinbump.bump import pin_bump
 from skippy.queue.prepare import Target, prepare, triage_target
 from tooling.testbed import LlamaTestbed
 

@@ -17,7 +17,8 @@ from skippy.core.files import sha256_of
 from skippy.core.git import Repo
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.pinbump import pin_bump, run_summary
+from skippy.flows.pinbump.bump import Collaborators, pin_bump
+from skippy.flows.pinbump.sides import run_summary
 from skippy.maintain.summary import summarize
 from skippy.queue.model import load_queue
 from skippy.queue.prepare import PrepareReport, Target, prepare, triage_target
@@ -178,7 +179,7 @@ class Recorder:
         self.audited: tuple[str, str] | None = None
 
     def build(
-        self, backend: str, settings: Settings, console: Console, prepare_fn: Any
+        self, backend: str, settings: Settings, console: Console, prepare_fn: Any, *, upstream_tests: bool
     ) -> object:  # the build process boundary: real builds are the e2e tier's
         report: PrepareReport = prepare_fn(settings, console)
         self.builds.append((backend, report.upstream_sha))
@@ -198,8 +199,7 @@ def test_pin_bump_dry_run_between_two_archives(archived: Archived) -> None:
         sha=archived.clean[:12],
         console=QUIET,
         dry_run=True,
-        build_fn=rec.build,
-        parity_fn=rec.parity,
+        collaborators=Collaborators(build=rec.build, parity=rec.parity),
     )
 
     assert (report.old_pin, report.new_pin, report.written) == (archived.pin, archived.clean, False)
@@ -220,7 +220,12 @@ def test_pin_bump_between_two_archives_needs_allow_non_descendant(archived: Arch
     rec = Recorder()
     before = archived.pin_text()
     with pytest.raises(SettingsError) as caught:
-        pin_bump(archived.settings(), sha=archived.clean, console=QUIET, build_fn=rec.build, parity_fn=rec.parity)
+        pin_bump(
+            archived.settings(),
+            sha=archived.clean,
+            console=QUIET,
+            collaborators=Collaborators(build=rec.build, parity=rec.parity),
+        )
     assert "refusing to move the pin without knowing it moves forward" in caught.value.what
     assert f"invoke pin-bump --sha {archived.clean} --allow-non-descendant" in (caught.value.next_step or "")
     assert archived.pin_text() == before and rec.builds == []
@@ -230,8 +235,7 @@ def test_pin_bump_between_two_archives_needs_allow_non_descendant(archived: Arch
         sha=archived.clean,
         console=QUIET,
         allow_non_descendant=True,
-        build_fn=rec.build,
-        parity_fn=rec.parity,
+        collaborators=Collaborators(build=rec.build, parity=rec.parity),
     )
 
     assert report.written and archived.pin_text() == archived.clean + "\n"
@@ -258,15 +262,16 @@ def test_pin_bump_offline_never_contacts_the_upstream(archived: Archived) -> Non
         console=QUIET,
         dry_run=True,
         offline=True,
-        build_fn=rec.build,
-        parity_fn=rec.parity,
+        collaborators=Collaborators(build=rec.build, parity=rec.parity),
     )
 
     assert report.new_pin == archived.clean and report.summary is not None and report.summary.no_history
     assert run_git(project.workdir, "for-each-ref", "refs/remotes") == ""
     assert snapshot(project.upstream.path) == upstream_before
     with pytest.raises(SettingsError, match="needs --sha") as caught:
-        pin_bump(archived.settings(), sha=None, console=QUIET, offline=True, build_fn=rec.build)
+        pin_bump(
+            archived.settings(), sha=None, console=QUIET, offline=True, collaborators=Collaborators(build=rec.build)
+        )
     assert (
         caught.value.next_step == f"`invoke pin-bump --offline --sha {sorted((archived.clean, archived.breaking))[0]}`"
     )
@@ -280,8 +285,7 @@ def test_pin_bump_between_archives_has_no_bisection(archived: Archived) -> None:
             sha=archived.breaking,
             console=QUIET,
             newest_compatible=True,
-            build_fn=rec.build,
-            parity_fn=rec.parity,
+            collaborators=Collaborators(build=rec.build, parity=rec.parity),
         )
     with pytest.raises(ConflictError) as caught:
         pin_bump(
@@ -289,8 +293,7 @@ def test_pin_bump_between_archives_has_no_bisection(archived: Archived) -> None:
             sha=archived.breaking,
             console=QUIET,
             dry_run=True,
-            build_fn=rec.build,
-            parity_fn=rec.parity,
+            collaborators=Collaborators(build=rec.build, parity=rec.parity),
         )
     details = caught.value.details or ""
     assert f"triage against {archived.breaking[:12]}" in details
@@ -326,8 +329,7 @@ def test_conflict_rehearsal_offline(archived: Archived) -> None:
         console=QUIET,
         offline=True,
         allow_non_descendant=True,
-        build_fn=rec.build,
-        parity_fn=rec.parity,
+        collaborators=Collaborators(build=rec.build, parity=rec.parity),
     )
 
     assert report.written and archived.pin_text() == archived.breaking + "\n"

@@ -15,7 +15,7 @@ import pytest
 from skippy.cli.entries import summary_main
 from skippy.core.git import Repo
 from skippy.core.ui import Console
-from skippy.flows.pinbump import run_summary
+from skippy.flows.pinbump.sides import run_summary
 from skippy.maintain import churn
 from skippy.queue.model import load_queue
 from skippy.queue.prepare import Target, prepare

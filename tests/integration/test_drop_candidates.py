@@ -19,7 +19,8 @@ from skippy.cli.entries import bisect_main, pin_bump_main
 from skippy.core.errors import CarriedUpstream, SettingsError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.pinbump import pin_bump, run_bisect
+from skippy.flows.pinbump.bisect import run_bisect
+from skippy.flows.pinbump.bump import Collaborators, pin_bump
 from skippy.maintain.carried import Carried
 from skippy.queue.prepare import PrepareReport, Target, prepare
 from tests.conftest import Project
@@ -41,7 +42,9 @@ class Recorder:
     def __init__(self) -> None:
         self.builds: list[str] = []
 
-    def build(self, backend: str, settings: Settings, console: Console, prepare_fn: Any) -> object:
+    def build(
+        self, backend: str, settings: Settings, console: Console, prepare_fn: Any, *, upstream_tests: bool
+    ) -> object:
         report: PrepareReport = prepare_fn(settings, console)
         self.builds.append(report.upstream_sha)
         return report
@@ -90,7 +93,12 @@ def test_pin_bump_stops_on_drop_candidates_before_any_conflict(
     rec = Recorder()
     pin_before = (project.root / "queue" / "upstream.txt").read_text()
     with pytest.raises(CarriedUpstream) as info:
-        pin_bump(project.settings(), sha=shas["tail"], console=QUIET, build_fn=rec.build, parity_fn=rec.parity)
+        pin_bump(
+            project.settings(),
+            sha=shas["tail"],
+            console=QUIET,
+            collaborators=Collaborators(build=rec.build, parity=rec.parity),
+        )
     error = info.value
     assert rec.builds == [], "stopped before preparing or building anything"
     assert (project.root / "queue" / "upstream.txt").read_text() == pin_before
@@ -147,8 +155,7 @@ def test_drop_takes_them_out_and_keep_goes_on(carried: tuple[Project, dict[str, 
         project.settings(),
         sha=shas["tail"],
         console=QUIET,
-        build_fn=rec.build,
-        parity_fn=rec.parity,
+        collaborators=Collaborators(build=rec.build, parity=rec.parity),
         dry_run=True,
         drop=["core/0001-core-verbatim.patch", "model_support/0001-family-context.patch"],
     )
@@ -158,7 +165,7 @@ def test_drop_takes_them_out_and_keep_goes_on(carried: tuple[Project, dict[str, 
     assert sorted(p.name for p in patches.glob("*.patch")) == ["0001-core-verbatim.patch", "0002-core-own.patch"]
 
     # a failing build puts them back too
-    def broken(backend: str, settings: Settings, console: Console, prepare_fn: Any) -> object:
+    def broken(backend: str, settings: Settings, console: Console, prepare_fn: Any, *, upstream_tests: bool) -> object:
         raise SettingsError("the build broke", untouched="the pin")
 
     with pytest.raises(SettingsError, match="the build broke"):
@@ -166,8 +173,7 @@ def test_drop_takes_them_out_and_keep_goes_on(carried: tuple[Project, dict[str, 
             project.settings(),
             sha=shas["tail"],
             console=QUIET,
-            build_fn=broken,
-            parity_fn=rec.parity,
+            collaborators=Collaborators(build=broken, parity=rec.parity),
             drop=["0001-core-verbatim.patch", "model_support/0001-family-context.patch"],
         )
     assert {p: p.read_bytes() for p in before} == before
@@ -177,8 +183,7 @@ def test_drop_takes_them_out_and_keep_goes_on(carried: tuple[Project, dict[str, 
         project.settings(),
         sha=shas["tail"],
         console=QUIET,
-        build_fn=rec.build,
-        parity_fn=rec.parity,
+        collaborators=Collaborators(build=rec.build, parity=rec.parity),
         drop=["model_support/0001-family-context.patch"],
         keep=["core/0001-core-verbatim.patch"],
     )

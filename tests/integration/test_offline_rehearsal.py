@@ -20,7 +20,7 @@ from skippy.core.errors import ArchiveError, SettingsError
 from skippy.core.files import sha256_of
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.pinbump import pin_bump
+from skippy.flows.pinbump.bump import Collaborators, pin_bump
 from skippy.queue.prepare import PrepareReport, Target, prepare
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env
@@ -42,7 +42,9 @@ def typo(sha: str) -> str:
 class Recorder:
     """The build and parity steps at their process boundary (real builds are the e2e tier's)."""
 
-    def build(self, backend: str, settings: Settings, console: Console, prepare_fn: Any) -> object:
+    def build(
+        self, backend: str, settings: Settings, console: Console, prepare_fn: Any, *, upstream_tests: bool
+    ) -> object:
         report: PrepareReport = prepare_fn(settings, console)
         return report
 
@@ -151,8 +153,7 @@ def test_a_pin_from_a_source_archive_alone_is_marked_unverified(queued_project: 
         console=QUIET,
         dry_run=True,
         offline=True,
-        build_fn=rec.build,
-        parity_fn=rec.parity,
+        collaborators=Collaborators(build=rec.build, parity=rec.parity),
     )
     report = pin_bump(
         queued_project.settings(),
@@ -160,8 +161,7 @@ def test_a_pin_from_a_source_archive_alone_is_marked_unverified(queued_project: 
         console=QUIET,
         offline=True,
         allow_non_descendant=True,
-        build_fn=rec.build,
-        parity_fn=rec.parity,
+        collaborators=Collaborators(build=rec.build, parity=rec.parity),
     )
 
     said = f"the source archive file:archives/{x[:12]}.tar.gz (sha256 {mappings[x][1][:12]}...)"
@@ -183,7 +183,9 @@ def test_a_pin_the_upstream_history_holds_is_not_marked(queued_project: Project)
     _pin, x = mirrored(queued_project)  # the pin mapped to an archive, but the mirror answers
     rec = Recorder()
 
-    report = pin_bump(queued_project.settings(), sha=x, console=QUIET, build_fn=rec.build, parity_fn=rec.parity)
+    report = pin_bump(
+        queued_project.settings(), sha=x, console=QUIET, collaborators=Collaborators(build=rec.build, parity=rec.parity)
+    )
 
     assert report.written and report.source == "git" and report.unverified == ""
     assert report.provenance_markdown() == "" and report.as_dict()["verified"] is True
@@ -208,10 +210,12 @@ def test_a_reference_that_already_holds_the_answers_is_not_said_to_be_rewritten(
     result.compute.fingerprint = fingerprint
     spot = SpotCheckReport(server="llama-server", results=[result])
 
-    def build(backend: str, s: object, c: object, p: object) -> object:
+    def build(backend: str, s: object, c: object, p: object, *, upstream_tests: bool) -> object:
         return SimpleNamespace(spot=spot)
 
-    report = pin_bump(settings, sha=x, console=QUIET, build_fn=build, parity_fn=Recorder().parity)
+    report = pin_bump(
+        settings, sha=x, console=QUIET, collaborators=Collaborators(build=build, parity=Recorder().parity)
+    )
 
     (numerics,) = report.numerics
     assert (numerics["written"], numerics["up_to_date"]) == (False, True)

@@ -12,7 +12,9 @@ from skippy.compile.backends import upstream_areas
 from skippy.core.errors import ConflictError, SettingsError
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from skippy.flows.pinbump import pin_bump, run_bisect, run_summary
+from skippy.flows.pinbump.bisect import run_bisect
+from skippy.flows.pinbump.bump import Collaborators, pin_bump
+from skippy.flows.pinbump.sides import run_summary
 from skippy.queue.prepare import PrepareReport, Target, prepare
 from tests.conftest import Project
 from tests.gitfixtures import git, hermetic_git_env
@@ -116,12 +118,15 @@ def test_summary_links_for_github_upstreams() -> None:
 class Recorder:
     def __init__(self) -> None:
         self.builds: list[tuple[str, str]] = []
+        #: what each build was told of upstream's tests
+        self.upstream_tests: list[bool] = []
 
     def build(
-        self, backend: str, settings: Settings, console: Console, prepare_fn: Any
+        self, backend: str, settings: Settings, console: Console, prepare_fn: Any, *, upstream_tests: bool
     ) -> object:  # the build process boundary: real builds are the e2e tier's
         report: PrepareReport = prepare_fn(settings, console)
         self.builds.append((backend, report.upstream_sha))
+        self.upstream_tests.append(upstream_tests)
         return report
 
     def parity(self, settings: Settings, console: Console, repo: Any, base: str, upstream_sha: str) -> dict[str, Any]:
@@ -139,14 +144,21 @@ def test_pin_bump_refuses_backwards_and_sideways(history: tuple[Project, dict[st
     project.pin(shas["u1"])
     before = pin_text(project)
     with pytest.raises(SettingsError, match="refusing to move the pin backwards"):
-        pin_bump(project.settings(), sha=shas["pin"], console=QUIET, build_fn=rec.build, parity_fn=rec.parity)
+        pin_bump(
+            project.settings(),
+            sha=shas["pin"],
+            console=QUIET,
+            collaborators=Collaborators(build=rec.build, parity=rec.parity),
+        )
     env = hermetic_git_env(Path(os.environ["HOME"]))
     scratch = project.upstream.path
     git(scratch, "checkout", "--quiet", "-b", "side", shas["pin"], env=env)
     side = project.upstream.commit("side: work", {"side.txt": "s\n"})
     git(scratch, "checkout", "--quiet", "master", env=env)
     with pytest.raises(SettingsError, match="not a descendant of the pin"):
-        pin_bump(project.settings(), sha=side, console=QUIET, build_fn=rec.build, parity_fn=rec.parity)
+        pin_bump(
+            project.settings(), sha=side, console=QUIET, collaborators=Collaborators(build=rec.build, parity=rec.parity)
+        )
     assert pin_text(project) == before
     assert rec.builds == []
     # an explicit override moves sideways
@@ -156,8 +168,7 @@ def test_pin_bump_refuses_backwards_and_sideways(history: tuple[Project, dict[st
         sha=side,
         console=QUIET,
         allow_non_descendant=True,
-        build_fn=rec.build,
-        parity_fn=rec.parity,
+        collaborators=Collaborators(build=rec.build, parity=rec.parity),
     )
     assert report.written and pin_text(project) == side + "\n"
 
@@ -167,7 +178,9 @@ def test_pin_bump_conflict_stops_with_triage_and_bisect(history: tuple[Project, 
     rec = Recorder()
     before = pin_text(project)
     with pytest.raises(ConflictError) as info:
-        pin_bump(project.settings(), sha=None, console=QUIET, build_fn=rec.build, parity_fn=rec.parity)
+        pin_bump(
+            project.settings(), sha=None, console=QUIET, collaborators=Collaborators(build=rec.build, parity=rec.parity)
+        )
     details = info.value.details or ""
     assert "core/0001-core-a.patch" in details and "conflict" in details
     assert f"newest upstream commit the whole queue applies to: {shas['u1'][:12]}" in details
@@ -192,7 +205,11 @@ def test_pin_bump_dry_run_then_real_then_newest_compatible(
     rec = Recorder()
     before = pin_text(project)
     dry = pin_bump(
-        project.settings(), sha=shas["u1"], console=QUIET, dry_run=True, build_fn=rec.build, parity_fn=rec.parity
+        project.settings(),
+        sha=shas["u1"],
+        console=QUIET,
+        dry_run=True,
+        collaborators=Collaborators(build=rec.build, parity=rec.parity),
     )
     assert not dry.written and pin_text(project) == before
     assert rec.builds == [("cpu", shas["u1"])], "dry-run still builds and spot-checks"
@@ -203,10 +220,11 @@ def test_pin_bump_dry_run_then_real_then_newest_compatible(
         console=Console(env=settings.env, quiet=True),
         newest_compatible=True,
         backends=("cpu", "vulkan"),
-        build_fn=rec.build,
-        parity_fn=rec.parity,
+        upstream_tests=False,
+        collaborators=Collaborators(build=rec.build, parity=rec.parity),
     )
     assert report.new_pin == shas["u1"] and report.written
+    assert rec.upstream_tests == [True, False, False], "--no-upstream-tests reaches every build"
     assert pin_text(project) == shas["u1"] + "\n"
     assert (project.root / "queue" / "mirror-pin.txt").read_text() == shas["u1"] + "\n"
     assert rec.builds[-2:] == [("cpu", shas["u1"]), ("vulkan", shas["u1"])]
@@ -214,7 +232,12 @@ def test_pin_bump_dry_run_then_real_then_newest_compatible(
     assert not list((project.root / "queue").glob("*.tmp")), "the atomic write leaves no temp file"
     # now at the target: prepare --pinned has nothing to do
     assert prepare(project.settings(), Target.pinned(), console=QUIET).action == "noop"
-    again = pin_bump(project.settings(), sha=shas["u1"], console=QUIET, build_fn=rec.build, parity_fn=rec.parity)
+    again = pin_bump(
+        project.settings(),
+        sha=shas["u1"],
+        console=QUIET,
+        collaborators=Collaborators(build=rec.build, parity=rec.parity),
+    )
     assert not again.written and "already at the target" in again.notes
 
 
@@ -222,7 +245,9 @@ def test_failed_build_leaves_the_pin(history: tuple[Project, dict[str, str]]) ->
     project, shas = history
     before = pin_text(project)
 
-    def failing_build(backend: str, settings: Settings, console: Console, prepare_fn: Any) -> object:
+    def failing_build(
+        backend: str, settings: Settings, console: Console, prepare_fn: Any, *, upstream_tests: bool
+    ) -> object:
         from skippy.core.errors import BuildError
 
         prepare_fn(settings, console)
@@ -231,7 +256,12 @@ def test_failed_build_leaves_the_pin(history: tuple[Project, dict[str, str]]) ->
     from skippy.core.errors import BuildError
 
     with pytest.raises(BuildError):
-        pin_bump(project.settings(), sha=shas["u1"], console=QUIET, build_fn=failing_build, parity_fn=Recorder().parity)
+        pin_bump(
+            project.settings(),
+            sha=shas["u1"],
+            console=QUIET,
+            collaborators=Collaborators(build=failing_build, parity=Recorder().parity),
+        )
     assert pin_text(project) == before
 
 
@@ -260,7 +290,7 @@ def test_pin_bump_fails_on_a_dropped_arch_case(project: Project) -> None:
     prepare(project.settings(), Target.pinned(), console=QUIET, interactive=False)
     before = pin_text(project)
     with pytest.raises(ParityFailed) as info:
-        pin_bump(project.settings(), sha=new, console=QUIET, build_fn=Recorder().build)
+        pin_bump(project.settings(), sha=new, console=QUIET, collaborators=Collaborators(build=Recorder().build))
     assert "LLM_ARCH_GEMMA3" in (info.value.details or "")
     assert "llama_model_rope_type" in (info.value.details or "")
     assert pin_text(project) == before
@@ -280,7 +310,12 @@ def test_pin_bump_keeps_the_pin_files_comments_and_mode(history: tuple[Project, 
     toml = project.root / "pyproject.toml"
     toml.write_text(toml.read_text() + 'pin_mirror = "queue/mirror-pin.txt"\n')
     rec = Recorder()
-    report = pin_bump(project.settings(), sha=shas["u1"], console=QUIET, build_fn=rec.build, parity_fn=rec.parity)
+    report = pin_bump(
+        project.settings(),
+        sha=shas["u1"],
+        console=QUIET,
+        collaborators=Collaborators(build=rec.build, parity=rec.parity),
+    )
     assert report.written
     assert pin_file.read_bytes() == (header + shas["u1"] + "\r\n# reviewed 2024-05\r\n").encode()
     assert pin_file.stat().st_mode & 0o7777 == 0o664
@@ -312,17 +347,25 @@ def test_pin_bump_reports_greedy_drift_and_rewrites_the_reference(history: tuple
     result.compute.fingerprint = new
     spot = SpotCheckReport(server="llama-server", results=[result])
 
-    def build(backend: str, s: object, c: object, p: object) -> object:
+    def build(backend: str, s: object, c: object, p: object, *, upstream_tests: bool) -> object:
         return SimpleNamespace(spot=spot)
 
     rec = Recorder()
-    dry = pin_bump(settings, sha=shas["u1"], console=QUIET, dry_run=True, build_fn=build, parity_fn=rec.parity)
+    dry = pin_bump(
+        settings,
+        sha=shas["u1"],
+        console=QUIET,
+        dry_run=True,
+        collaborators=Collaborators(build=build, parity=rec.parity),
+    )
     (numerics,) = dry.numerics
     assert numerics["changed_prompts"] == ["a", "b"] and numerics["written"] is False
     assert read_reference(refs, "gemma3-270m") == fingerprint(1, 2, 3), "a dry run writes no reference"
     assert "CHANGED for `a`, `b`" in dry.numerics_markdown()
 
-    report = pin_bump(settings, sha=shas["u1"], console=QUIET, build_fn=build, parity_fn=rec.parity)
+    report = pin_bump(
+        settings, sha=shas["u1"], console=QUIET, collaborators=Collaborators(build=build, parity=rec.parity)
+    )
     assert report.written and report.numerics[0]["written"] is True
     assert read_reference(refs, "gemma3-270m") == new
     assert report.as_dict()["numerics"][0]["model"] == "gemma3-270m"

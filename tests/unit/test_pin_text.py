@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skippy.flows.pinbump import pin_text, write_pin_atomic
+from skippy.flows.pinbump.pinfile import pin_text, write_pin_atomic
 
 OLD, NEW = "a" * 40, "b" * 40
 
