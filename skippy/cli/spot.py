@@ -106,6 +106,7 @@ def spot_check(options: SpotCheckOptions, settings: Settings, console: Console) 
         server = default_server(settings, options.backend or None)
         server = server if server.is_absolute() else settings.root / server
     backend = options.backend or backend_of(server, settings)
+    s = spec(backend)
     if options.write_reference and backend != "cpu":
         raise SettingsError(
             f"--write-reference records the CPU reference; {settings.relative(server)} is a {backend} build",
@@ -122,10 +123,10 @@ def spot_check(options: SpotCheckOptions, settings: Settings, console: Console) 
         server,
         options.model,
         console=console,
-        server_env=spec(backend).spot_check_env_for(settings.cache_dir),
-        extra_server_args=(*spec(backend).spot_check_args, *options.server_arg),
+        server_env=s.spot_check_env_for(settings.cache_dir),
+        extra_server_args=(*s.spot_check_args, *options.server_arg),
         expect_provenance=expect,
-        device_prefix=spec(backend).device_prefix,
+        device_prefix=s.device_prefix,
         rpc_server=None if options.no_rpc else rpc_server_beside(server),
         write_reference=options.write_reference,
         recheck=options.recheck,

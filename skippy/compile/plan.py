@@ -66,7 +66,8 @@ class Define:
 
 @dataclass(frozen=True)
 class BuildPlan:
-    backend: Backend
+    #: the backend's registry entry, as the request resolved it (never looked up again by name)
+    spec: BackendSpec = field(repr=False)
     source_dir: Path
     build_dir: Path
     digest: str
@@ -118,6 +119,10 @@ class BuildPlan:
         fallback of a remote storage and the local compiles of a cluster that cannot be used."""
         fallbacks = (self.cache_fallback_env, self.dist.fallback_env if self.dist is not None else {})
         return (self.env, *(env for env in fallbacks if env))
+
+    @property
+    def backend(self) -> Backend:
+        return self.spec.name
 
     @property
     def runner(self) -> tuple[str, ...]:
@@ -476,7 +481,7 @@ def plan_build(
     configure_argv, build_argv = _commands(subject, build_dir, defines, jobs=jobs, targets=targets, inside=inside)
     spot_env = {k: v.replace("{cache_dir}", str(settings.cache_dir)) for k, v in s.spot_check_env.items()}
     return BuildPlan(
-        backend=s.name,
+        spec=s,
         source_dir=tree.source_dir,
         build_dir=build_dir,
         digest=digest,

@@ -339,7 +339,7 @@ def compiler_cache_choice(settings: Settings) -> str:
 
 
 def probe_toolchain(
-    backend: Backend,
+    backend: BackendSpec | Backend,
     settings: Settings,
     *,
     given: Mapping[str, str] | None = None,
@@ -349,7 +349,8 @@ def probe_toolchain(
     well_known_dirs: bool = True,
     machine: str | None = None,
 ) -> Toolchain:
-    """Find every tool ``backend`` needs on this machine, or raise ToolchainMissing.
+    """Find every tool ``backend`` (its registry entry, as a request holds it, or its name) needs
+    on this machine, or raise ToolchainMissing.
 
     ``given`` holds the user's -D values (they win over detection: a given
     CMAKE_CUDA_ARCHITECTURES skips nvidia-smi, a given Vulkan_INCLUDE_DIR is
@@ -358,7 +359,7 @@ def probe_toolchain(
     (also look in /usr/local/cuda, /opt/rocm and the system include dirs) describe
     the host; tests pass their own to probe fake toolchains.
     """
-    s = spec(backend)
+    s = backend if isinstance(backend, BackendSpec) else spec(backend)
     system, plat = _host(s, system, os_release)
     context = _Context(
         env=settings.env,

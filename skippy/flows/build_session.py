@@ -380,7 +380,7 @@ def _certify(b: Backend, prepared: _Prepared, spot: SpotCheckReport, settings: S
 def _probe(request: SessionRequest, settings: Settings, console: Console) -> Toolchain:
     """The tools of the backend's build on this host (ToolchainMissing when it cannot build here)."""
     with console.step(f"probe the {request.backend} toolchain"):
-        toolchain = probe_toolchain(request.backend, settings, given=request.build.defines)
+        toolchain = probe_toolchain(request.build.spec, settings, given=request.build.defines)
     for note in toolchain.notes:
         console.info(note)
     return toolchain

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from skippy.compile.backends import spec
-from skippy.compile.backends.base import SERVER_TARGET, Backend
+from skippy.compile.backends.base import SERVER_TARGET
 from skippy.compile.builder import KEEP_LOCAL_BUILDS, BuildReport, prune_local_builds
 from skippy.compile.plan import BuildPlan
 from skippy.compile.rootfs import mounted
@@ -25,22 +24,22 @@ from skippy.spot.evidence import artifact_markers_missing
 from skippy.spot.report import Proof
 
 
-def artifact_gate(backend: Backend, plan: BuildPlan, report: BuildReport, console: Console) -> Proof:
+def artifact_gate(plan: BuildPlan, report: BuildReport, console: Console) -> Proof:
     """The binary must contain its backend: a build that fell back to CPU (an ignored CMake
     switch) lacks the backend's registration symbol.  Runs with and without the spot check."""
     server = report.binaries[SERVER_TARGET]
-    markers = spec(backend).artifact_markers
+    markers = plan.spec.artifact_markers
     missing = artifact_markers_missing(server, markers)
     if missing:
         switches = ", ".join(f"{d.name}={d.value}" for d in plan.defines if d.name.startswith("GGML_"))
         raise BuildError(
-            f"{server.name} does not contain the {backend} backend: {', '.join(missing)} not in the binary",
+            f"{server.name} does not contain the {plan.backend} backend: {', '.join(missing)} not in the binary",
             untouched=f"the source tree; the build is kept in {plan.build_dir}",
             next_step=f"check CMakeCache.txt in {plan.build_dir} (the switches set were: {switches}) "
             "and the configure log for an ignored or failed backend",
         )
     found = f"{server.name} contains its backend ({', '.join(markers)})"
-    console.info(f"{backend}: {found}")
+    console.info(f"{plan.backend}: {found}")
     return Proof("artifact gate", "pass", found)
 
 
@@ -50,7 +49,7 @@ def rootfs_spot_check(plan: BuildPlan) -> str:
     label = f" ({inside.label})" if inside is not None else ""
     return (
         f"the binaries were built inside a root file system{label} and link its libraries "
-        f"({spec(plan.backend).root_links}), so they run there, not on this host; the artifact gate (the backend's "
+        f"({plan.spec.root_links}), so they run there, not on this host; the artifact gate (the backend's "
         "symbols, and --version run inside the root) is the proof that was made"
     )
 
@@ -77,7 +76,7 @@ def rootfs_gate(plan: BuildPlan, report: BuildReport, env: Mapping[str, str], co
             + " and read what it says",
             details=result.tail(),
         )
-    mark = spec(plan.backend).rootfs_gate_line
+    mark = plan.spec.rootfs_gate_line
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if mark is None:
         init = lines[0] if lines else "no output"
@@ -89,7 +88,7 @@ def rootfs_gate(plan: BuildPlan, report: BuildReport, env: Mapping[str, str], co
 
 def gates(plan: BuildPlan, report: BuildReport, settings: Settings, console: Console, *, local: bool) -> list[Proof]:
     """After a build: the artifact gate (and the root's), older local build dirs pruned."""
-    proofs = [artifact_gate(plan.backend, plan, report, console)]
+    proofs = [artifact_gate(plan, report, console)]
     if plan.rootfs is not None:
         init = rootfs_gate(plan, report, settings.env, console)
         proofs.append(Proof("runs in the root", "pass", f"llama-server --version runs inside the root: {init}"))

@@ -328,7 +328,7 @@ def test_artifact_gate_refuses_a_binary_without_its_backend(env: Env) -> None:
     report = env.run(plan)
     # the stand-in server has no backend registration: like a build whose backend switch was ignored
     with pytest.raises(BuildError, match="does not contain the cpu backend: ggml_backend_cpu_reg") as info:
-        artifact_gate("cpu", plan, report, env.console)
+        artifact_gate(plan, report, env.console)
     assert "GGML_RPC=ON" in (info.value.next_step or "")
     assert "GGML_CUDA" not in (info.value.next_step or ""), "no other backend's switch is set"
     assert str(plan.build_dir) in (info.value.next_step or "")
@@ -340,7 +340,7 @@ def test_artifact_gate_refuses_a_binary_without_its_backend(env: Env) -> None:
         encoding="utf-8",
     )
     again = env.run(env.plan())
-    artifact_gate("cpu", plan, again, env.console)
+    artifact_gate(plan, again, env.console)
     assert "contains its backend" in env.out.getvalue()
 
 
