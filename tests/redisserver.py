@@ -54,6 +54,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> int:
+    """The first of ``count`` consecutive ports free on ``host`` (servers numbered from a first port):
+    each is bound at once, so none of them is in use when it is returned."""
+    for _ in range(100):
+        first = free_port(host)
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(first, first + count):
+                    s = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                    s.bind((host, port))
+            except OSError:
+                continue
+            return first
+    raise OSError(f"no {count} consecutive free ports on {host}")
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -24,7 +24,7 @@ from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
 from skippy.queue.prepare import Target, prepare
-from tests.redisserver import free_port
+from tests.redisserver import free_ports
 
 OBJECTS = ("ggml/src/CMakeFiles/ggml-base.dir/ggml-alloc.c.o", "ggml/src/CMakeFiles/ggml-base.dir/ggml-threading.cpp.o")
 
@@ -57,7 +57,8 @@ def test_ggml_base_objects_are_compiled_by_the_cluster(tmp_path: Path, project_s
     if os.geteuid() != 0:
         pytest.skip("sccache-dist build servers run as root")
     prepare(project_settings, Target.pinned(), console=Console(env={}, stream=io.StringIO()))
-    cluster = plan_cluster(tmp_path / "cluster", servers=2, scheduler_port=free_port(), first_port=free_port())
+    port = free_ports(3)  # the scheduler's, then the two servers' (first_port, first_port + 1)
+    cluster = plan_cluster(tmp_path / "cluster", servers=2, scheduler_port=port, first_port=port + 1)
     write_cluster(cluster, exe, env)
     table = {**project_settings.raw, "build_root": str(tmp_path / "build"), "cache_dir": str(tmp_path / "cache")}
     dist_env = {**env, "SKIPPY_DIST": cluster.scheduler_url, "SKIPPY_DIST_TOKEN": cluster.client_token}

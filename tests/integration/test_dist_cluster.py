@@ -31,7 +31,7 @@ from skippy.compile.toolchain import inspect_tree, probe_toolchain
 from skippy.core import proc
 from skippy.core.settings import Settings
 from skippy.core.ui import Console
-from tests.redisserver import free_port
+from tests.redisserver import free_port, free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -89,8 +89,8 @@ def _needs(env: dict[str, str]) -> str:
 def cluster(tmp_path: Path) -> Iterator[RunningCluster]:
     env = _env(tmp_path)
     exe = _needs(env)
-    plan = plan_cluster(tmp_path / "cluster", servers=2, scheduler_port=free_port(), first_port=free_port())
-    # two servers need two ports: the second is first_port + 1, checked free here
+    port = free_ports(3)  # the scheduler's, then the two servers' (first_port, first_port + 1)
+    plan = plan_cluster(tmp_path / "cluster", servers=2, scheduler_port=port, first_port=port + 1)
     write_cluster(plan, exe, env)
     with running_cluster(plan, exe, env) as running:
         yield running
